@@ -1,0 +1,173 @@
+"""``comm`` dialect: collectives on per-rank (local) values, after lowering.
+
+Each op names a mesh and the mesh axis (or axes) whose process group it runs on.
+Shapes are local: a sharded dim holds this rank's ``torch.chunk`` piece, so the
+verifier accepts any chunk size of the global dim (uneven shards)::
+
+    %1 = comm.all_gather %0 {axis = "tp", dim = 0, mesh = @mesh} : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %2 = comm.all_slice %1 {axis = "tp", dim = 1, mesh = @mesh} : (tensor<8x16xf32>) -> tensor<8x4xf32>
+    %3 = comm.all_reduce %2 {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x4xf32>
+    %4 = comm.reduce_scatter %3 {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<8x4xf32>) -> tensor<2x4xf32>
+    %5 = comm.all_to_all %4 {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1} : (tensor<2x4xf32>) -> tensor<8x1xf32>
+"""
+
+from __future__ import annotations
+
+from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from spmdc.ir.core import Operation
+from spmdc.ir.registry import Dialect
+from spmdc.ir.sharding import REDUCE_OPS, chunk_sizes
+from spmdc.ir.types import TensorType
+from spmdc.dialects.shard import MeshOp, lookup_mesh
+
+
+class CollectiveOp(Operation):
+    """Shared base: ``mesh`` symbol, one operand, one result."""
+
+    num_operands = 1
+    num_results = 1
+    required_attrs = {"mesh": SymbolRefAttr, "axis": StringAttr}
+
+    @property
+    def mesh_name(self) -> str:
+        return self.attributes["mesh"].name  # type: ignore[attr-defined]
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return (self.attributes["axis"].value,)  # type: ignore[attr-defined]
+
+    def mesh(self) -> MeshOp:
+        m = lookup_mesh(self, self.mesh_name)
+        if m is None:
+            raise self.emit_error(f"refers to unknown mesh '@{self.mesh_name}'")
+        return m
+
+    def group_size(self) -> int:
+        m = self.mesh()
+        n = 1
+        for a in self.axes:
+            n *= m.axis_size(a)
+        return n
+
+    def _dim(self, key: str) -> int:
+        return self.attributes[key].value  # type: ignore[attr-defined]
+
+    def _check_common(self) -> tuple[TensorType, TensorType, int]:
+        mesh = self.mesh()
+        for a in self.axes:
+            if a not in mesh.axis_names:
+                raise self.emit_error(f"mesh '@{mesh.sym_name}' has no axis '{a}' "
+                                      f"(axes: {', '.join(mesh.axis_names)})")
+        src, dst = self.operand(0).type, self.result.type
+        if not isinstance(src, TensorType) or not isinstance(dst, TensorType):
+            raise self.emit_error("operates on tensors only")
+        if src.element_type != dst.element_type:
+            raise self.emit_error(f"element types differ: {src.element_type} vs {dst.element_type}")
+        if src.rank != dst.rank:
+            raise self.emit_error(f"operand rank {src.rank} differs from result rank {dst.rank}")
+        for key in ("dim", "split_dim", "concat_dim"):
+            if key in self.attributes:
+                d = self._dim(key)
+                if not 0 <= d < src.rank:
+                    raise self.emit_error(f"{key} {d} is out of range for rank-{src.rank} tensor")
+        return src, dst, self.group_size()
+
+    def _check_reduce_op(self) -> None:
+        op = self.attributes.get("op")
+        if not isinstance(op, StringAttr) or op.value not in REDUCE_OPS:
+            raise self.emit_error(f"'op' must be one of {', '.join(REDUCE_OPS)}")
+
+    def _expect_split(self, full: TensorType, part: TensorType, dim: int, what: str) -> None:
+        """``part`` must equal ``full`` except dim ``dim``, which is one torch.chunk piece."""
+        n = self.group_size()
+        sizes = sorted(set(chunk_sizes(full.shape[dim], n)))
+        others_equal = all(a == b for i, (a, b) in enumerate(zip(full.shape, part.shape)) if i != dim)
+        if not others_equal or part.shape[dim] not in sizes:
+            expect = " or ".join(str(full.with_shape(full.shape[:dim] + (s,) + full.shape[dim + 1:])) for s in sizes)
+            raise self.emit_error(f"{what} type {part} is not a chunk of {full} along dim {dim} over "
+                                  f"{n} ranks (expected {expect})")
+
+
+class AllGatherOp(CollectiveOp):
+    """Concatenate every rank's chunk along ``dim``: result is the gathered shape."""
+
+    name = "comm.all_gather"
+    required_attrs = {**CollectiveOp.required_attrs, "dim": IntegerAttr}
+
+    def verify_(self) -> None:
+        src, dst, _ = self._check_common()
+        self._expect_split(dst, src, self._dim("dim"), "operand")
+
+
+class AllSliceOp(CollectiveOp):
+    """Keep this rank's ``torch.chunk`` piece along ``dim`` (no traffic)."""
+
+    name = "comm.all_slice"
+    required_attrs = {**CollectiveOp.required_attrs, "dim": IntegerAttr}
+    traits = frozenset({"Pure"})
+
+    def verify_(self) -> None:
+        src, dst, _ = self._check_common()
+        self._expect_split(src, dst, self._dim("dim"), "result")
+
+
+class AllReduceOp(CollectiveOp):
+    """Reduce over the process group of one or more mesh axes; shape unchanged."""
+
+    name = "comm.all_reduce"
+    required_attrs = {"mesh": SymbolRefAttr, "axes": ArrayAttr, "op": StringAttr}
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        return [operand_types[0]] if operand_types else None
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(a.value for a in self.attributes["axes"])  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        axes = self.attributes["axes"]
+        if not all(isinstance(a, StringAttr) for a in axes) or not len(axes):  # type: ignore[arg-type]
+            raise self.emit_error("'axes' must be a non-empty array of axis names")
+        if len(set(self.axes)) != len(self.axes):
+            raise self.emit_error("'axes' names an axis twice")
+        src, dst, _ = self._check_common()
+        self._check_reduce_op()
+        if src != dst:
+            raise self.emit_error(f"result type {dst} must equal operand type {src}")
+
+
+class ReduceScatterOp(CollectiveOp):
+    """Reduce over the group, then keep this rank's chunk along ``dim``."""
+
+    name = "comm.reduce_scatter"
+    required_attrs = {**CollectiveOp.required_attrs, "dim": IntegerAttr, "op": StringAttr}
+
+    def verify_(self) -> None:
+        src, dst, _ = self._check_common()
+        self._check_reduce_op()
+        self._expect_split(src, dst, self._dim("dim"), "result")
+
+
+class AllToAllOp(CollectiveOp):
+    """Split along ``split_dim``, exchange, concatenate along ``concat_dim``."""
+
+    name = "comm.all_to_all"
+    required_attrs = {**CollectiveOp.required_attrs, "split_dim": IntegerAttr, "concat_dim": IntegerAttr}
+
+    def verify_(self) -> None:
+        src, dst, n = self._check_common()
+        sd, cd = self._dim("split_dim"), self._dim("concat_dim")
+        if sd == cd:
+            if src != dst:
+                raise self.emit_error(f"with split_dim == concat_dim the result type must equal {src}")
+            return
+        ok = (dst.shape[sd] in chunk_sizes(src.shape[sd], n)
+              and src.shape[cd] in chunk_sizes(dst.shape[cd], n)
+              and all(a == b for i, (a, b) in enumerate(zip(src.shape, dst.shape)) if i not in (sd, cd)))
+        if not ok:
+            raise self.emit_error(f"result type {dst} is not operand {src} split along dim {sd} and "
+                                  f"gathered along dim {cd} over {n} ranks")
+
+
+DIALECT = Dialect("comm", [AllGatherOp, AllSliceOp, AllReduceOp, ReduceScatterOp, AllToAllOp])

@@ -1,0 +1,160 @@
+"""``shard`` dialect: device meshes and layout annotations on global values.
+
+    shard.mesh @mesh = <["dp" = 2, "tp" = 4]>          // ranks 0..7, row-major
+    %1 = shard.annotate %0 {sharding = #shard<@mesh, [S(0), R]>} : tensor<8x16xf32>
+    %2 = shard.redistribute %1 {from = #shard<@mesh, [S(0), R]>,
+                                to = #shard<@mesh, [R, R]>} : tensor<8x16xf32>
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, format_symbol, quote
+from spmdc.ir.core import Operation
+from spmdc.ir.location import UNKNOWN, Location
+from spmdc.ir.registry import Dialect
+from spmdc.ir.sharding import ShardingAttr
+from spmdc.ir.symbols import lookup_symbol
+from spmdc.ir.types import TensorType
+
+if TYPE_CHECKING:
+    from spmdc.ir.printer import Printer
+
+
+class MeshOp(Operation):
+    """A named device mesh: axis names and sizes, ranks laid out row-major.
+
+    Custom form ``shard.mesh @mesh = <["dp" = 2, "tp" = 4]>``; generic form
+    ``"shard.mesh"() {axes = ["dp", "tp"], shape = [2, 4], sym_name = "mesh"} : () -> ()``.
+    """
+
+    name = "shard.mesh"
+    num_operands = 0
+    num_results = 0
+    required_attrs = {"sym_name": StringAttr, "axes": ArrayAttr, "shape": ArrayAttr}
+    traits = frozenset({"Symbol"})
+
+    @classmethod
+    def build(cls, sym_name: str, axes: Sequence[str], shape: Sequence[int],
+              location: Location = UNKNOWN) -> "MeshOp":
+        return cls.create(attributes={"sym_name": sym_name, "axes": list(axes), "shape": list(shape)},
+                          result_types=[], location=location)
+
+    @property
+    def sym_name(self) -> str:
+        return self.attributes["sym_name"].value  # type: ignore[attr-defined]
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(a.value for a in self.attributes["axes"])  # type: ignore[attr-defined]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(a.value for a in self.attributes["shape"])  # type: ignore[attr-defined]
+
+    def axis_size(self, axis: str) -> int:
+        return self.shape[self.axis_names.index(axis)]
+
+    @property
+    def num_devices(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def print_custom(self, p: "Printer") -> None:
+        axes = ", ".join(f"{quote(a)} = {s}" for a, s in zip(self.axis_names, self.shape))
+        p.write(f"shard.mesh @{format_symbol(self.sym_name)} = <[{axes}]>")
+
+    def verify_(self) -> None:
+        axes, shape = self.attributes["axes"], self.attributes["shape"]
+        if not all(isinstance(a, StringAttr) for a in axes):  # type: ignore[attr-defined]
+            raise self.emit_error("'axes' must be an array of strings")
+        if not all(isinstance(s, IntegerAttr) for s in shape):  # type: ignore[attr-defined]
+            raise self.emit_error("'shape' must be an array of integers")
+        names, sizes = self.axis_names, self.shape
+        if len(names) != len(sizes):
+            raise self.emit_error(f"has {len(names)} axis names but {len(sizes)} sizes")
+        for n, s in zip(names, sizes):
+            if s <= 0:
+                raise self.emit_error(f"mesh axis '{n}' has size {s}; sizes must be positive")
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise self.emit_error(f"duplicate mesh axis name '{sorted(dup)[0]}'")
+
+
+def lookup_mesh(op: Operation, name: str) -> MeshOp | None:
+    m = lookup_symbol(op, name)
+    return m if isinstance(m, MeshOp) else None
+
+
+def check_sharding(op: Operation, sharding: object, ty: object, what: str) -> None:
+    """Raise an error on ``op`` when ``sharding`` cannot lay out a value of type ``ty``."""
+    if not isinstance(sharding, ShardingAttr):
+        raise op.emit_error(f"{what} must be a #shard<...> attribute")
+    if not isinstance(ty, TensorType):
+        raise op.emit_error(f"{what} applies to a non-tensor value")
+    mesh = lookup_mesh(op, sharding.mesh)
+    reason = sharding.verify_for(ty, mesh.axis_names if mesh else None)
+    if reason:
+        raise op.emit_error(f"{what}: {reason}")
+
+
+class AnnotateOp(Operation):
+    """Pins the layout of a global value; propagation never overrides it.
+
+    ``%1 = shard.annotate %0 {sharding = #shard<@mesh, [S(0), R]>} : tensor<8x16xf32>``
+    """
+
+    name = "shard.annotate"
+    num_operands = 1
+    num_results = 1
+    required_attrs = {"sharding": ShardingAttr}
+    traits = frozenset({"Pure", "SameOperandsAndResultType"})
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        return [operand_types[0]] if operand_types else None
+
+    @property
+    def sharding(self) -> ShardingAttr:
+        return self.attributes["sharding"]  # type: ignore[return-value]
+
+    def verify_(self) -> None:
+        check_sharding(self, self.sharding, self.result.type, "sharding")
+
+
+class RedistributeOp(Operation):
+    """Changes a global value's layout from one sharding to another (same mesh).
+
+    ``%2 = shard.redistribute %1 {from = #shard<@m, [S(0)]>, to = #shard<@m, [R]>} : tensor<8x16xf32>``
+    """
+
+    name = "shard.redistribute"
+    num_operands = 1
+    num_results = 1
+    required_attrs = {"from": ShardingAttr, "to": ShardingAttr}
+    traits = frozenset({"Pure", "SameOperandsAndResultType"})
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        return [operand_types[0]] if operand_types else None
+
+    @property
+    def source(self) -> ShardingAttr:
+        return self.attributes["from"]  # type: ignore[return-value]
+
+    @property
+    def target(self) -> ShardingAttr:
+        return self.attributes["to"]  # type: ignore[return-value]
+
+    def verify_(self) -> None:
+        check_sharding(self, self.source, self.result.type, "'from' sharding")
+        check_sharding(self, self.target, self.result.type, "'to' sharding")
+        if self.source.mesh != self.target.mesh:
+            raise self.emit_error(f"'from' is on mesh '@{self.source.mesh}' but 'to' is on "
+                                  f"'@{self.target.mesh}'; both must use the same mesh")
+
+
+DIALECT = Dialect("shard", [MeshOp, AnnotateOp, RedistributeOp])

@@ -1,0 +1,22 @@
+"""``tensor`` dialect: compute on global (before partition) or local (after) shapes.
+
+Every op has shape/dtype inference (``infer_result_types``), a verifier and a
+torch reference implementation (``reference``). The ops live in small modules:
+:mod:`.elementwise`, :mod:`.reduction`, :mod:`.shape`, :mod:`.linalg`.
+
+    %0 = tensor.matmul %x, %w : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    %1 = tensor.add %0, %b : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+    %2 = tensor.relu %1 : tensor<8x32xf32>
+"""
+
+from spmdc.ir.registry import Dialect
+from spmdc.dialects.tensor import elementwise, linalg, reduction, shape
+from spmdc.dialects.tensor.base import TensorOp
+from spmdc.dialects.tensor.elementwise import *  # noqa: F401,F403
+from spmdc.dialects.tensor.linalg import MatmulOp  # noqa: F401
+from spmdc.dialects.tensor.reduction import MaxOp, MeanOp, SumOp  # noqa: F401
+from spmdc.dialects.tensor.shape import BroadcastOp, ConstantOp, PermuteOp, ReshapeOp  # noqa: F401
+
+DIALECT = Dialect("tensor", [*elementwise.OPS, *reduction.OPS, *shape.OPS, *linalg.OPS])
+
+__all__ = ["DIALECT", "TensorOp"] + [op.__name__ for op in DIALECT.ops]

@@ -1,0 +1,339 @@
+"""Import an :class:`~spmdc.frontend.export.ExportedProgramInfo` into torch-mlir.
+
+Entry points:
+
+* :func:`import_to_torch_mlir` -> ``(module, context, mapping)``: a ``builtin.module``
+  with one ``func.func @main`` whose ops are ``torch.aten.*`` on value-semantics tensors
+  (``!torch.vtensor<[..],f32>``) plus the scalar/list constant ops that feed them
+  (``torch.constant.int``, ``torch.prim.ListConstruct`` ...).  No torch-mlir lowering
+  pipeline is run (the raw FX import is already at that level).
+* :func:`iter_ops` -> yields one :class:`OpRecord` per op of the function.
+
+How state is handled: torch-mlir's ``FxImporter.import_frozen_program`` bakes
+parameters in as ``torch.vtensor.literal`` and ``import_program`` imports them lazily as
+literals unless hooks are installed.  We instead import the ExportedProgram's graph with
+``import_stateless_graph``: every placeholder (parameters, buffers -- persistent or not --,
+lifted constants, user inputs, in ``graph_signature.input_specs`` order) becomes a function
+argument, so argument ``i`` <-> ``info.inputs[i]`` and result ``j`` <-> ``info.outputs[j]``.
+Both are also written onto the function as ``arg_attrs`` / ``res_attrs``
+(``{spmdc.kind = "parameter", spmdc.fqn = "blocks.0.attn.c_attn.weight"}``).
+
+Locations: every op imported from FX node ``n`` gets
+``loc("<n.name>@<module path>"(<file:line callsite of the source>))`` so diagnostics name
+the module; :func:`iter_ops` parses it back into ``fx_node`` / ``module_path``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from torch_mlir import ir
+from torch_mlir.dialects import torch as torch_d
+from torch_mlir.extras.fx_importer import ContextCache, FxImporter
+
+from .export import ExportedProgramInfo, InputInfo, OutputInfo
+
+__all__ = [
+    "BridgeMapping",
+    "OpRecord",
+    "import_to_torch_mlir",
+    "iter_ops",
+    "torch_op_names",
+    "parse_vtensor_type",
+]
+
+
+@dataclass
+class BridgeMapping:
+    func_name: str
+    args: List[InputInfo]  # func argument i <-> args[i]
+    results: List[OutputInfo]  # func result j <-> results[j]
+    info: ExportedProgramInfo
+
+    def arg_index(self, fqn: str) -> int:
+        return self.info.input_by_fqn(fqn).index
+
+    def result_index_of_gradient(self, fqn: str) -> int:
+        fqn = self.info.tied_parameters.get(fqn, fqn)
+        for r in self.results:
+            if r.kind == "gradient" and r.fqn == fqn:
+                return r.index
+        raise KeyError(fqn)
+
+
+@dataclass
+class OpRecord:
+    name: str  # e.g. "torch.aten.mm"
+    operation: Any  # ir.Operation
+    operands: List[Any]  # ir.Value
+    operand_names: List[str]  # SSA names ("%arg3", "%12")
+    constant_operands: Dict[int, Any]  # operand index -> python value (int/float/list/None...)
+    results: List[Any]
+    result_names: List[str]
+    result_types: List[Tuple[Optional[Tuple[int, ...]], Optional[str]]]  # (shape, dtype)
+    attributes: Dict[str, Any]
+    location: str
+    fx_node: Optional[str] = None
+    module_path: Optional[str] = None
+
+
+# ---------------------------------------------------------------------------------
+
+
+class _NamedLocContextCache(ContextCache):
+    """ContextCache whose node locations are NameLocs "<node>@<module path>"."""
+
+    __slots__ = ["_module_paths"]
+
+    def __init__(self, context, module_paths: Dict[str, str], **kw):
+        super().__init__(context, **kw)
+        self._module_paths = module_paths
+
+    def get_node_location(self, node):  # noqa: D401
+        try:
+            child = super().get_node_location(node)
+        except Exception:  # pragma: no cover
+            child = None
+        if child is None:
+            child = ir.Location.unknown(context=self._c)
+        if node.op == "output":
+            return ir.Location.name("output", childLoc=child, context=self._c)
+        if node.op != "call_function":
+            return child
+        path = self._module_paths.get(node.name, "")
+        return ir.Location.name(f"{node.name}@{path}", childLoc=child, context=self._c)
+
+
+def _graph_for_import(info: ExportedProgramInfo) -> torch.fx.Graph:
+    gm = info.exported_program.graph_module
+    if any(
+        n.op == "call_function" and n.target is torch.ops.aten.as_strided.default
+        for n in gm.graph.nodes
+    ):
+        # torch-mlir rewrites as_strided in place: work on a copy, keep placeholder names.
+        new_gm = copy.deepcopy(gm)
+        for old, new in zip(gm.graph.nodes, new_gm.graph.nodes):
+            if new.op == "placeholder":
+                new.name = old.name
+        return new_gm.graph
+    return gm.graph
+
+
+def _dict_attr(ctx, entries: Dict[str, str]):
+    return ir.DictAttr.get({k: ir.StringAttr.get(v, context=ctx) for k, v in entries.items()},
+                           context=ctx)
+
+
+def import_to_torch_mlir(
+    info: ExportedProgramInfo,
+    *,
+    func_name: str = "main",
+    context: Optional[ir.Context] = None,
+    pipeline: Optional[str] = None,
+) -> Tuple[ir.Module, ir.Context, BridgeMapping]:
+    """Import ``info`` into a new MLIR module in torch-mlir's ``torch`` dialect.
+
+    ``pipeline``: optional pass pipeline string run afterwards (e.g.
+    ``"builtin.module(func.func(canonicalize))"``); default none.
+    """
+    ctx = context or ir.Context()
+    torch_d.register_dialect(ctx)
+    importer = FxImporter(context=ctx)
+    module_paths = {name: n.module_path for name, n in info.nodes.items()}
+    importer._cc = _NamedLocContextCache(ctx, module_paths, py_attr_tracker=importer._py_attr_tracker)
+
+    graph = _graph_for_import(info)
+    n_ph = sum(1 for n in graph.nodes if n.op == "placeholder")
+    if n_ph != len(info.inputs):
+        raise RuntimeError(f"graph has {n_ph} placeholders but info lists {len(info.inputs)} inputs")
+    try:
+        func_op = importer.import_stateless_graph(graph, func_name=func_name)
+    except Exception as e:
+        raise RuntimeError(f"torch-mlir FX import failed: {type(e).__name__}: {e}") from e
+
+    with ctx:
+        ftype = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
+        if len(ftype.results) != len(info.outputs):
+            raise RuntimeError(
+                f"imported function has {len(ftype.results)} results, info lists {len(info.outputs)}"
+            )
+        arg_attrs = []
+        for i in info.inputs:
+            d = {"spmdc.kind": i.kind, "spmdc.name": i.name}
+            if i.fqn is not None:
+                d["spmdc.fqn"] = i.fqn
+            if i.user_index is not None:
+                d["spmdc.user_index"] = str(i.user_index)
+            arg_attrs.append(_dict_attr(ctx, d))
+        res_attrs = []
+        for o in info.outputs:
+            d = {"spmdc.kind": o.kind}
+            if o.fqn is not None:
+                d["spmdc.fqn"] = o.fqn
+            if o.user_index is not None:
+                d["spmdc.user_index"] = str(o.user_index)
+            res_attrs.append(_dict_attr(ctx, d))
+        func_op.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
+        func_op.attributes["res_attrs"] = ir.ArrayAttr.get(res_attrs)
+        if info.train:
+            func_op.attributes["spmdc.train_step"] = ir.UnitAttr.get()
+
+    module = importer.module
+    if pipeline:
+        from torch_mlir.passmanager import PassManager
+
+        with ctx:
+            PassManager.parse(pipeline).run(module.operation)
+    if not module.operation.verify():  # pragma: no cover - verify raises on failure
+        raise RuntimeError("imported module does not verify")
+    mapping = BridgeMapping(func_name=func_name, args=list(info.inputs),
+                            results=list(info.outputs), info=info)
+    return module, ctx, mapping
+
+
+# ---------------------------------------------------------------------------------
+# Walking
+# ---------------------------------------------------------------------------------
+
+_VTENSOR_RE = re.compile(r"^!torch\.(v?tensor)<\[([^\]]*)\],([^>,]+)")
+_LOC_NAME_RE = re.compile(r'^loc\("([^"]*)"')
+_CONSTANT_OPS = {
+    "torch.constant.int",
+    "torch.constant.float",
+    "torch.constant.bool",
+    "torch.constant.str",
+    "torch.constant.none",
+    "torch.constant.device",
+    "torch.constant.number",
+}
+
+
+def parse_vtensor_type(t: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[str]]:
+    """``!torch.vtensor<[2,8],f32>`` -> ((2, 8), "f32"); non-tensors -> (None, type str)."""
+    s = str(t)
+    m = _VTENSOR_RE.match(s)
+    if not m:
+        return None, s
+    dims = m.group(2).strip()
+    shape = tuple(-1 if d.strip() == "?" else int(d) for d in dims.split(",")) if dims else ()
+    return shape, m.group(3)
+
+
+def _attr_to_py(a: Any) -> Any:
+    try:
+        a = a.maybe_downcast() if hasattr(a, "maybe_downcast") else a
+    except Exception:  # pragma: no cover
+        pass
+    if isinstance(a, ir.BoolAttr):
+        return bool(a.value)
+    if isinstance(a, (ir.IntegerAttr, ir.FloatAttr, ir.StringAttr)):
+        return a.value
+    if isinstance(a, ir.TypeAttr):
+        return str(a.value)
+    return str(a)
+
+
+def _constant_value(v: Any, _depth: int = 0) -> Tuple[bool, Any]:
+    """If ``v`` is produced by a constant-like op, return (True, python value)."""
+    owner = v.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)):
+        return False, None  # block argument
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    name = op.name
+    if name == "torch.constant.none":
+        return True, None
+    if name in _CONSTANT_OPS:
+        if "value" in op.attributes:
+            return True, _attr_to_py(op.attributes["value"])
+        return True, None
+    if name == "torch.prim.ListConstruct" and _depth < 4:
+        vals = []
+        for o in op.operands:
+            ok, pv = _constant_value(o, _depth + 1)
+            if not ok:
+                return False, None
+            vals.append(pv)
+        return True, vals
+    return False, None
+
+
+def _ssa_name(v: Any, state: Any) -> str:
+    try:
+        return v.get_name(state)
+    except Exception:  # pragma: no cover
+        return v.get_name()
+
+
+def _parse_loc(loc: Any) -> Tuple[str, Optional[str], Optional[str]]:
+    s = str(loc)
+    m = _LOC_NAME_RE.match(s)
+    if not m or "@" not in m.group(1):
+        return s, None, None
+    node, _, path = m.group(1).partition("@")
+    return s, node, path
+
+
+def iter_ops(
+    module: ir.Module,
+    *,
+    func_name: Optional[str] = None,
+    include_constants: bool = False,
+) -> Iterator[OpRecord]:
+    """Yield an :class:`OpRecord` for every op in the function body(ies), in order.
+
+    Constant-like ops (``torch.constant.*`` and fully-constant ``torch.prim.ListConstruct``)
+    are skipped unless ``include_constants``; their values show up in the consumer's
+    ``constant_operands`` instead.  ``func.return`` is yielded too.
+    """
+    state = ir.AsmState(module.operation)
+    for fop in module.body.operations:
+        op = fop.operation
+        if op.name != "func.func":
+            continue
+        sym = ir.StringAttr(op.attributes["sym_name"]).value
+        if func_name is not None and sym != func_name:
+            continue
+        for block in op.regions[0].blocks:
+            for inner in block.operations:
+                o = inner.operation
+                name = o.name
+                if not include_constants:
+                    if name in _CONSTANT_OPS:
+                        continue
+                    if name == "torch.prim.ListConstruct" and _constant_value(o.results[0])[0]:
+                        continue
+                operands = list(o.operands)
+                consts: Dict[int, Any] = {}
+                for i, v in enumerate(operands):
+                    ok, pv = _constant_value(v)
+                    if ok:
+                        consts[i] = pv
+                results = list(o.results)
+                attrs = {}
+                for na in o.attributes:
+                    attrs[na.name] = _attr_to_py(na.attr)
+                loc_s, node, path = _parse_loc(o.location)
+                yield OpRecord(
+                    name=name,
+                    operation=o,
+                    operands=operands,
+                    operand_names=[_ssa_name(v, state) for v in operands],
+                    constant_operands=consts,
+                    results=results,
+                    result_names=[_ssa_name(v, state) for v in results],
+                    result_types=[parse_vtensor_type(r.type) for r in results],
+                    attributes=attrs,
+                    location=loc_s,
+                    fx_node=node,
+                    module_path=path,
+                )
+
+
+def torch_op_names(module: ir.Module) -> List[str]:
+    """Sorted distinct names of the non-constant ops in ``module`` (without func.return)."""
+    return sorted({r.name for r in iter_ops(module)} - {"func.return"})
