@@ -31,13 +31,18 @@ graph placeholders (never inlined), in the order of ``graph_signature.input_spec
 parameters, buffers, constants, then user inputs.  That order is the order of the
 arguments of the imported MLIR function (see ``torch_mlir_bridge``).
 
-After decomposition ``aten.view`` nodes whose input is not viewable with the requested
-shape (possible in backward graphs, where the decomposition of e.g. ``_unsafe_view`` or
-``reshape`` of a non-contiguous gradient is emitted as ``view``) are rewritten to
-``aten.reshape`` -> but since ``reshape`` is not core ATen we instead insert
-``aten.clone(memory_format=contiguous)`` before such views, which keeps the op set core
-and makes ``graph_module`` runnable eagerly.  (In torch-mlir's value-semantics tensors
-strides do not exist, so ``clone`` is a no-op there.)
+Joint-graph metadata: the joint decomposition re-traces the graph by calling generated
+code, which drops ``nn_module_stack``/``stack_trace``; ``_joint_decompose`` interprets the
+graphs under ``preserve_node_meta`` instead and copies forward module stacks onto
+backward nodes (matched by autograd ``seq_nr``), so every node (forward or backward) has
+a module path in :attr:`ExportedProgramInfo.nodes`.
+
+Clean-ups after decomposition (all general, none model-specific): drop
+``aten._assert_tensor_metadata`` and forward ``aten.alias`` to its input (no meaning for
+value-semantics tensors); insert ``aten.clone`` before an ``aten.view`` whose FakeTensor
+input cannot be viewed to the requested shape (keeps ``graph_module`` runnable eagerly;
+a no-op in torch-mlir, where tensors have no strides).  ``addmm`` is decomposed without
+the ``mul(x, 1)`` terms of the stock decomposition.
 """
 
 from __future__ import annotations
@@ -205,17 +210,20 @@ class _LossWrapper(nn.Module):
 
 
 def _extract_loss(out: Any) -> torch.Tensor:
+    loss = None
     if isinstance(out, torch.Tensor):
-        return out
-    loss = getattr(out, "loss", None)  # HuggingFace ModelOutput
-    if isinstance(loss, torch.Tensor):
-        return loss
-    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        return out[0]
-    raise ExportError(
-        "train=True without loss_fn requires the model to return the loss "
-        f"(a tensor, a tuple starting with it, or an object with .loss); got {type(out)}"
-    )
+        loss = out
+    elif isinstance(getattr(out, "loss", None), torch.Tensor):  # HuggingFace ModelOutput
+        loss = out.loss
+    elif isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        loss = out[0]
+    if loss is None or loss.numel() != 1:
+        raise ExportError(
+            "train=True without loss_fn requires the model to return a scalar loss "
+            "(a tensor, a tuple starting with it, or an object with .loss); got "
+            f"{type(out).__name__}{tuple(loss.shape) if loss is not None else ''}"
+        )
+    return loss
 
 
 def _addmm_decomp(self, mat1, mat2, *, beta=1, alpha=1):
@@ -406,6 +414,26 @@ def _viewable(val: torch.Tensor, shape) -> bool:
             return False
 
 
+def _copy_forward_module_stack_to_backward(graph: torch.fx.Graph) -> None:
+    """Give backward nodes the ``nn_module_stack`` of the forward op they differentiate.
+
+    In AOTAutograd's joint graph a backward node shares the autograd ``seq_nr`` of its
+    forward op (same idea as ``copy_fwd_metadata_to_bw_nodes`` in the compile path).
+    """
+    fwd: Dict[int, Any] = {}
+    for n in graph.nodes:
+        st, seq = n.meta.get("nn_module_stack"), n.meta.get("seq_nr")
+        if st and seq is not None and n.meta.get("partitioner_tag") != "is_backward":
+            fwd.setdefault(seq, st)
+    for n in graph.nodes:
+        if n.op != "call_function" or n.meta.get("nn_module_stack"):
+            continue
+        if n.meta.get("partitioner_tag") == "is_backward" or n.meta.get("autograd_backward"):
+            st = fwd.get(n.meta.get("seq_nr"))
+            if st:
+                n.meta["nn_module_stack"] = copy.copy(st)
+
+
 def _joint_decompose(ep: ExportedProgram, table: Dict[Any, Callable]) -> ExportedProgram:
     from torch.export.exported_program import _decompose_exported_program
     from torch.export.experimental import _copy_graph_module_and_signature, _remove_detach_pass
@@ -433,6 +461,7 @@ def _joint_decompose(ep: ExportedProgram, table: Dict[Any, Callable]) -> Exporte
     def _patched_export_fn(*args, **kwargs):
         fx_g, metadata, in_spec, out_spec = orig_export_fn(*args, **kwargs)
         if kwargs.get("trace_joint") and isinstance(fx_g, torch.fx.GraphModule):
+            _copy_forward_module_stack_to_backward(fx_g.graph)
             return _interpreted(fx_g), metadata, in_spec, out_spec
         return fx_g, metadata, in_spec, out_spec
 

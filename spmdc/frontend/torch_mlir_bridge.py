@@ -212,6 +212,10 @@ _CONSTANT_OPS = {
     "torch.constant.number",
 }
 
+# Scalar conversion ops the importer emits on literals (e.g. ``full_like(x, True)``).
+_SCALAR_CASTS = {"torch.aten.Int.bool": int, "torch.aten.Float.Scalar": float,
+                 "torch.aten.Int.Scalar": int, "torch.aten.Bool.Scalar": bool}
+
 
 def parse_vtensor_type(t: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[str]]:
     """``!torch.vtensor<[2,8],f32>`` -> ((2, 8), "f32"); non-tensors -> (None, type str)."""
@@ -251,6 +255,11 @@ def _constant_value(v: Any, _depth: int = 0) -> Tuple[bool, Any]:
         if "value" in op.attributes:
             return True, _attr_to_py(op.attributes["value"])
         return True, None
+    if name in _SCALAR_CASTS and _depth < 4 and len(op.operands) == 1:
+        ok, pv = _constant_value(op.operands[0], _depth + 1)
+        if ok and pv is not None:
+            return True, _SCALAR_CASTS[name](pv)
+        return False, None
     if name == "torch.prim.ListConstruct" and _depth < 4:
         vals = []
         for o in op.operands:
@@ -305,6 +314,8 @@ def iter_ops(
                 if not include_constants:
                     if name in _CONSTANT_OPS:
                         continue
+                    if name in _SCALAR_CASTS and _constant_value(o.results[0])[0]:
+                        continue
                     if name == "torch.prim.ListConstruct" and _constant_value(o.results[0])[0]:
                         continue
                 operands = list(o.operands)
@@ -316,7 +327,10 @@ def iter_ops(
                 results = list(o.results)
                 attrs = {}
                 for na in o.attributes:
-                    attrs[na.name] = _attr_to_py(na.attr)
+                    if isinstance(na, str):  # newer bindings iterate names
+                        attrs[na] = _attr_to_py(o.attributes[na])
+                    else:  # older bindings yield NamedAttribute
+                        attrs[na.name] = _attr_to_py(na.attr)
                 loc_s, node, path = _parse_loc(o.location)
                 yield OpRecord(
                     name=name,

@@ -161,7 +161,7 @@ class Parser:
         first_tok = groups[0][0] if groups else _first_token(body)
         location: Location = self.loc(first_tok)
         if explicit_loc is not None:
-            location = self.location_attr(explicit_loc.children[0], location)
+            location = self.location_attr(explicit_loc.children[-1], location)
         num_results = sum(c for _, c in groups)
         kind = body.data
         if kind == "generic_op":

@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh machine (they create .venv and install first):
+#   make run    compile and run the built-in demo
+#   make test   the whole test suite (lit + pytest)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.spmdc-installed
+
+.PHONY: install run test lit unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/spmdc run
+
+test: $(STAMP)
+	$(BIN)/lit -sv tests/lit
+	$(BIN)/python -m pytest -q tests/unit
+
+lit: $(STAMP)
+	$(BIN)/lit -sv tests/lit
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python bench/ir_scale.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,53 @@
+// Uses every op of every registered dialect (checked by test_printer_roundtrip.py).
+module @all attributes {spmdc.version = 1} {
+  shard.mesh @mesh = <["dp" = 2, "tp" = 4]>
+  shard.mesh @"odd mesh" = <["x" = 3]>
+  func.func @helper(%a: tensor<4xf32>) -> tensor<4xf32> {
+    func.return %a : tensor<4xf32>
+  }
+  func.func @main(%x: tensor<8x16xf32> {shard.sharding = #shard<@mesh, [S(0), R]>},
+                  %w: tensor<16x32xf32> {spmdc.param = "fc.weight"},
+                  %v: tensor<4xf32>, %i: tensor<4xi32>)
+      -> (tensor<8x32xf32> {spmdc.loss}, tensor<4xf32>, tensor<f32> {spmdc.grad_of = "fc.weight"}) {
+    %mm = tensor.matmul %x, %w : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    %c = tensor.constant {value = dense<[1.5, -2.0, 1e-05, 1e+20]> : tensor<4xf32>} : tensor<4xf32>
+    %s = tensor.constant {value = dense<0.5> : tensor<32xf32>} : tensor<32xf32>
+    %0 = tensor.add %v, %c : tensor<4xf32>
+    %1 = tensor.sub %0, %v : tensor<4xf32>
+    %2 = tensor.mul %1, %v : tensor<4xf32>
+    %3 = tensor.div %2, %v : tensor<4xf32>
+    %4 = tensor.maximum %3, %v : tensor<4xf32>
+    %5 = tensor.minimum %4, %v : tensor<4xf32>
+    %6 = tensor.neg %5 : tensor<4xf32>
+    %7 = tensor.exp %6 : tensor<4xf32>
+    %8 = tensor.log %7 : tensor<4xf32>
+    %9 = tensor.sqrt %8 : tensor<4xf32>
+    %10 = tensor.rsqrt %9 : tensor<4xf32>
+    %11 = tensor.tanh %10 : tensor<4xf32>
+    %12 = tensor.relu %11 : tensor<4xf32>
+    %13 = tensor.cast %i : (tensor<4xi32>) -> tensor<4xf32>
+    %b = tensor.add %mm, %s {shard.sharding = [#shard<@mesh, [S(0), R]>]} : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+    %sum = tensor.sum %b {dims = [1], keepdim = false} : (tensor<8x32xf32>) -> tensor<8xf32>
+    %max = tensor.max %b {dims = [1], keepdim = true} : (tensor<8x32xf32>) -> tensor<8x1xf32>
+    %mean = tensor.mean %b {dims = [0, 1]} : (tensor<8x32xf32>) -> tensor<f32>
+    %p = tensor.permute %b {perm = [1, 0]} : (tensor<8x32xf32>) -> tensor<32x8xf32>
+    %r = tensor.reshape %p : (tensor<32x8xf32>) -> tensor<4x8x8xf32>
+    %bc = tensor.broadcast %sum : (tensor<8xf32>) -> tensor<4x8xf32>
+    %an = shard.annotate %b {sharding = #shard<@mesh, [S(0), S(1)]>} : tensor<8x32xf32>
+    %rd = shard.redistribute %an {from = #shard<@mesh, [S(0), S(1)]>, to = #shard<@mesh, [R, P(sum)]>} : tensor<8x32xf32>
+    %ag = comm.all_gather %rd {axis = "tp", dim = 0, mesh = @mesh} : (tensor<8x32xf32>) -> tensor<32x32xf32>
+    %sl = comm.all_slice %ag {axis = "tp", dim = 1, mesh = @mesh} : (tensor<32x32xf32>) -> tensor<32x8xf32>
+    %ar = comm.all_reduce %sl {axes = ["dp", "tp"], mesh = @mesh, op = "avg"} : tensor<32x8xf32>
+    %rs = comm.reduce_scatter %ar {axis = "tp", dim = 0, mesh = @mesh, op = "max"} : (tensor<32x8xf32>) -> tensor<8x8xf32>
+    %a2a = comm.all_to_all %rs {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1} : (tensor<8x8xf32>) -> tensor<32x2xf32>
+    %call = func.call %12 {callee = @helper} : tensor<4xf32>
+    %f:2 = kernel.fused %b, %s {kind = "pointwise"} : (tensor<8x32xf32>, tensor<32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>) {
+    ^bb0(%fa: tensor<8x32xf32>, %fb: tensor<32xf32>):
+      %t = tensor.add %fa, %fb : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+      %u = tensor.relu %t : tensor<8x32xf32>
+      kernel.yield %t, %u : tensor<8x32xf32>, tensor<8x32xf32>
+    }
+    %out = tensor.add %f#0, %f#1 : tensor<8x32xf32>
+    func.return %out, %call, %mean : tensor<8x32xf32>, tensor<4xf32>, tensor<f32>
+  }
+}
