@@ -139,13 +139,14 @@ class DenseAttr(Attribute):
     values: tuple[float | int | bool, ...]
 
     def __post_init__(self) -> None:
-        vals = tuple(self.values)
+        vals = tuple(_normalize(v, self.type.element_type) for v in self.values)
         n = self.type.num_elements
-        if len(vals) > 1 and all(v == vals[0] for v in vals) and not _has_nan(vals):
+        # splat only when every value prints the same (keeps -0.0 next to 0.0, folds nans)
+        if len(vals) > 1 and all(_format_scalar(v) == _format_scalar(vals[0]) for v in vals):
             vals = (vals[0],)
         if len(vals) not in (1, n):
             raise ValueError(f"dense attribute has {len(vals)} values for {n} elements")
-        object.__setattr__(self, "values", tuple(_normalize(v, self.type.element_type) for v in vals))
+        object.__setattr__(self, "values", vals)
 
     @property
     def is_splat(self) -> bool:
@@ -163,10 +164,6 @@ class DenseAttr(Attribute):
         else:
             body = _nest([fmt(v) for v in self.flat_values()], self.type.shape)
         return f"dense<{body}> : {self.type}"
-
-
-def _has_nan(vals: tuple) -> bool:
-    return any(isinstance(v, float) and math.isnan(v) for v in vals)
 
 
 def _normalize(v: float | int | bool, element_type: str) -> float | int | bool:
@@ -193,11 +190,13 @@ def _nest(items: list[str], shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-_BARE_KEY_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$-")
+_BARE_KEY_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$")
 
 
-def is_bare_identifier(text: str) -> bool:
-    return bool(text) and (text[0].isalpha() or text[0] == "_") and all(c in _BARE_KEY_CHARS for c in text)
+def is_bare_identifier(text: str, extra: str = "-") -> bool:
+    """Whether ``text`` prints unquoted: a symbol (``@a-b``) may hold ``-``, a key may not."""
+    return (bool(text) and text[0] in _BARE_KEY_CHARS and not text[0].isdigit() and text[0] not in ".$"
+            and all(c in _BARE_KEY_CHARS or c in extra for c in text))
 
 
 def quote(text: str) -> str:
@@ -214,7 +213,7 @@ def format_attr_dict(attrs: dict[str, Attribute]) -> str:
     parts = []
     for key in sorted(attrs):
         value = attrs[key]
-        k = key if is_bare_identifier(key) else quote(key)
+        k = key if is_bare_identifier(key, extra="") else quote(key)
         parts.append(k if isinstance(value, UnitAttr) else f"{k} = {value}")
     return "{" + ", ".join(parts) + "}"
 

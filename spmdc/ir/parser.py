@@ -21,7 +21,7 @@ from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.location import FileLineColLoc, Location, NameLoc, UNKNOWN
 from spmdc.ir.registry import lookup_op
 from spmdc.ir.sharding import Partial, Replicate, Shard, ShardingAttr
-from spmdc.ir.types import ELEMENT_TYPES, FunctionType, TensorType, Type
+from spmdc.ir.types import ELEMENT_TYPES, INT_TYPES, FunctionType, TensorType, Type
 
 
 @lru_cache(maxsize=1)
@@ -38,6 +38,9 @@ _TOKEN_NAMES = {
     "COLON": "':'", "COMMA": "','", "EQUAL": "'='", "LESSTHAN": "'<'", "MORETHAN": "'>'",
     "__ANON_0": "'->'", "$END": "end of input", "BLOCK_ID": "block label",
 }
+
+
+_ISOLATED = "#isolated"  # scope marker; never a value name (names cannot start with '#')
 
 
 class Parser:
@@ -108,11 +111,23 @@ class Parser:
     def error(self, tok: Token, message: str) -> DiagnosticError:
         return DiagnosticError(message, self.loc(tok))
 
+    def symbol_name(self, tok: Token) -> str:
+        """``@name`` or ``@"quoted name"`` without the ``@``."""
+        s = str(tok)[1:]
+        return self.unquote(Token(tok.type, s, line=tok.line, column=tok.column)) if s.startswith('"') else s
+
+    def unquote(self, tok: Token) -> str:
+        """The text of a string literal token (JSON escapes), or an error at the token."""
+        try:
+            return json.loads(tok)
+        except json.JSONDecodeError as e:
+            raise self.error(tok, f"invalid string literal {tok}: {e.msg}") from None
+
     # -- values ----------------------------------------------------------------------------
     def define(self, tok: Token, value: Value) -> None:
         name = tok[1:]
         scope = self.scopes[-1]
-        if name in scope:
+        if name in scope or name + "#" in scope:
             raise self.error(tok, f"redefinition of SSA value '%{name}'")
         scope[name] = value
         if not name[0].isdigit():
@@ -124,6 +139,7 @@ class Parser:
         if name in scope or name + "#" in scope:
             raise self.error(tok, f"redefinition of SSA value '%{name}'")
         scope[name + "#"] = values  # type: ignore[assignment]
+        scope[name] = values[0]  # '%r' is '%r#0'
         if not name[0].isdigit():
             values[0].name_hint = name
 
@@ -133,6 +149,8 @@ class Parser:
         for scope in reversed(self.scopes):
             if idx:
                 group = scope.get(base + "#")
+                if group is None and base in scope:
+                    group = [scope[base]]  # '%v#0' of a single-result op
                 if group is not None:
                     i = int(idx)
                     if i >= len(group):  # type: ignore[arg-type]
@@ -141,7 +159,7 @@ class Parser:
                     return group[i]  # type: ignore[index]
             elif name in scope:
                 return scope[name]
-            if scope.get("__isolated__"):
+            if scope.get(_ISOLATED):
                 break
         raise self.error(tok, f"use of undeclared SSA value '%{name}'")
 
@@ -155,6 +173,8 @@ class Parser:
                 count = int(g.children[1]) if len(g.children) > 1 else 1
                 if "#" in tok:
                     raise self.error(tok, "expected a result name without '#'")
+                if count < 1:
+                    raise self.error(g.children[1], f"expected a positive result count, got {count}")
                 groups.append((tok, count))
         body = children[0]
         explicit_loc = children[1] if len(children) > 1 else None
@@ -188,10 +208,10 @@ class Parser:
 
     def location_attr(self, t: Tree, parsed_at: Location) -> Location:
         if t.data == "loc_name":
-            return NameLoc(json.loads(t.children[0]), child=parsed_at)
+            return NameLoc(self.unquote(t.children[0]), child=parsed_at)
         if t.data == "loc_file":
             f, line, col = t.children
-            return FileLineColLoc(json.loads(f), int(line), int(col))
+            return FileLineColLoc(self.unquote(f), int(line), int(col))
         return UNKNOWN
 
     def _op_class(self, name_tok: Token, name: str) -> type[Operation]:
@@ -211,7 +231,7 @@ class Parser:
 
     def generic_op(self, t: Tree, num_results: int, location: Location) -> Operation:
         name_tok = t.children[0]
-        name = json.loads(name_tok)
+        name = self.unquote(name_tok)
         cls = self._op_class(name_tok, name)
         uses: list[Token] = []
         regions_tree = attr_tree = fn_tree = None
@@ -241,6 +261,9 @@ class Parser:
         name_tok = t.children[0]
         name = str(name_tok)
         cls = self._op_class(name_tok, name)
+        if cls is not UnregisteredOp and cls.num_results is not None and cls.num_results != num_results:
+            raise self.error(name_tok, f"'{name}' defines {cls.num_results} result(s) but "
+                                       f"{num_results} names were given")
         uses: list[Token] = []
         attrs: dict[str, A.Attribute] = {}
         types_tree = None
@@ -313,12 +336,12 @@ class Parser:
             else:
                 region_tree = c
         block = Block()
-        self.scopes.append({"__isolated__": True})  # type: ignore[dict-item]
+        self.scopes.append({_ISOLATED: True})  # type: ignore[dict-item]
         for tok, ty, _ in args:
             self.define(tok, block.add_argument(ty))
         region = self.region(region_tree, FuncOp, entry=block, new_scope=False)
         self.scopes.pop()
-        op = FuncOp.build(_symbol_name(sym), [a[1] for a in args], [r[0] for r in results],
+        op = FuncOp.build(self.symbol_name(sym), [a[1] for a in args], [r[0] for r in results],
                           arg_attrs=[a[2] for a in args], res_attrs=[r[1] for r in results],
                           region=region, location=location)
         op.attributes.update(fattrs)
@@ -328,8 +351,8 @@ class Parser:
         from spmdc.dialects.shard import MeshOp
 
         sym = t.children[1]
-        axes = [(json.loads(a.children[0]), int(a.children[1])) for a in t.children[2:]]
-        return MeshOp.build(_symbol_name(sym), [n for n, _ in axes], [s for _, s in axes], location=location)
+        axes = [(self.unquote(a.children[0]), int(a.children[1])) for a in t.children[2:]]
+        return MeshOp.build(self.symbol_name(sym), [n for n, _ in axes], [s for _, s in axes], location=location)
 
     def module_op(self, t: Tree, location: Location) -> Operation:
         from spmdc.dialects.builtin import ModuleOp
@@ -338,7 +361,7 @@ class Parser:
         region_tree = None
         for c in t.children[1:]:
             if isinstance(c, Token):
-                attrs["sym_name"] = A.StringAttr(_symbol_name(c))
+                attrs["sym_name"] = A.StringAttr(self.symbol_name(c))
             elif c.data == "func_attrs":
                 attrs.update(self.attr_dict(c.children[1]))
             else:
@@ -349,7 +372,7 @@ class Parser:
     def region(self, t: Tree, owner: type[Operation], entry: Block | None = None,
                new_scope: bool = True) -> Region:
         if new_scope:
-            self.scopes.append({"__isolated__": True} if "IsolatedFromAbove" in owner.traits else {})  # type: ignore[dict-item]
+            self.scopes.append({_ISOLATED: True} if "IsolatedFromAbove" in owner.traits else {})  # type: ignore[dict-item]
         region = Region()
         unlabeled, *labeled = t.children
         if entry is not None or unlabeled.children or not labeled:
@@ -381,7 +404,7 @@ class Parser:
         dims = parts[:-1]
         col = (tok.column or 1) + len("tensor<")
         for d in dims:
-            if not d.isdigit():
+            if not (d.isascii() and d.isdigit()):
                 raise DiagnosticError(f"invalid dimension '{d}' in '{text}' (dims are static integers)",
                                       self.loc_at(tok.line or 1, col))
             col += len(d) + 1
@@ -399,7 +422,7 @@ class Parser:
         out: dict[str, A.Attribute] = {}
         for e in t.children:
             key_tok = e.children[0]
-            key = json.loads(key_tok) if key_tok.type == "STRING" else str(key_tok)
+            key = self.unquote(key_tok) if key_tok.type == "STRING" else str(key_tok)
             if key in out:
                 raise self.error(key_tok, f"duplicate key '{key}' in dictionary attribute")
             out[key] = self.attr(e.children[1]) if len(e.children) > 1 else A.UnitAttr()
@@ -419,9 +442,9 @@ class Parser:
         if k == "unit_attr":
             return A.UnitAttr()
         if k == "string_attr":
-            return A.StringAttr(json.loads(c[0]))
+            return A.StringAttr(self.unquote(c[0]))
         if k == "symbol_attr":
-            return A.SymbolRefAttr(_symbol_name(c[0]))
+            return A.SymbolRefAttr(self.symbol_name(c[0]))
         if k == "array_attr":
             return A.ArrayAttr(tuple(self.attr(x) for x in c))
         if k == "attr_dict":
@@ -433,7 +456,7 @@ class Parser:
         if k == "dense_attr":
             return self.dense(c[0], c[1], c[2])
         if k == "sharding_attr":
-            return ShardingAttr(_symbol_name(c[1]), tuple(self.placement(p) for p in c[2:]))
+            return ShardingAttr(self.symbol_name(c[1]), tuple(self.placement(p) for p in c[2:]))
         raise AssertionError(k)  # pragma: no cover
 
     def placement(self, t: Tree):
@@ -449,11 +472,15 @@ class Parser:
 
     def dense(self, kw: Token, body, type_tok: Token) -> A.DenseAttr:
         ty = self.tensor_type(type_tok)
+        is_int = ty.element_type in INT_TYPES
         flat: list = []
         shape: list[int] = []
+        leaf_depths: set[int] = set()
 
         def walk(node, depth: int) -> None:
             if isinstance(node, Tree) and node.data == "dense_list":
+                if depth in leaf_depths:
+                    raise self.error(kw, "dense literal is not rectangular")
                 if len(shape) <= depth:
                     shape.append(len(node.children))
                 elif shape[depth] != len(node.children):
@@ -462,28 +489,30 @@ class Parser:
                     walk(ch, depth + 1)
             else:
                 tok = node.children[0]
+                leaf_depths.add(depth)
+                if len(leaf_depths) > 1 or depth < len(shape):
+                    raise self.error(kw, "dense literal is not rectangular")
                 if tok.type == "TRUE_KW":
                     flat.append(True)
                 elif tok.type == "FALSE_KW":
                     flat.append(False)
                 elif tok.type == "INT":
                     flat.append(int(tok))
+                elif is_int:
+                    raise self.error(tok, f"float literal {tok} in a dense attribute of integer type {ty}")
                 else:
                     flat.append(float(tok))
 
         walk(body, 0)
         is_list = isinstance(body, Tree) and body.data == "dense_list"
-        if is_list and tuple(shape) != ty.shape:
+        # an empty literal (``[]`` or ``[[], []]``) stands for any zero-element shape it prefixes
+        empty_ok = not flat and ty.num_elements == 0 and tuple(shape) == ty.shape[:len(shape)]
+        if is_list and tuple(shape) != ty.shape and not empty_ok:
             raise self.error(kw, f"dense literal of shape {tuple(shape)} does not match {ty}")
         try:
             return A.DenseAttr(ty, tuple(flat))
         except ValueError as e:
             raise self.error(kw, str(e)) from None
-
-
-def _symbol_name(tok: Token) -> str:
-    s = str(tok)[1:]
-    return json.loads(s) if s.startswith('"') else s
 
 
 def _first_token(t: Tree) -> Token:

@@ -85,13 +85,13 @@ def list_passes() -> str:
     return "\n".join(lines) + "\n"
 
 
-def roundtrip_problem(module: Operation, filename: str) -> str | None:
+def roundtrip_problem(module: Operation, filename: str, allow_unregistered: bool = False) -> str | None:
     first = print_module(module)
-    second = print_module(parse_module(first, filename + " (reprinted)"))
+    second = print_module(parse_module(first, filename + " (reprinted)", 1, allow_unregistered))
     if first != second:
         return "custom form does not round-trip:\n" + _first_difference(first, second)
     generic = print_module(module, generic=True)
-    again = print_module(parse_module(generic, filename + " (generic)"))
+    again = print_module(parse_module(generic, filename + " (generic)", 1, allow_unregistered))
     if again != first:
         return "generic form does not round-trip:\n" + _first_difference(first, again)
     return None
@@ -120,7 +120,7 @@ def process_chunk(chunk: Chunk, filename: str, args: argparse.Namespace, sources
         if args.time_passes:
             sys.stderr.write(pm.timing_report())
         if args.verify_roundtrip:
-            problem = roundtrip_problem(module, filename)
+            problem = roundtrip_problem(module, filename, args.allow_unregistered_dialect)
             if problem:
                 raise DiagnosticError(problem, module.location)
         out.append(print_module(module, generic=args.print_op_generic, debuginfo=args.debuginfo))

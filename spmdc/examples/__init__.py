@@ -1,0 +1,1 @@
+"""Built-in workloads and example IR programs."""

@@ -1,0 +1,133 @@
+"""``comm`` ops on torch.distributed process groups, one group per mesh axis.
+
+Uneven shards follow ``torch.chunk``: gathers pad every piece to the largest one,
+exchange, and cut the padding off again, so any size works on any backend.
+
+    comm = Collectives(device_mesh)          # torch.distributed.device_mesh.DeviceMesh
+    y = comm.run(op, x)                      # op: a comm.* operation, x: the local tensor
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from spmdc.ir.core import Operation
+from spmdc.ir.sharding import chunk_sizes
+
+_REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.SUM}
+
+
+@dataclass
+class CommStats:
+    """Collectives this rank issued: op name → (count, bytes sent+received locally)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, nbytes: int) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+        self.bytes[name] = self.bytes.get(name, 0) + nbytes
+
+
+class Collectives:
+    def __init__(self, device_mesh: Any):
+        self.mesh = device_mesh
+        self.stats = CommStats()
+
+    def group(self, axis: str) -> Any:
+        return self.mesh.get_group(axis)
+
+    def size(self, axis: str) -> int:
+        return self.mesh.size(self.mesh.mesh_dim_names.index(axis))
+
+    def coord(self, axis: str) -> int:
+        return self.mesh.get_local_rank(axis)
+
+    def run(self, op: Operation, x: torch.Tensor) -> torch.Tensor:
+        kind = op.name.split(".", 1)[1]
+        self.stats.add(op.name, x.numel() * x.element_size())
+        a = op.attributes
+        if kind == "all_reduce":
+            return self.all_reduce(x, [s.value for s in a["axes"]], a["op"].value)  # type: ignore[attr-defined]
+        axis = a["axis"].value  # type: ignore[attr-defined]
+        out_shape = op.result.tensor_type.shape
+        if kind == "all_gather":
+            return self.all_gather(x, axis, a["dim"].value, out_shape)  # type: ignore[attr-defined]
+        if kind == "all_slice":
+            return self.all_slice(x, axis, a["dim"].value)  # type: ignore[attr-defined]
+        if kind == "reduce_scatter":
+            return self.reduce_scatter(x, axis, a["dim"].value, a["op"].value)  # type: ignore[attr-defined]
+        if kind == "all_to_all":
+            return self.all_to_all(x, axis, a["split_dim"].value, a["concat_dim"].value,  # type: ignore[attr-defined]
+                                   out_shape)
+        raise op.emit_error("has no runtime implementation")
+
+    # -- primitives ----------------------------------------------------------------------
+    def all_reduce(self, x: torch.Tensor, axes: list[str], op: str) -> torch.Tensor:
+        y = x.clone()
+        n = 1
+        for axis in axes:
+            dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis))
+            n *= self.size(axis)
+        return y / n if op == "avg" else y
+
+    def all_slice(self, x: torch.Tensor, axis: str, dim: int) -> torch.Tensor:
+        sizes = chunk_sizes(x.shape[dim], self.size(axis))
+        i = self.coord(axis)
+        return x.narrow(dim, sum(sizes[:i]), sizes[i]).contiguous()
+
+    def all_gather(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...]) -> torch.Tensor:
+        n = self.size(axis)
+        sizes = chunk_sizes(out_shape[dim], n)
+        pad = max(sizes)
+        xt = x.movedim(dim, 0)
+        if xt.shape[0] < pad:
+            xt = torch.cat([xt, xt.new_zeros((pad - xt.shape[0],) + tuple(xt.shape[1:]))])
+        buf = xt.new_empty((n * pad,) + tuple(xt.shape[1:]))
+        dist.all_gather_into_tensor(buf, xt.contiguous(), group=self.group(axis))
+        pieces = [buf[i * pad:i * pad + s] for i, s in enumerate(sizes)]
+        return torch.cat(pieces).movedim(0, dim).contiguous()
+
+    def reduce_scatter(self, x: torch.Tensor, axis: str, dim: int, op: str) -> torch.Tensor:
+        n = self.size(axis)
+        sizes = chunk_sizes(x.shape[dim], n)
+        pad = max(sizes)
+        xt = x.movedim(dim, 0)
+        pieces = []
+        start = 0
+        for s in sizes:
+            p = xt[start:start + s]
+            start += s
+            if s < pad:
+                p = torch.cat([p, p.new_zeros((pad - s,) + tuple(p.shape[1:]))])
+            pieces.append(p)
+        buf = torch.cat(pieces).contiguous()
+        out = buf.new_empty((pad,) + tuple(buf.shape[1:]))
+        dist.reduce_scatter_tensor(out, buf, op=_REDUCE[op], group=self.group(axis))
+        mine = out[:sizes[self.coord(axis)]]
+        if op == "avg":
+            mine = mine / n
+        return mine.movedim(0, dim).contiguous()
+
+    def all_to_all(self, x: torch.Tensor, axis: str, split_dim: int, concat_dim: int,
+                   out_shape: tuple[int, ...]) -> torch.Tensor:
+        n = self.size(axis)
+        send_sizes = chunk_sizes(x.shape[split_dim], n)
+        send = list(torch.split(x, send_sizes, dim=split_dim))
+        recv_cd = chunk_sizes(out_shape[concat_dim], n)
+        recv_shapes = []
+        for i in range(n):
+            s = list(out_shape)
+            s[concat_dim] = recv_cd[i]
+            recv_shapes.append(s)
+        flat_in = torch.cat([p.contiguous().reshape(-1) for p in send])
+        out_splits = [int(torch.Size(s).numel()) for s in recv_shapes]
+        flat_out = flat_in.new_empty(sum(out_splits))
+        dist.all_to_all_single(flat_out, flat_in, output_split_sizes=out_splits,
+                               input_split_sizes=[p.numel() for p in send], group=self.group(axis))
+        parts = [t.reshape(s) for t, s in zip(torch.split(flat_out, out_splits), recv_shapes)]
+        return torch.cat(parts, dim=concat_dim).contiguous()
