@@ -276,12 +276,22 @@ class Operation:
         return any(a is self for a in other.ancestors())
 
     def walk(self, fn: Callable[["Operation"], None] | None = None) -> Iterator["Operation"]:
-        """Pre-order iteration over this op and everything nested in it."""
+        """Pre-order iteration over this op and everything nested in it.
+
+        With ``fn``, the whole walk runs now (``fn`` called on each op in order) and
+        the visited ops are returned; without it, ops are produced lazily.
+        """
+        if fn is not None:
+            visited = list(self.walk())
+            for op in visited:
+                fn(op)
+            return iter(visited)
+        return self._walk()
+
+    def _walk(self) -> Iterator["Operation"]:
         stack: list[Operation] = [self]
         while stack:
             op = stack.pop()
-            if fn is not None:
-                fn(op)
             yield op
             nested = [o for r in op.regions for b in r.blocks for o in b.ops]
             stack.extend(reversed(nested))

@@ -8,6 +8,7 @@ Every error, syntactic or semantic, is a :class:`DiagnosticError` at
 
 from __future__ import annotations
 
+import gc
 import json
 from functools import lru_cache
 from importlib import resources
@@ -22,6 +23,9 @@ from spmdc.ir.location import FileLineColLoc, Location, NameLoc, UNKNOWN
 from spmdc.ir.registry import lookup_op
 from spmdc.ir.sharding import Partial, Replicate, Shard, ShardingAttr
 from spmdc.ir.types import ELEMENT_TYPES, INT_TYPES, FunctionType, TensorType, Type
+
+
+_TENSOR_TYPES: dict[str, TensorType] = {}
 
 
 @lru_cache(maxsize=1)
@@ -397,6 +401,15 @@ class Parser:
         return self.tensor_type(tok)
 
     def tensor_type(self, tok: Token) -> TensorType:
+        cached = _TENSOR_TYPES.get(tok)
+        if cached is not None:
+            return cached
+        ty = self._tensor_type(tok)
+        if len(_TENSOR_TYPES) < 65536:
+            _TENSOR_TYPES[str(tok)] = ty
+        return ty
+
+    def _tensor_type(self, tok: Token) -> TensorType:
         text = str(tok)
         inner = text[len("tensor<"):-1]
         parts = inner.split("x")
@@ -531,5 +544,16 @@ def _describe_token(tok: Token) -> str:
 
 def parse_module(text: str, filename: str = "<stdin>", first_line: int = 1,
                  allow_unregistered: bool = False) -> Operation:
-    """Parse ``text`` into a ``builtin.module`` (top-level ops are wrapped in one)."""
-    return Parser(text, filename, first_line, allow_unregistered).parse_module()
+    """Parse ``text`` into a ``builtin.module`` (top-level ops are wrapped in one).
+
+    The cyclic garbage collector is paused while parsing: the parse creates many
+    small objects and no cycles worth collecting, and collection passes would
+    otherwise dominate the time of large files.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return Parser(text, filename, first_line, allow_unregistered).parse_module()
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -1,0 +1,1 @@
+"""Code generation (Python modules, Triton kernels)."""

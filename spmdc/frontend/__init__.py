@@ -1,0 +1,1 @@
+"""Frontend: capture torch.nn.Modules (torch.export → torch-mlir → spmdc IR)."""
