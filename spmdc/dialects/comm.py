@@ -52,6 +52,11 @@ class CollectiveOp(Operation):
     def _dim(self, key: str) -> int:
         return self.attributes[key].value  # type: ignore[attr-defined]
 
+    def is_global(self) -> bool:
+        """Before ``partition``, collectives act on global values and record the layout they
+        produce in ``shard.sharding``; operand and result types are then equal."""
+        return "shard.sharding" in self.attributes
+
     def _check_common(self) -> tuple[TensorType, TensorType, int]:
         mesh = self.mesh()
         for a in self.axes:
@@ -71,6 +76,16 @@ class CollectiveOp(Operation):
                 if not 0 <= d < src.rank:
                     raise self.emit_error(f"{key} {d} is out of range for rank-{src.rank} tensor")
         return src, dst, self.group_size()
+
+    def _global_ok(self, src: TensorType, dst: TensorType) -> bool:
+        if not self.is_global():
+            return False
+        if src != dst:
+            raise self.emit_error(f"on global values (with 'shard.sharding') the result type {dst} must "
+                                  f"equal the operand type {src}")
+        if "op" in self.attributes:
+            self._check_reduce_op()
+        return True
 
     def _check_reduce_op(self) -> None:
         op = self.attributes.get("op")
@@ -96,6 +111,8 @@ class AllGatherOp(CollectiveOp):
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
+        if self._global_ok(src, dst):
+            return
         self._expect_split(dst, src, self._dim("dim"), "operand")
 
 
@@ -108,6 +125,8 @@ class AllSliceOp(CollectiveOp):
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
+        if self._global_ok(src, dst):
+            return
         self._expect_split(src, dst, self._dim("dim"), "result")
 
 
@@ -132,6 +151,8 @@ class AllReduceOp(CollectiveOp):
         if len(set(self.axes)) != len(self.axes):
             raise self.emit_error("'axes' names an axis twice")
         src, dst, _ = self._check_common()
+        if self._global_ok(src, dst):
+            return
         self._check_reduce_op()
         if src != dst:
             raise self.emit_error(f"result type {dst} must equal operand type {src}")
@@ -145,6 +166,8 @@ class ReduceScatterOp(CollectiveOp):
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
+        if self._global_ok(src, dst):
+            return
         self._check_reduce_op()
         self._expect_split(src, dst, self._dim("dim"), "result")
 
@@ -157,6 +180,8 @@ class AllToAllOp(CollectiveOp):
 
     def verify_(self) -> None:
         src, dst, n = self._check_common()
+        if self._global_ok(src, dst):
+            return
         sd, cd = self._dim("split_dim"), self._dim("concat_dim")
         if sd == cd:
             if src != dst:

@@ -153,7 +153,10 @@ class Printer:
         attrs = {k: v for k, v in op.attributes.items() if k not in elided}
         if attrs:
             self.write(" " + format_attr_dict(attrs))
-        self.write(self.custom_type_suffix(op))
+        suffix = self.custom_type_suffix(op)
+        if not suffix and op.regions:
+            suffix = " : () -> ()"  # without ':' a region would read back as an attr-dict
+        self.write(suffix)
         for r in op.regions:
             self.write(" ")
             self.print_region(r, op, print_entry_label=True)

@@ -33,7 +33,9 @@ def _key(op: Operation) -> tuple | None:
     ids = [id(v) for v in op.operands]
     if op.has_trait("Commutative"):
         ids = sorted(ids)
-    attrs = tuple(sorted(op.attributes.items(), key=lambda kv: kv[0]))
+    # Attributes compare by kind and printed text: Python equality would treat 0.0 and
+    # -0.0 (and so dense<0.0> and dense<-0.0>) as equal, and NaN as unequal to itself.
+    attrs = tuple((k, type(v).__name__, str(v)) for k, v in sorted(op.attributes.items()))
     return (op.name, tuple(ids), attrs, tuple(r.type for r in op.results))
 
 

@@ -21,10 +21,18 @@ PASS_MODULES: dict[str, str] = {
     "canonicalize": "spmdc.passes.canonicalize",
     "cse": "spmdc.passes.cse",
     "dce": "spmdc.passes.dce",
+    "sharding-propagation": "spmdc.passes.sharding_propagation",
+    "insert-redistribution": "spmdc.passes.insert_redistribution",
+    "lower-redistribution": "spmdc.passes.lower_redistribution",
+    "partition": "spmdc.passes.partition",
+    "fuse-collectives": "spmdc.passes.fuse_collectives",
 }
 
 # Named pipelines expand to a pipeline string.
-PIPELINES: dict[str, str] = {}
+PIPELINES: dict[str, str] = {
+    "spmd-pipeline": "sharding-propagation,insert-redistribution,canonicalize,lower-redistribution,"
+                     "partition,fuse-collectives,cse,dce,canonicalize",
+}
 
 
 class PipelineError(ValueError):

@@ -44,7 +44,9 @@ def _binary(op_name: str, doc: str, fn: Callable[[Any, Any], Any], commutative: 
 AddOp = _binary("tensor.add", "``%r = tensor.add %a, %b : tensor<4xf32>`` — a + b.", lambda a, b: a + b, True)
 SubOp = _binary("tensor.sub", "``%r = tensor.sub %a, %b : tensor<4xf32>`` — a - b.", lambda a, b: a - b, False)
 MulOp = _binary("tensor.mul", "``%r = tensor.mul %a, %b : tensor<4xf32>`` — a * b.", lambda a, b: a * b, True)
-DivOp = _binary("tensor.div", "``%r = tensor.div %a, %b : tensor<4xf32>`` — a / b.", lambda a, b: a / b, False)
+DivOp = _binary("tensor.div", "``%r = tensor.div %a, %b : tensor<4xf32>`` — a / b (integers: truncating).",
+                lambda a, b: a / b if a.is_floating_point() else torch_module().div(a, b, rounding_mode="trunc"),
+                False)
 MaximumOp = _binary("tensor.maximum", "``%r = tensor.maximum %a, %b : tensor<4xf32>`` — elementwise max.",
                     lambda a, b: torch_module().maximum(a, b), True)
 MinimumOp = _binary("tensor.minimum", "``%r = tensor.minimum %a, %b : tensor<4xf32>`` — elementwise min.",

@@ -52,7 +52,8 @@ class SumOp(ReduceOp):
     def reference(self, a: Any) -> Any:
         if not self.dims:
             return a.clone()
-        return torch_module().sum(a, dim=self.dims, keepdim=self.keepdim)
+        # keep the element type (torch would promote integer sums to int64)
+        return torch_module().sum(a, dim=self.dims, keepdim=self.keepdim, dtype=a.dtype)
 
 
 class MaxOp(ReduceOp):

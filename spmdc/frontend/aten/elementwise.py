@@ -1,0 +1,172 @@
+"""Handlers for pointwise aten ops: arithmetic, math, comparisons, logic, where, clamp, casts.
+
+Python scalars become rank-0 ``tensor.constant``s that the binary ops broadcast; operands
+are cast to the result element type torch computed (its type promotion), so the ``tensor``
+ops always see one element type.
+"""
+
+from __future__ import annotations
+
+from spmdc.dialects import tensor as T
+from spmdc.frontend.aten.base import Emitter, handles, is_float_elt, promote
+
+A = "torch.aten."
+
+
+def _binary(e: Emitter, cls, i: int = 0, j: int = 1, alpha_index: int | None = None):
+    elt = e.out_type().element_type
+    a = e.operand_or_scalar(i, elt)
+    b = e.operand_or_scalar(j, elt)
+    if alpha_index is not None:
+        alpha = e.const(alpha_index, 1)
+        if alpha is not None and alpha != 1:
+            b = e.create(T.MulOp, [b, e.scalar(alpha, elt)])
+    return [e.create(cls, [a, b])]
+
+
+for _name, _cls in (("add", T.AddOp), ("sub", T.SubOp)):
+    handles(A + _name + ".Tensor", A + _name + ".Scalar")(
+        lambda e, _cls=_cls: _binary(e, _cls, alpha_index=2))
+for _name, _cls in (("mul", T.MulOp), ("div", T.DivOp)):
+    handles(A + _name + ".Tensor", A + _name + ".Scalar")(lambda e, _cls=_cls: _binary(e, _cls))
+handles(A + "maximum")(lambda e: _binary(e, T.MaximumOp))
+handles(A + "minimum")(lambda e: _binary(e, T.MinimumOp))
+handles(A + "pow.Tensor_Scalar", A + "pow.Tensor_Tensor", A + "pow.Scalar")(lambda e: _binary(e, T.PowOp))
+
+
+@handles(A + "rsub.Scalar", A + "rsub.Tensor")
+def _rsub(e: Emitter):
+    # rsub(x, other, alpha) = other - alpha * x
+    elt = e.out_type().element_type
+    x, other = e.operand_or_scalar(0, elt), e.operand_or_scalar(1, elt)
+    alpha = e.const(2, 1)
+    if alpha != 1:
+        x = e.create(T.MulOp, [x, e.scalar(alpha, elt)])
+    return [e.create(T.SubOp, [other, x])]
+
+
+@handles(A + "div.Tensor_mode", A + "div.Scalar_mode")
+def _div_mode(e: Emitter):
+    if e.const(2) is not None:
+        raise e.unsupported(f"with rounding_mode={e.const(2)!r} is not supported")
+    return _binary(e, T.DivOp)
+
+
+_UNARY = {
+    "neg": T.NegOp, "exp": T.ExpOp, "log": T.LogOp, "sqrt": T.SqrtOp, "rsqrt": T.RsqrtOp, "tanh": T.TanhOp,
+    "relu": T.ReluOp, "sigmoid": T.SigmoidOp, "sin": T.SinOp, "cos": T.CosOp, "erf": T.ErfOp,
+    "silu": T.SiluOp, "abs": T.AbsOp,
+}
+for _name, _cls in _UNARY.items():
+    handles(A + _name)(lambda e, _cls=_cls: [e.create(_cls, [e.cast(e.tensor(0), e.out_type().element_type)])])
+
+
+@handles(A + "gelu")
+def _gelu(e: Emitter):
+    approx = e.const(1, "none")
+    attrs = {} if approx == "none" else {"approximate": approx}
+    return [e.create(T.GeluOp, [e.tensor(0)], attrs)]
+
+
+_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def _compare(e: Emitter, pred: str):
+    a = e.tensor(0)
+    raw = e.raw(1)
+    if isinstance(raw, (int, float, bool)):
+        elt = a.tensor_type.element_type
+        if isinstance(raw, float) and not is_float_elt(elt):
+            elt = "f32"
+        elif not isinstance(raw, bool) and elt == "i1":
+            elt = "i64" if isinstance(raw, int) else "f32"
+        return [e.create(T.CompareOp, [e.cast(a, elt), e.scalar(raw, elt)], {"predicate": pred})]
+    b = e.as_value(raw)
+    elt = promote(a.tensor_type, b.tensor_type)
+    return [e.create(T.CompareOp, [e.cast(a, elt), e.cast(b, elt)], {"predicate": pred})]
+
+
+for _p in _PREDICATES:
+    handles(A + _p + ".Tensor", A + _p + ".Scalar")(lambda e, _p=_p: _compare(e, _p))
+
+
+def _logic(e: Emitter, cls, logical: bool):
+    elt = e.out_type().element_type
+    vals = []
+    for i in (0, 1):
+        v = e.tensor(i)
+        if logical and v.tensor_type.element_type != "i1":
+            v = e.create(T.CompareOp, [v, e.scalar(0, v.tensor_type.element_type)], {"predicate": "ne"})
+        vals.append(e.cast(v, elt))
+    return [e.create(cls, vals)]
+
+
+for _name, _cls in (("and", T.AndOp), ("or", T.OrOp), ("xor", T.XorOp)):
+    handles(A + f"bitwise_{_name}.Tensor")(lambda e, _cls=_cls: _logic(e, _cls, False))
+    handles(A + f"logical_{_name}")(lambda e, _cls=_cls: _logic(e, _cls, True))
+
+
+@handles(A + "bitwise_not")
+def _bitwise_not(e: Emitter):
+    return [e.create(T.NotOp, [e.tensor(0)])]
+
+
+@handles(A + "logical_not")
+def _logical_not(e: Emitter):
+    v = e.tensor(0)
+    if v.tensor_type.element_type == "i1":
+        return [e.create(T.NotOp, [v])]
+    return [e.create(T.CompareOp, [v, e.scalar(0, v.tensor_type.element_type)], {"predicate": "eq"})]
+
+
+@handles(A + "where.self", A + "where.ScalarSelf", A + "where.ScalarOther", A + "where.Scalar")
+def _where(e: Emitter):
+    elt = e.out_type().element_type
+    cond = e.cast(e.tensor(0), "i1")
+    return [e.create(T.SelectOp, [cond, e.operand_or_scalar(1, elt), e.operand_or_scalar(2, elt)])]
+
+
+@handles(A + "masked_fill.Scalar", A + "masked_fill.Tensor")
+def _masked_fill(e: Emitter):
+    elt = e.out_type().element_type
+    x = e.cast(e.tensor(0), elt)
+    return [e.create(T.SelectOp, [e.cast(e.tensor(1), "i1"), e.operand_or_scalar(2, elt), x])]
+
+
+@handles(A + "clamp", A + "clamp_min", A + "clamp_max")
+def _clamp(e: Emitter):
+    x = e.cast(e.tensor(0), e.out_type().element_type)
+    name = e.rec.name.rsplit(".", 1)[-1]
+    if name == "clamp":
+        lo, hi = e.const(1, None), e.const(2, None)
+    else:
+        lo, hi = (e.const(1), None) if name == "clamp_min" else (None, e.const(1))
+    attrs = {k: (float(v) if x.tensor_type.is_float else v) for k, v in (("min", lo), ("max", hi)) if v is not None}
+    if not attrs:
+        return [x]
+    return [e.create(T.ClampOp, [x], attrs)]
+
+
+@handles(A + "threshold_backward")
+def _threshold_backward(e: Emitter):
+    grad, x = e.tensor(0), e.tensor(1)
+    elt = x.tensor_type.element_type
+    mask = e.create(T.CompareOp, [x, e.scalar(e.const(2), elt)], {"predicate": "le"})
+    return [e.create(T.SelectOp, [mask, e.scalar(0, grad.tensor_type.element_type), grad])]
+
+
+@handles(A + "_to_copy", "torch.prims.convert_element_type", A + "to.dtype", A + "type_as",
+         A + "_to_dtype")
+def _convert(e: Emitter):
+    return [e.cast(e.tensor(0), e.out_type().element_type)]
+
+
+@handles(A + "clone", A + "alias", A + "contiguous", A + "detach", A + "lift_fresh_copy", A + "copy",
+         A + "dropout", A + "feature_dropout")
+def _identity(e: Emitter):
+    name = e.rec.name
+    if name.endswith("dropout") and e.const(1) != 0 and e.const(2):
+        raise e.unsupported(f"with p={e.const(1)} in training mode is random; capture with p=0 or eval()")
+    if name == A + "copy":  # copy(self, src): the values of src in self's dtype
+        return [e.cast(e.broadcast(e.tensor(1), e.out_type().shape), e.out_type().element_type)]
+    return [e.cast(e.tensor(0), e.out_type().element_type)]

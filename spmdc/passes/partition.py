@@ -1,0 +1,114 @@
+"""``partition``: turn a global, fully sharded program into one rank's SPMD program.
+
+Every value's global type becomes this rank's local type (``torch.chunk`` pieces,
+so uneven shards work): arguments, op results, collectives. ``shard.annotate`` ops
+vanish (identity on local values); ``shard.sharding`` attributes leave the ops (the
+function's argument/result attributes keep them: they say how the rank's pieces make
+the global values). The function gets ``spmdc.rank``. Run ``lower-redistribution``
+first: a remaining ``shard.redistribute`` is an error.
+
+Before (mesh ``["tp" = 2]``)::
+
+    func.func @f(%x: tensor<8x16xf32> {shard.sharding = #shard<@m, [S(0)]>}) -> ... {
+      %0 = tensor.relu %x {shard.sharding = [#shard<@m, [S(0)]>]} : tensor<8x16xf32>
+
+After (``partition{rank=1}``)::
+
+    func.func @f(%x: tensor<4x16xf32> {shard.sharding = #shard<@m, [S(0)]>}) -> ... attributes {spmdc.rank = 1} {
+      %0 = tensor.relu %x : tensor<4x16xf32>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spmdc.dialects.comm import CollectiveOp
+from spmdc.dialects.func import FuncOp
+from spmdc.dialects.shard import AnnotateOp, RedistributeOp
+from spmdc.dialects.tensor import ConstantOp
+from spmdc.ir.attributes import DenseAttr, IntegerAttr
+from spmdc.ir.core import Operation
+from spmdc.ir.diagnostics import DiagnosticError
+from spmdc.ir.rewriter import Rewriter
+from spmdc.ir.sharding import Partial, Replicate, ShardingAttr
+from spmdc.ir.types import FunctionType, TensorType
+from spmdc.passes.pass_base import ModulePass
+from spmdc.sharding.layouts import SHARDING, func_mesh, layout_of
+from spmdc.sharding.mesh import local_shape
+
+
+def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
+    mesh = func_mesh(module, func)
+    if mesh is None:
+        return
+    if rank < 0 or rank >= mesh.num_devices:
+        raise func.emit_error(f"rank {rank} is outside mesh '@{mesh.sym_name}' ({mesh.num_devices} devices)")
+    shape = mesh.shape
+    coords = []
+    r = rank
+    for n in reversed(shape):
+        coords.append(r % n)
+        r //= n
+    coords = tuple(reversed(coords))
+
+    def local(ty: object, layout) -> object:
+        if not isinstance(ty, TensorType) or layout is None:
+            return ty
+        return ty.with_shape(local_shape(ty.shape, tuple(layout), shape, coords))
+
+    rewriter = Rewriter()
+    for a in func.args:
+        a.type = local(a.type, layout_of(a))
+    for op in list(func.body.ops):
+        if isinstance(op, RedistributeOp):
+            raise op.emit_error("must be lowered before partition (run lower-redistribution)")
+        if isinstance(op, AnnotateOp):
+            rewriter.replace_op(op, [op.operand(0)])
+            continue
+        layouts = [layout_of(r) for r in op.results]
+        if isinstance(op, ConstantOp) and layouts[0] is not None:
+            _partition_constant(op, layouts[0], shape, coords)
+        for res, lay in zip(op.results, layouts):
+            res.type = local(res.type, lay)
+        op.attributes.pop(SHARDING, None)
+        if isinstance(op, CollectiveOp):
+            pass
+    ret = func.return_op
+    results = []
+    for i, v in enumerate(ret.operands):
+        results.append(v.type)
+    func.set_function_type(FunctionType(tuple(a.type for a in func.args), tuple(results)))
+    func.attributes["spmdc.rank"] = IntegerAttr(rank)
+
+
+def _partition_constant(op: ConstantOp, layout, shape, coords) -> None:
+    value = op.value
+    if all(isinstance(p, (Replicate,)) for p in layout):
+        return
+    if any(isinstance(p, Partial) for p in layout):
+        raise op.emit_error("a constant cannot be Partial")
+    local = local_shape(value.type.shape, tuple(layout), shape, coords)
+    if len(value.values) != 1:
+        raise op.emit_error("only splat constants can be sharded")
+    op.attributes["value"] = DenseAttr(value.type.with_shape(local), value.values)
+
+
+@dataclass
+class Partition(ModulePass):
+    """Make every function the SPMD program of mesh rank ``rank`` (local shapes)."""
+
+    name: ClassVar[str] = "partition"
+    rank: int = 0
+
+    def run(self, module: Operation) -> None:
+        for op in module.body.ops:
+            if isinstance(op, FuncOp) and "spmdc.rank" not in op.attributes:
+                try:
+                    partition_function(module, op, self.rank)
+                except DiagnosticError:
+                    raise
+
+
+PASS = Partition
+_ = ShardingAttr

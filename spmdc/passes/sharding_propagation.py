@@ -1,0 +1,130 @@
+"""``sharding-propagation``: give every tensor value a layout, from the user's annotations.
+
+Known layouts come from function argument/result ``shard.sharding`` attributes
+(arguments without one are replicated), ``shard.annotate`` ops and any
+``shard.sharding`` already on op results; they are never changed. Sweeps forward
+then backward over each function, repeating to a fixed point: an op with some known
+and some unknown values picks its cheapest strategy (its factor rule + the α-β cost
+model, :mod:`spmdc.sharding.strategy`) and the unknown values take the layouts that
+strategy needs. Values still unknown at the end are replicated. A value is only ever
+made ``Partial`` by its own producer.
+
+Before::
+
+    func.func @f(%x: tensor<8x16xf32> {shard.sharding = #shard<@m, [S(0)]>}, %w: tensor<16x4xf32>) -> tensor<8x4xf32> {
+      %0 = tensor.matmul %x, %w : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+      %1 = tensor.relu %0 : tensor<8x4xf32>
+
+After::
+
+      %0 = tensor.matmul %x, %w {shard.sharding = [#shard<@m, [S(0)]>]} : ...
+      %1 = tensor.relu %0 {shard.sharding = [#shard<@m, [S(0)]>]} : tensor<8x4xf32>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spmdc.dialects.func import FuncOp, ReturnOp
+from spmdc.dialects.shard import AnnotateOp, MeshOp, RedistributeOp
+from spmdc.ir.core import Operation, Value
+from spmdc.ir.sharding import Replicate, ShardingAttr
+from spmdc.ir.types import TensorType
+from spmdc.passes.pass_base import ModulePass
+from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
+from spmdc.sharding.op_rules import rule_for
+from spmdc.sharding.strategy import choose
+
+
+def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) -> None:
+    mesh = func_mesh(module, func)
+    if mesh is None:
+        return
+    shape = mesh.shape
+    replicated: Layout = tuple(Replicate() for _ in shape)
+    known: dict[int, Layout] = {}
+    values: dict[int, Value] = {}
+
+    def set_(v: Value, lay: Layout) -> bool:
+        if id(v) in known or not isinstance(v.type, TensorType):
+            return False
+        known[id(v)] = tuple(lay)
+        values[id(v)] = v
+        return True
+
+    for a in func.args:
+        set_(a, layout_of(a) or replicated)
+    ops = [op for op in func.body.ops if not isinstance(op, ReturnOp)]
+    for op in ops:
+        if isinstance(op, AnnotateOp):
+            set_(op.result, op.sharding.placements)
+        elif isinstance(op, RedistributeOp):
+            set_(op.result, op.target.placements)
+        else:
+            for r in op.results:
+                lay = layout_of(r)
+                if lay is not None:
+                    set_(r, lay)
+    ret = func.return_op
+
+    def visit(op: Operation) -> bool:
+        if isinstance(op, ReturnOp):  # annotated results constrain values nobody else decided
+            changed = False
+            for i, v in enumerate(op.operands):
+                s = func.res_attrs(i).get(SHARDING)
+                if isinstance(s, ShardingAttr) and id(v) not in known:
+                    changed |= set_(v, s.placements)
+            return changed
+        if isinstance(op, AnnotateOp):
+            return set_(op.operand(0), op.sharding.placements) if id(op.operand(0)) not in known else False
+        if isinstance(op, RedistributeOp):
+            return set_(op.operand(0), op.source.placements) if id(op.operand(0)) not in known else False
+        ins = [known.get(id(v)) for v in op.operands]
+        outs = [known.get(id(r)) for r in op.results]
+        if all(x is not None for x in ins + outs) or all(x is None for x in ins + outs):
+            return False
+        choice = choose(op, rule_for(op), shape, ins, outs)
+        changed = False
+        for v, lay in zip(op.operands, choice.operands):
+            changed |= set_(v, lay)
+        for r, lay in zip(op.results, choice.results):
+            changed |= set_(r, lay)
+        return changed
+
+    for _ in range(max_sweeps):
+        changed = False
+        for op in ops:
+            changed |= visit(op)
+        changed |= visit(ret)
+        for op in reversed(ops):
+            changed |= visit(op)
+        if not changed:
+            break
+
+    for i, a in enumerate(func.args):
+        func.set_arg_attr(i, SHARDING, ShardingAttr(mesh.sym_name, known.get(id(a), replicated)))
+    for op in ops:
+        tensors = [r for r in op.results if isinstance(r.type, TensorType)]
+        if tensors and len(tensors) == len(op.results):
+            set_result_layouts(op, mesh.sym_name, [known.get(id(r), replicated) for r in op.results])
+    for i, v in enumerate(ret.operands):
+        if not isinstance(func.res_attrs(i).get(SHARDING), ShardingAttr):
+            func.set_res_attr(i, SHARDING, ShardingAttr(mesh.sym_name, known.get(id(v), replicated)))
+
+
+@dataclass
+class ShardingPropagation(ModulePass):
+    """Assign a layout to every tensor value (user annotations win)."""
+
+    name: ClassVar[str] = "sharding-propagation"
+    max_sweeps: int = 16
+
+    def run(self, module: Operation) -> None:
+        for op in module.body.ops:
+            if isinstance(op, FuncOp):
+                propagate_function(module, op, self.max_sweeps)
+
+
+PASS = ShardingPropagation
+_ = MeshOp

@@ -1,0 +1,1 @@
+"""Sharding: meshes, placements, plans, factor rules, cost model, strategies, redistribution planner."""

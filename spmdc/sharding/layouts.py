@@ -1,0 +1,78 @@
+"""Reading and writing the layouts of values (``shard.sharding`` attributes).
+
+A layout is a tuple with one placement per mesh axis. Op results carry
+``shard.sharding = [#shard<@mesh, [...]>, ...]``; function arguments and results
+carry ``shard.sharding`` in their argument/result attribute dictionaries.
+"""
+
+from __future__ import annotations
+
+from spmdc.dialects.func import FuncOp
+from spmdc.dialects.shard import MeshOp
+from spmdc.ir.attributes import ArrayAttr
+from spmdc.ir.core import BlockArgument, Operation, Value
+from spmdc.ir.diagnostics import DiagnosticError
+from spmdc.ir.sharding import Placement, ShardingAttr
+
+SHARDING = "shard.sharding"
+Layout = tuple[Placement, ...]
+
+
+def func_mesh(module: Operation, func: FuncOp) -> MeshOp | None:
+    """The mesh that ``func``'s shardings name; the module's only mesh if none is named."""
+    names: set[str] = set()
+    for i in range(len(func.function_type.inputs)):
+        s = func.arg_attrs(i).get(SHARDING)
+        if isinstance(s, ShardingAttr):
+            names.add(s.mesh)
+    for i in range(len(func.function_type.results)):
+        s = func.res_attrs(i).get(SHARDING)
+        if isinstance(s, ShardingAttr):
+            names.add(s.mesh)
+    for op in func.walk():
+        for key in ("sharding", "from", "to"):
+            s = op.attributes.get(key)
+            if isinstance(s, ShardingAttr):
+                names.add(s.mesh)
+        arr = op.attributes.get(SHARDING)
+        if isinstance(arr, ArrayAttr):
+            names.update(s.mesh for s in arr if isinstance(s, ShardingAttr))
+    meshes = [op for op in module.body.ops if isinstance(op, MeshOp)]
+    if len(names) > 1:
+        raise func.emit_error(f"uses several meshes ({', '.join('@' + n for n in sorted(names))}); "
+                              "one mesh per function is supported")
+    if names:
+        name = names.pop()
+        for m in meshes:
+            if m.sym_name == name:
+                return m
+        raise func.emit_error(f"refers to unknown mesh '@{name}'")
+    return meshes[0] if len(meshes) == 1 else None
+
+
+def layout_of(v: Value) -> Layout | None:
+    """The layout recorded for ``v`` (argument attribute or producer's ``shard.sharding``)."""
+    if isinstance(v, BlockArgument):
+        owner = v.block.parent_op
+        if isinstance(owner, FuncOp):
+            s = owner.arg_attrs(v.index).get(SHARDING)
+            return s.placements if isinstance(s, ShardingAttr) else None
+        return None
+    op = v.defining_op()
+    arr = op.attributes.get(SHARDING) if op is not None else None
+    if isinstance(arr, ArrayAttr) and len(arr) > v.index:  # type: ignore[attr-defined]
+        s = arr[v.index]  # type: ignore[attr-defined]
+        return s.placements if isinstance(s, ShardingAttr) else None
+    return None
+
+
+def require_layout(v: Value, user: Operation) -> Layout:
+    lay = layout_of(v)
+    if lay is None:
+        raise DiagnosticError(f"'{user.name}' op operand has no 'shard.sharding'; run sharding-propagation first",
+                              user.location)
+    return lay
+
+
+def set_result_layouts(op: Operation, mesh: str, layouts: list[Layout]) -> None:
+    op.attributes[SHARDING] = ArrayAttr(tuple(ShardingAttr(mesh, tuple(l)) for l in layouts))

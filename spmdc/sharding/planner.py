@@ -1,0 +1,136 @@
+"""Redistribution planner: the cheapest sequence of collectives between two layouts.
+
+A Dijkstra search over layouts (one placement per mesh axis). Moves, each on one
+mesh axis (``all_reduce`` may take several axes at once):
+
+    S(d) -> R      comm.all_gather        P -> R      comm.all_reduce
+    R -> S(d)      comm.all_slice (free)  P -> S(d)   comm.reduce_scatter
+    S(i) -> S(j)   comm.all_to_all
+
+A dim sharded by several axes is chunked by the first, then the next, so only the
+last axis sharding a dim may gather or re-split it, and a new ``S(d)`` may only be
+added on an axis after every axis already sharding ``d``. Costs come from
+:mod:`spmdc.sharding.cost`; ties go to fewer steps, then to a fixed move order, so
+the plan is deterministic.
+
+    plan(shape=(13,), from=[S(0)], to=[R], mesh=(4,))  ->  [all_gather(axis 0, dim 0)]
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Sequence
+
+from spmdc.ir.sharding import Partial, Placement, Replicate, Shard
+from spmdc.sharding.cost import AxisCost
+
+Layout = tuple[Placement, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str                 # all_gather | all_slice | all_reduce | reduce_scatter | all_to_all
+    axes: tuple[int, ...]     # mesh axis indices
+    dim: int = -1             # gathered/sliced/scattered dim, or split_dim for all_to_all
+    concat_dim: int = -1      # all_to_all only
+    op: str = "sum"           # reduction kind
+    after: Layout = ()        # layout once this step has run
+
+
+def _last_sharder(layout: Layout, dim: int) -> int:
+    idx = -1
+    for a, p in enumerate(layout):
+        if isinstance(p, Shard) and p.dim == dim:
+            idx = a
+    return idx
+
+
+def _moves(layout: Layout, rank: int) -> list[tuple[Step, Layout]]:
+    out: list[tuple[Step, Layout]] = []
+    n_axes = len(layout)
+
+    def with_(a: int, p: Placement, lay: Layout = layout) -> Layout:
+        return lay[:a] + (p,) + lay[a + 1:]
+
+    for a, p in enumerate(layout):
+        if isinstance(p, Shard):
+            if _last_sharder(layout, p.dim) == a:
+                nl = with_(a, Replicate())
+                out.append((Step("all_gather", (a,), p.dim, after=nl), nl))
+                for d in range(rank):
+                    if d != p.dim and _last_sharder(layout, d) < a:
+                        nl = with_(a, Shard(d))
+                        out.append((Step("all_to_all", (a,), p.dim, d, after=nl), nl))
+        elif isinstance(p, Replicate):
+            for d in range(rank):
+                if _last_sharder(layout, d) < a:
+                    nl = with_(a, Shard(d))
+                    out.append((Step("all_slice", (a,), d, after=nl), nl))
+        elif isinstance(p, Partial):
+            nl = with_(a, Replicate())
+            out.append((Step("all_reduce", (a,), op=p.op, after=nl), nl))
+            for d in range(rank):
+                if _last_sharder(layout, d) < a:
+                    nl = with_(a, Shard(d))
+                    out.append((Step("reduce_scatter", (a,), d, op=p.op, after=nl), nl))
+    partial_axes = [a for a, p in enumerate(layout) if isinstance(p, Partial)]
+    for k in range(2, len(partial_axes) + 1):
+        for group in combinations(partial_axes, k):
+            kinds = {layout[a].op for a in group}  # type: ignore[attr-defined]
+            if len(kinds) == 1:
+                nl = layout
+                for a in group:
+                    nl = with_(a, Replicate(), nl)
+                out.append((Step("all_reduce", tuple(group), op=kinds.pop(), after=nl), nl))
+    _ = n_axes
+    return out
+
+
+def _step_cost(step: Step, layout: Layout, nbytes: float, mesh_shape: Sequence[int],
+               costs: Sequence[AxisCost]) -> float:
+    # bytes of the tensor as seen by one process group: divide by the other axes' sharding
+    b = nbytes
+    for k, p in enumerate(layout):
+        if k not in step.axes and isinstance(p, Shard):
+            b /= mesh_shape[k]
+    n = 1
+    for a in step.axes:
+        n *= mesh_shape[a]
+    c = costs[step.axes[0]]
+    if step.kind == "all_slice":
+        return 0.0
+    if step.kind == "all_gather":
+        return c.all_gather(b, n)
+    if step.kind == "reduce_scatter":
+        return c.reduce_scatter(b, n)
+    if step.kind == "all_reduce":
+        return c.all_reduce(b, n)
+    return c.all_to_all(b, n)
+
+
+def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh_shape: Sequence[int],
+                        costs: Sequence[AxisCost] | None = None) -> list[Step]:
+    """Cheapest list of steps turning ``src`` into ``dst``; raises ValueError if none exists."""
+    src, dst = tuple(src), tuple(dst)
+    if src == dst:
+        return []
+    costs = costs or [AxisCost() for _ in mesh_shape]
+    counter = 0
+    heap: list[tuple[float, int, int, Layout, list[Step]]] = [(0.0, 0, 0, src, [])]
+    best: dict[Layout, tuple[float, int]] = {src: (0.0, 0)}
+    while heap:
+        cost, nsteps, _, lay, steps = heapq.heappop(heap)
+        if lay == dst:
+            return steps
+        if best.get(lay, (float("inf"), 0)) < (cost, nsteps):
+            continue
+        for step, nl in _moves(lay, rank):
+            nc = cost + _step_cost(step, lay, nbytes, mesh_shape, costs)
+            key = (nc, nsteps + 1)
+            if key < best.get(nl, (float("inf"), 1 << 30)):
+                best[nl] = key
+                counter += 1
+                heapq.heappush(heap, (nc, nsteps + 1, counter, nl, steps + [step]))
+    raise ValueError(f"no redistribution from {list(map(str, src))} to {list(map(str, dst))}")

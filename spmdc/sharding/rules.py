@@ -1,0 +1,204 @@
+"""Sharding rules as data: einsum-like factors per op, declared once per op class.
+
+A rule names the *factors* of an op — the loop dimensions — and maps every operand
+and result dim to one of them (or to none, for a broadcast size-1 dim)::
+
+    tensor.matmul    ([m, k], [k, n]) -> ([m, n])     k: reduction(sum)
+    tensor.add       ([i, j], [j]) -> ([i, j])
+    tensor.sum dims=[1]   ([i, j]) -> ([i])            j: reduction(sum)
+    tensor.softmax dim=1  ([i, j]) -> ([i, j])         j: needs replication
+
+Sharding a factor on a mesh axis shards every dim mapped to it; a sharded
+*reduction* factor leaves the result ``Partial``. Factors in ``blocked`` must stay
+replicated (softmax's dim, a reshape that cannot be split evenly, global offsets).
+
+Partial linearity says which ops let ``P(...)`` operands through unreduced:
+
+* ``partial_all``: every operand ``P(sum)`` → result ``P(sum)`` (add, sub);
+* ``partial_one``: operand ``i`` ``P(sum)`` and the others ``R`` → ``P(sum)``
+  (mul, matmul, the numerator of div, neg, casts, reshapes, sums).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from spmdc.ir.types import TensorType
+
+Dims = tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class OpShardingRule:
+    operands: tuple[Dims, ...]
+    results: tuple[Dims, ...]
+    factor_sizes: tuple[int, ...]
+    reductions: tuple[tuple[int, str], ...] = ()   # factor → reduce kind ("sum", "max", "min", "avg")
+    blocked: frozenset[int] = frozenset()
+    even_only: frozenset[int] = frozenset()          # shardable only when size % axis size == 0
+    partial_all: bool = False
+    partial_one: tuple[int, ...] = ()
+    partial_kinds: frozenset[str] = frozenset({"sum"})
+
+    @property
+    def num_factors(self) -> int:
+        return len(self.factor_sizes)
+
+    def reduction_kind(self, factor: int) -> str | None:
+        for f, k in self.reductions:
+            if f == factor:
+                return k
+        return None
+
+    def __str__(self) -> str:
+        names = [_factor_name(i) for i in range(self.num_factors)]
+
+        def fmt(groups: tuple[Dims, ...]) -> str:
+            return ", ".join("[" + ", ".join("1" if f is None else names[f] for f in g) + "]" for g in groups)
+
+        text = f"({fmt(self.operands)}) -> ({fmt(self.results)})"
+        extras = [f"{names[f]}: reduction({k})" for f, k in self.reductions]
+        extras += [f"{names[f]}: needs replication" for f in sorted(self.blocked)]
+        return text + ("  " + ", ".join(extras) if extras else "")
+
+
+def _factor_name(i: int) -> str:
+    letters = "ijklmnopqrstuvwxyzabcdefgh"
+    return letters[i] if i < len(letters) else f"f{i}"
+
+
+@dataclass
+class RuleBuilder:
+    """Helper to declare factors: ``f = b.factor(size)``; then lists of factor ids per dim."""
+
+    sizes: list[int] = field(default_factory=list)
+
+    def factor(self, size: int) -> int:
+        self.sizes.append(size)
+        return len(self.sizes) - 1
+
+    def build(self, operands: Sequence[Sequence[int | None]], results: Sequence[Sequence[int | None]],
+              **kw: object) -> OpShardingRule:
+        return OpShardingRule(tuple(tuple(o) for o in operands), tuple(tuple(r) for r in results),
+                              tuple(self.sizes), **kw)  # type: ignore[arg-type]
+
+
+def replicated_rule(operand_types: Sequence[object], result_types: Sequence[object]) -> OpShardingRule:
+    """Every dim of every value in its own blocked factor: the op runs replicated."""
+    b = RuleBuilder()
+    ops = [[b.factor(s) for s in t.shape] if isinstance(t, TensorType) else [] for t in operand_types]
+    res = [[b.factor(s) for s in t.shape] if isinstance(t, TensorType) else [] for t in result_types]
+    return b.build(ops, res, blocked=frozenset(range(len(b.sizes))))
+
+
+def elementwise_rule(operand_types: Sequence[TensorType], result_type: TensorType,
+                     partial_all: bool = False, partial_one: tuple[int, ...] = ()) -> OpShardingRule:
+    """Result dims are factors; operand dims align from the right; size-1 broadcast dims map to none."""
+    b = RuleBuilder()
+    res = [b.factor(s) for s in result_type.shape]
+    ops = []
+    for t in operand_types:
+        off = result_type.rank - t.rank
+        ops.append([None if (s == 1 and result_type.shape[off + i] != 1) else res[off + i]
+                    for i, s in enumerate(t.shape)])
+    return b.build(ops, [res], partial_all=partial_all, partial_one=partial_one)
+
+
+def reduction_rule(t: TensorType, dims: Sequence[int], keepdim: bool, kind: str | None,
+                   partial_kinds: frozenset[str] = frozenset({"sum"})) -> OpShardingRule:
+    """Reduced dims become reduction factors of ``kind`` (blocked when ``kind`` is None)."""
+    b = RuleBuilder()
+    fs = [b.factor(s) for s in t.shape]
+    res = [(None if keepdim else -1) if i in dims else f for i, f in enumerate(fs)]
+    res_dims = [d for d in res if d != -1]
+    reduced = [fs[d] for d in dims]
+    if kind is None:
+        return b.build([fs], [res_dims], blocked=frozenset(reduced), partial_one=(0,), partial_kinds=partial_kinds)
+    return b.build([fs], [res_dims], reductions=tuple((f, kind) for f in reduced), partial_one=(0,),
+                   partial_kinds=partial_kinds)
+
+
+def matmul_rule(a: TensorType, bt: TensorType, out: TensorType) -> OpShardingRule:
+    """``[..., m, k] x [..., k, n] -> [..., m, n]`` with broadcast batch dims; k sums."""
+    b = RuleBuilder()
+    batch = [b.factor(s) for s in out.shape[:-2]]
+    m, k, n = b.factor(out.shape[-2]), b.factor(a.shape[-1]), b.factor(out.shape[-1])
+
+    def batch_dims(t: TensorType) -> list[int | None]:
+        nb = t.rank - 2
+        off = len(batch) - nb
+        return [None if (s == 1 and out.shape[off + i] != 1) else batch[off + i] for i, s in enumerate(t.shape[:-2])]
+
+    return b.build([batch_dims(a) + [m, k], batch_dims(bt) + [k, n]], [batch + [m, n]],
+                   reductions=((k, "sum"),), partial_one=(0, 1))
+
+
+def permute_rule(t: TensorType, perm: Sequence[int]) -> OpShardingRule:
+    b = RuleBuilder()
+    fs = [b.factor(s) for s in t.shape]
+    return b.build([fs], [[fs[p] for p in perm]], partial_one=(0,))
+
+
+def reshape_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
+    """Group dims whose products match; within a group only the major dim may be sharded,
+    and only when its size divides evenly through the group. Everything else is blocked."""
+    b = RuleBuilder()
+    src_dims: list[int | None] = [None] * src.rank
+    dst_dims: list[int | None] = [None] * dst.rank
+    blocked: set[int] = set()
+    even: set[int] = set()
+    i = j = 0
+    while i < src.rank or j < dst.rank:
+        gi, gj = [i], [j]
+        if i >= src.rank or j >= dst.rank:
+            break  # only unit dims are left
+        if src.shape[i] == 1 or dst.shape[j] == 1:   # unit dims carry no factor
+            if src.shape[i] == 1:
+                i += 1
+            if dst.shape[j] == 1:
+                j += 1
+            continue
+        ps, pd = src.shape[i], dst.shape[j]
+        while ps != pd:
+            if ps < pd:
+                i += 1
+                gi.append(i)
+                ps *= src.shape[i]
+            else:
+                j += 1
+                gj.append(j)
+                pd *= dst.shape[j]
+        if len(gi) == 1 and len(gj) == 1:
+            f = b.factor(ps)
+            src_dims[gi[0]] = dst_dims[gj[0]] = f
+        else:
+            # A merge [a, b] -> [a*b] or a split [a*b] -> [a, b]: the major dim can be
+            # sharded when it splits evenly; minor dims must stay whole.
+            major = b.factor(min(src.shape[gi[0]], dst.shape[gj[0]]))
+            if len(gi) > 1 and len(gj) > 1:
+                blocked.add(major)
+            else:
+                even.add(major)
+            src_dims[gi[0]] = dst_dims[gj[0]] = major
+            for k in gi[1:]:
+                src_dims[k] = _ones(b, src.shape[k], blocked)
+            for k in gj[1:]:
+                dst_dims[k] = _ones(b, dst.shape[k], blocked)
+        i, j = gi[-1] + 1, gj[-1] + 1
+    return b.build([src_dims], [dst_dims], blocked=frozenset(blocked), even_only=frozenset(even - blocked),
+                   partial_one=(0,))
+
+
+def _ones(b: RuleBuilder, size: int, blocked: set[int]) -> int:
+    f = b.factor(size)
+    blocked.add(f)
+    return f
+
+
+def broadcast_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
+    b = RuleBuilder()
+    res = [b.factor(s) for s in dst.shape]
+    off = dst.rank - src.rank
+    ops = [None if (s == 1 and dst.shape[off + i] != 1) else res[off + i] for i, s in enumerate(src.shape)]
+    return b.build([ops], [res], partial_one=(0,))

@@ -1,0 +1,129 @@
+"""Choosing how an op runs on each mesh axis, from its factor rule and a cost model.
+
+On one mesh axis an op runs in one *strategy*: one factor of its rule sharded
+over the axis (operands and results then carry ``S(dim)`` where the factor appears,
+``P(kind)`` for a sharded reduction factor), every value replicated, or a Partial
+pass-through allowed by the rule's linearity. The cheapest strategy wins: the sum,
+over values whose layout is already known, of the cost of redistributing them to
+what the strategy needs; ties go to fewer redistributions, then to declaration order
+(replicated first). Sharding propagation and redistribution insertion both call
+:func:`choose`, so they agree by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from spmdc.ir.core import Operation
+from spmdc.ir.sharding import Partial, Placement, Replicate, Shard
+from spmdc.ir.types import TensorType
+from spmdc.sharding.cost import INF, AxisCost, placement_change_cost
+from spmdc.sharding.rules import OpShardingRule
+
+Layout = tuple[Placement, ...]  # one placement per mesh axis
+
+
+@dataclass(frozen=True)
+class AxisStrategy:
+    operands: tuple[Placement, ...]
+    results: tuple[Placement, ...]
+    label: str
+
+
+def axis_strategies(rule: OpShardingRule, axis_size: int) -> list[AxisStrategy]:
+    n_in, n_out = len(rule.operands), len(rule.results)
+    R = Replicate()
+    out = [AxisStrategy((R,) * n_in, (R,) * n_out, "replicate")]
+    if axis_size == 1:
+        return out
+    for f, size in enumerate(rule.factor_sizes):
+        if f in rule.blocked or size < axis_size or (f in rule.even_only and size % axis_size):
+            continue
+        kind = rule.reduction_kind(f)
+        if kind == "avg" and size % axis_size:
+            continue
+        ins = tuple(Shard(dims.index(f)) if f in dims else R for dims in rule.operands)
+        outs = []
+        for dims in rule.results:
+            if f in dims:
+                outs.append(Shard(dims.index(f)))
+            elif kind is not None:
+                outs.append(Partial(kind))
+            else:
+                outs.append(R)
+        out.append(AxisStrategy(ins, tuple(outs), f"factor {f}"))
+    for kind in sorted(rule.partial_kinds):
+        P = Partial(kind)
+        if rule.partial_all and n_in:
+            out.append(AxisStrategy((P,) * n_in, (P,) * n_out, f"partial-all {kind}"))
+        for i in rule.partial_one:
+            ins = tuple(P if j == i else R for j in range(n_in))
+            out.append(AxisStrategy(ins, (P,) * n_out, f"partial {kind} via #{i}"))
+    return out
+
+
+def _bytes_on_axis(ty: object, layout: Layout | None, axis: int, mesh_shape: Sequence[int]) -> float:
+    if not isinstance(ty, TensorType):
+        return 0.0
+    b = float(ty.num_bytes)
+    if layout is not None:
+        for k, p in enumerate(layout):
+            if k != axis and isinstance(p, Shard):
+                b /= mesh_shape[k]
+    return b
+
+
+@dataclass(frozen=True)
+class Choice:
+    operands: tuple[Layout, ...]
+    results: tuple[Layout, ...]
+    cost: float
+
+
+def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
+           operand_layouts: Sequence[Layout | None], result_layouts: Sequence[Layout | None],
+           costs: Sequence[AxisCost] | None = None, exact_results: bool = False) -> Choice:
+    """Best layouts for ``op``'s operands and results given what is known.
+
+    ``None`` entries are unknown and cost nothing. With ``exact_results`` the known
+    result layouts are requirements (strategies producing anything else are skipped).
+    """
+    costs = costs or [AxisCost() for _ in mesh_shape]
+    in_types = [v.type for v in op.operands]
+    out_types = [r.type for r in op.results]
+    per_axis: list[AxisStrategy] = []
+    total = 0.0
+    for a, n in enumerate(mesh_shape):
+        best: tuple[float, int, int] | None = None
+        best_s: AxisStrategy | None = None
+        for idx, s in enumerate(axis_strategies(rule, n)):
+            cost, changes = 0.0, 0
+            for ty, have, want in zip(in_types, operand_layouts, s.operands):
+                if have is None:
+                    if isinstance(want, Partial):  # only a producer makes a value Partial
+                        cost = INF
+                        break
+                    continue
+                if have[a] != want:
+                    cost += placement_change_cost(have[a], want, _bytes_on_axis(ty, have, a, mesh_shape), n, costs[a])
+                    changes += 1
+            for ty, have, got in zip(out_types, result_layouts, s.results):
+                if have is None:
+                    continue
+                if have[a] != got:
+                    if exact_results:
+                        cost = INF
+                        break
+                    cost += placement_change_cost(got, have[a], _bytes_on_axis(ty, have, a, mesh_shape), n, costs[a])
+                    changes += 1
+            key = (cost, changes, idx)
+            if cost < INF and (best is None or key < best):
+                best, best_s = key, s
+        if best_s is None:
+            raise op.emit_error(f"no sharding strategy on mesh axis #{a} produces the required result layout")
+        per_axis.append(best_s)
+        total += best[0]  # type: ignore[index]
+    operands = tuple(tuple(s.operands[i] for s in per_axis) for i in range(len(in_types)))
+    results = tuple(tuple(s.results[i] for s in per_axis) for i in range(len(out_types)))
+    return Choice(operands, results, total)
