@@ -5,3 +5,19 @@ The IR lives in :mod:`spmdc.ir`, dialects in :mod:`spmdc.dialects`, passes in
 """
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "capture": ("spmdc.frontend.capture", "capture"),
+    "capture_program": ("spmdc.frontend.capture", "capture_program"),
+    "load_workload": ("spmdc.frontend.workloads", "load_workload"),
+}
+
+
+def __getattr__(name: str):
+    """``spmdc.capture`` etc. import torch only when first used (``import spmdc`` stays light)."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'spmdc' has no attribute {name!r}")

@@ -76,8 +76,8 @@ class ComposePermute(RewritePattern):
 class ComposeRedistribute(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: Rewriter) -> bool:
         inner = op.operand(0).defining_op() if isinstance(op, RedistributeOp) else None
-        if not isinstance(inner, RedistributeOp):
-            return False
+        if not isinstance(inner, RedistributeOp) or inner.target != op.source:
+            return False  # a chain whose layouts do not meet says nothing about the value
         if inner.source == op.target:
             rewriter.replace_op(op, [inner.operand(0)])
             return True

@@ -23,13 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spmdc.dialects.comm import CollectiveOp
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.shard import AnnotateOp, RedistributeOp
 from spmdc.dialects.tensor import ConstantOp
 from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
-from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.rewriter import Rewriter
 from spmdc.ir.sharding import Partial, Replicate, ShardingAttr
 from spmdc.ir.types import FunctionType, TensorType
@@ -58,6 +56,10 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         return ty.with_shape(local_shape(ty.shape, tuple(layout), shape, coords))
 
     rewriter = Rewriter()
+    for i, v in enumerate(func.return_op.operands):
+        lay = layout_of(v)
+        if lay is not None and not isinstance(func.res_attrs(i).get(SHARDING), ShardingAttr):
+            func.set_res_attr(i, SHARDING, ShardingAttr(mesh.sym_name, tuple(lay)))
     for a in func.args:
         a.type = local(a.type, layout_of(a))
     for op in list(func.body.ops):
@@ -72,8 +74,6 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         for res, lay in zip(op.results, layouts):
             res.type = local(res.type, lay)
         op.attributes.pop(SHARDING, None)
-        if isinstance(op, CollectiveOp):
-            pass
     ret = func.return_op
     results = []
     for i, v in enumerate(ret.operands):
@@ -104,11 +104,7 @@ class Partition(ModulePass):
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
             if isinstance(op, FuncOp) and "spmdc.rank" not in op.attributes:
-                try:
-                    partition_function(module, op, self.rank)
-                except DiagnosticError:
-                    raise
+                partition_function(module, op, self.rank)
 
 
 PASS = Partition
-_ = ShardingAttr

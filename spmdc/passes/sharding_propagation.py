@@ -34,7 +34,9 @@ from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
 from spmdc.sharding.op_rules import rule_for
+from spmdc.sharding.cost import INF
 from spmdc.sharding.strategy import choose
+from spmdc.ir.diagnostics import DiagnosticError
 
 
 def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) -> None:
@@ -68,6 +70,18 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
                     set_(r, lay)
     ret = func.return_op
 
+    def producer_admits(v: Value, lay: Layout) -> bool:
+        """A layout asked for by a user is taken only if the producer can make it."""
+        prod = v.defining_op()
+        if prod is None:
+            return True
+        ins = [known.get(id(x)) for x in prod.operands]
+        outs = [lay if r is v else known.get(id(r)) for r in prod.results]
+        try:
+            return choose(prod, rule_for(prod), shape, ins, outs, exact_results=True).cost < INF
+        except DiagnosticError:
+            return False
+
     def visit(op: Operation) -> bool:
         if isinstance(op, ReturnOp):  # annotated results constrain values nobody else decided
             changed = False
@@ -87,7 +101,8 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
         choice = choose(op, rule_for(op), shape, ins, outs)
         changed = False
         for v, lay in zip(op.operands, choice.operands):
-            changed |= set_(v, lay)
+            if id(v) not in known and producer_admits(v, lay):
+                changed |= set_(v, lay)
         for r, lay in zip(op.results, choice.results):
             changed |= set_(r, lay)
         return changed

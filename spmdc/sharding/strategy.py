@@ -74,6 +74,15 @@ def _bytes_on_axis(ty: object, layout: Layout | None, axis: int, mesh_shape: Seq
     return b
 
 
+PINNED_PENALTY = 1e9
+
+
+def is_pinned(v: object) -> bool:
+    """Values made by ``shard.annotate`` keep their layout unless no strategy can use it."""
+    op = v.defining_op() if hasattr(v, "defining_op") else None
+    return op is not None and op.name == "shard.annotate"
+
+
 @dataclass(frozen=True)
 class Choice:
     operands: tuple[Layout, ...]
@@ -99,7 +108,7 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
         best_s: AxisStrategy | None = None
         for idx, s in enumerate(axis_strategies(rule, n)):
             cost, changes = 0.0, 0
-            for ty, have, want in zip(in_types, operand_layouts, s.operands):
+            for v, ty, have, want in zip(op.operands, in_types, operand_layouts, s.operands):
                 if have is None:
                     if isinstance(want, Partial):  # only a producer makes a value Partial
                         cost = INF
@@ -107,6 +116,8 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
                     continue
                 if have[a] != want:
                     cost += placement_change_cost(have[a], want, _bytes_on_axis(ty, have, a, mesh_shape), n, costs[a])
+                    if is_pinned(v):
+                        cost += PINNED_PENALTY
                     changes += 1
             for ty, have, got in zip(out_types, result_layouts, s.results):
                 if have is None:

@@ -177,8 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.output == "-":
         sys.stdout.write(text_out)
     elif not failed:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text_out)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text_out)
+        except OSError as e:
+            sys.stderr.write(f"spmdc-opt: error: cannot write '{args.output}': {e.strerror}\n")
+            return 1
     return 1 if failed else 0
 
 

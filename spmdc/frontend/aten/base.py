@@ -90,6 +90,7 @@ class Emitter:
         self.env = env
         self._describe = describe
         self._consts: dict[tuple, Value] = {}
+        self._const_ids: set[int] = set()
         self.rec: Any = None
         self.loc: Location = NameLoc("")
         self.created: list[Operation] = []
@@ -164,7 +165,12 @@ class Emitter:
 
             v = self.create(ConstantOp, [], {"value": DenseAttr(t, (value,))})
             self._consts[key] = v
+            self._const_ids.add(id(v))
         return v
+
+    def is_cached_constant(self, v: Value) -> bool:
+        """Whether ``v`` is a splat constant shared by several ops (so not named after one)."""
+        return id(v) in self._const_ids
 
     def scalar(self, value: Any, elt: str) -> Value:
         return self.splat(value, TensorType((), elt))

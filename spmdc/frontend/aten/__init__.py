@@ -1,0 +1,19 @@
+"""Translation tables from torch-mlir's ``torch`` dialect to spmdc's ``tensor`` dialect.
+
+One module per op family registers handlers with :func:`~.base.handles`:
+:mod:`.elementwise`, :mod:`.shape`, :mod:`.reduction`, :mod:`.index`, :mod:`.creation`.
+"""
+
+from __future__ import annotations
+
+from spmdc.frontend.aten.base import HANDLERS, Emitter, TranslationError, UnsupportedOpError
+
+
+def handler_table() -> dict:
+    """The full name -> handler table (imports every family module once)."""
+    from spmdc.frontend.aten import creation, elementwise, index, reduction, shape  # noqa: F401
+
+    return HANDLERS
+
+
+__all__ = ["Emitter", "TranslationError", "UnsupportedOpError", "handler_table"]

@@ -1,0 +1,128 @@
+"""``spmdc.capture``: an ``nn.Module`` (forward, or a whole training step) -> verified spmdc IR.
+
+    module = spmdc.capture(model, (x,))                                  # forward
+    module = spmdc.capture(model, (x, y), train=True, loss_fn=F.mse_loss)  # loss + gradients
+
+Stages (timed in :attr:`Captured.timings`): ``export`` (torch.export + decompositions, the joint
+forward/backward graph for training), ``check`` (every op has a translation), ``import``
+(torch-mlir FX importer), ``translate`` (torch dialect -> ``tensor`` dialect) and ``verify``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from spmdc.ir.core import Operation
+
+
+@dataclass
+class Captured:
+    """The spmdc module plus what is needed to call it like the model."""
+
+    module: Operation
+    info: Any  # spmdc.frontend.export.ExportedProgramInfo
+    num_model_inputs: int
+    timings: dict[str, float] = field(default_factory=dict)
+    stats: Any = None  # TranslationStats
+
+    def arguments(self, *user_inputs: Any, state: Mapping[str, Any] | None = None) -> list[Any]:
+        """Arguments of ``@main`` in order: parameters/buffers (from the model's state at capture
+        time, or ``state`` by FQN) and then ``user_inputs`` (model inputs, then loss inputs)."""
+        st = dict(self.info.state)
+        if state:
+            st.update({self.info.tied_parameters.get(k, k): v for k, v in state.items()})
+        args = []
+        for inp in self.info.inputs:
+            if inp.kind == "constant":
+                continue
+            args.append(user_inputs[inp.user_index] if inp.kind == "user_input" else st[inp.fqn])
+        return args
+
+    def run(self, *user_inputs: Any, state: Mapping[str, Any] | None = None) -> list[Any]:
+        """Run ``@main`` with the reference interpreter."""
+        from spmdc.runtime.interpreter import interpret
+
+        return interpret(self.module, self.arguments(*user_inputs, state=state))
+
+
+def _split_inputs(example_inputs: Any, loss_fn: Callable | None) -> tuple[tuple, tuple]:
+    """``example_inputs`` may be ``(model_args, loss_args)`` when a loss_fn takes targets."""
+    if not isinstance(example_inputs, (tuple, list)):
+        return (example_inputs,), ()
+    if (loss_fn is not None and len(example_inputs) == 2
+            and all(isinstance(p, (tuple, list)) for p in example_inputs)):
+        return tuple(example_inputs[0]), tuple(example_inputs[1])
+    return tuple(example_inputs), ()
+
+
+def _user_input_names(model: Any, n_model: int, n_loss: int, kwargs: Mapping[str, Any] | None) -> dict[int, str]:
+    """Argument names for user inputs: forward's parameter names, ``target``s, keyword names."""
+    import inspect
+
+    try:
+        params = [p.name for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = {i: params[i] if i < len(params) else f"input{i}" for i in range(n_model)}
+    for j in range(n_loss):
+        names[n_model + j] = "target" if n_loss == 1 else f"target{j}"
+    for k, key in enumerate(kwargs or {}):
+        names[n_model + n_loss + k] = key
+    used: set[str] = set()
+    for i, n in names.items():  # keep them distinct
+        while n in used:
+            n += "_"
+        names[i] = n
+        used.add(n)
+    return names
+
+
+def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = False,
+                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
+                    example_kwargs: Mapping[str, Any] | None = None) -> Captured:
+    """Like :func:`capture` but returns a :class:`Captured` with timings and input bookkeeping."""
+    from spmdc.frontend.export import export_program
+    from spmdc.frontend.torch_mlir_bridge import import_to_torch_mlir
+    from spmdc.frontend.translate import TranslationStats, check_supported, translate
+    from spmdc.ir.verifier import verify
+
+    model_args, extra = _split_inputs(example_inputs, loss_fn)
+    loss_inputs = tuple(loss_inputs) + extra
+    if not train:  # a forward capture ignores the loss
+        loss_fn, loss_inputs = None, ()
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    info = export_program(model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                          example_kwargs=example_kwargs)
+    timings["export"] = time.perf_counter() - t
+    t = time.perf_counter()
+    check_supported(info)
+    timings["check"] = time.perf_counter() - t
+    t = time.perf_counter()
+    torch_module, _ctx, _mapping = import_to_torch_mlir(info)
+    timings["import"] = time.perf_counter() - t
+    stats = TranslationStats()
+    names = _user_input_names(model, len(model_args), len(loss_inputs), example_kwargs)
+    module = translate(torch_module, info, stats=stats, user_names=names)
+    timings["translate"] = stats.seconds
+    t = time.perf_counter()
+    verify(module)
+    timings["verify"] = time.perf_counter() - t
+    timings["total"] = sum(timings.values())
+    return Captured(module, info, len(model_args), timings, stats)
+
+
+def capture(model: Any, example_inputs: Sequence[Any], *, train: bool = False,
+            loss_fn: Callable | None = None, **kwargs: Any) -> Operation:
+    """Capture ``model`` into a verified spmdc ``builtin.module`` with ``func.func @main``.
+
+    ``example_inputs``: the model's positional inputs; with ``train=True`` and a ``loss_fn``
+    taking extra tensors, pass ``((model inputs...), (loss inputs...))`` or ``loss_inputs=``.
+    ``loss_fn(model_output, *loss_inputs)`` gives the scalar loss; without it a training
+    capture needs a model that returns its loss. Raises
+    :class:`~spmdc.frontend.aten.UnsupportedOpError` for an op spmdc cannot translate.
+    """
+    return capture_program(model, example_inputs, train=train, loss_fn=loss_fn, **kwargs).module

@@ -1,0 +1,213 @@
+"""Plans: how parameters, inputs and outputs are laid out over a mesh.
+
+    plan = Plan(params={"blocks.*.mlp.fc1.weight": ParamLayout("S(0)", dims={"tp": ...})})
+    plan = Plan.from_dict({"params": {"*.weight": {"storage": ["S(0)", "R"], "compute": ["R", "R"]}},
+                           "inputs": [["S(0)", "R"]]}, mesh)
+    plan = preset("fsdp", mesh, params)          # dp | fsdp | megatron | sp | fsdp+tp
+
+Parameter patterns are globs over fully-qualified names, tried in order; every
+pattern must match something, and two patterns that match one parameter must agree.
+A parameter has a *storage* layout (how it and its gradient and optimizer state are
+kept) and an optional *compute* layout (how it is used: FSDP stores ``S(0)`` and
+computes at ``R``, i.e. gathers on use). Unnamed parameters are replicated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from spmdc.ir.sharding import Placement, Replicate, Shard
+from spmdc.sharding.mesh import Mesh, to_placements
+
+Layout = tuple[Placement, ...]
+
+
+class PlanError(ValueError):
+    """An invalid plan: names the parameter (or pattern) and the reason."""
+
+
+@dataclass
+class ParamLayout:
+    storage: Any
+    compute: Any = None
+
+
+@dataclass
+class ResolvedParam:
+    fqn: str
+    storage: Layout
+    compute: Layout
+    pattern: str | None
+
+
+@dataclass
+class Plan:
+    params: dict[str, Any] = field(default_factory=dict)      # pattern -> placements | ParamLayout
+    inputs: list[Any] | dict[str, Any] = field(default_factory=list)  # per user input
+    outputs: list[Any] = field(default_factory=list)           # per model output (loss: R)
+    reshard_after_forward: bool = True
+    name: str = "custom"
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "Plan":
+        params = {}
+        for pat, spec in (d.get("params") or {}).items():
+            if isinstance(spec, Mapping):
+                params[pat] = ParamLayout(spec.get("storage"), spec.get("compute"))
+            else:
+                params[pat] = spec
+        return Plan(params, list(d.get("inputs") or []), list(d.get("outputs") or []),
+                    bool(d.get("reshard_after_forward", True)), str(d.get("name", "custom")))
+
+    @staticmethod
+    def load(path: str) -> "Plan":
+        """A plan from a ``.json`` or ``.yaml``/``.yml`` file."""
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+        if not isinstance(data, Mapping):
+            raise PlanError(f"{path}: a plan file must hold a mapping with 'params', 'inputs', 'outputs'")
+        return Plan.from_dict(data)
+
+    # -- resolution --------------------------------------------------------------------------
+    def resolve_params(self, mesh: Mesh, params: Mapping[str, tuple[int, ...]]) -> dict[str, ResolvedParam]:
+        """FQN → storage/compute layouts, checking every pattern and shard dim."""
+        rep = tuple(Replicate() for _ in mesh.axes)
+        out = {fqn: ResolvedParam(fqn, rep, rep, None) for fqn in params}
+        for pattern, spec in self.params.items():
+            hits = [fqn for fqn in params if fnmatch.fnmatchcase(fqn, pattern)]
+            if not hits:
+                near = difflib.get_close_matches(pattern, list(params), n=3, cutoff=0.4)
+                hint = f"; near matches: {', '.join(near)}" if near else ""
+                raise PlanError(f"plan pattern '{pattern}' matches no parameter{hint}")
+            layout = spec if isinstance(spec, ParamLayout) else ParamLayout(spec)
+            try:
+                storage = to_placements(layout.storage, mesh)
+                compute = to_placements(layout.compute, mesh) if layout.compute is not None else storage
+            except (ValueError, TypeError) as e:
+                raise PlanError(f"plan pattern '{pattern}': {e}") from None
+            for fqn in hits:
+                shape = params[fqn]
+                for what, lay in (("storage", storage), ("compute", compute)):
+                    _check_dims(fqn, shape, lay, mesh, what)
+                prev = out[fqn]
+                if prev.pattern is not None and (prev.storage, prev.compute) != (storage, compute):
+                    raise PlanError(
+                        f"parameter '{fqn}': plan patterns '{prev.pattern}' ({_fmt(prev.storage)}) and "
+                        f"'{pattern}' ({_fmt(storage)}) disagree")
+                out[fqn] = ResolvedParam(fqn, storage, compute, pattern)
+        return out
+
+    def resolve_inputs(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], names: Sequence[str]) -> list[Layout]:
+        rep = tuple(Replicate() for _ in mesh.axes)
+        out = []
+        for i, shape in enumerate(shapes):
+            spec = None
+            if isinstance(self.inputs, Mapping):
+                spec = self.inputs.get(names[i]) if i < len(names) else None
+            elif i < len(self.inputs):
+                spec = self.inputs[i]
+            lay = rep if spec is None else to_placements(spec, mesh)
+            _check_dims(f"input #{i}" + (f" ({names[i]})" if i < len(names) else ""), shape, lay, mesh, "layout")
+            out.append(lay)
+        return out
+
+    def resolve_outputs(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]]) -> list[Layout | None]:
+        out: list[Layout | None] = []
+        for i, shape in enumerate(shapes):
+            spec = self.outputs[i] if i < len(self.outputs) else None
+            lay = None if spec is None else to_placements(spec, mesh)
+            if lay is not None:
+                _check_dims(f"output #{i}", shape, lay, mesh, "layout")
+            out.append(lay)
+        return out
+
+
+def _fmt(lay: Layout) -> str:
+    return "[" + ", ".join(map(str, lay)) + "]"
+
+
+def _check_dims(what: str, shape: tuple[int, ...], lay: Layout, mesh: Mesh, kind: str) -> None:
+    for axis, p in zip(mesh.axis_names, lay):
+        if isinstance(p, Shard) and not 0 <= p.dim < len(shape):
+            raise PlanError(f"{what if what.startswith(('input', 'output')) else 'parameter ' + repr(what)}: "
+                            f"{kind} placement {p} on mesh axis '{axis}' is out of range for a "
+                            f"rank-{len(shape)} tensor of shape {list(shape)}")
+
+
+# -- presets ------------------------------------------------------------------------------------
+
+COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "fc1", "c_fc", "w1", "w3",
+                   "query", "key", "value", "fc_in")
+ROW_PARALLEL = ("o_proj", "out_proj", "down_proj", "fc2", "c_proj", "w2", "fc_out", "proj")
+PRESETS = ("dp", "fsdp", "megatron", "sp", "fsdp+tp")
+
+
+def _layer_of(fqn: str) -> tuple[str, str]:
+    parts = fqn.split(".")
+    return (parts[-2] if len(parts) >= 2 else ""), parts[-1]
+
+
+def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
+           input_ranks: Sequence[int] = (), *, reshard_after_forward: bool = True) -> Plan:
+    """A built-in plan for ``mesh`` (axes ``dp`` and/or ``tp``) over the given parameters.
+
+    * ``dp``: parameters replicated on dp, batch (input dim 0) ``S(0)``: gradients all-reduced.
+    * ``fsdp``: parameters stored ``S(0)`` on dp, computed at ``R``; gradients reduce-scattered.
+    * ``megatron``: ``nn.Linear`` weights column-parallel (``S(0)`` of ``[out, in]``, bias ``S(0)``)
+      for q/k/v/up/gate/fc1, row-parallel (``S(1)``) for o/down/fc2/c_proj; the rest replicated.
+    * ``sp``: megatron plus sequence-parallel activations at the boundaries (input/output ``S(0)``
+      of the token dim for 2-D inputs, ``S(1)`` for ``[batch, seq, ...]``).
+    * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh).
+    """
+    if name not in PRESETS:
+        near = difflib.get_close_matches(name, PRESETS, n=2)
+        raise PlanError(f"unknown plan preset '{name}' (presets: {', '.join(PRESETS)})"
+                        + (f"; did you mean {near[0]!r}?" if near else ""))
+    axes = mesh.axis_names
+    need = {"dp": ("dp",), "fsdp": ("dp",), "megatron": ("tp",), "sp": ("tp",), "fsdp+tp": ("dp", "tp")}[name]
+    missing = [a for a in need if a not in axes]
+    if missing:
+        raise PlanError(f"plan preset '{name}' needs mesh axis '{missing[0]}' (mesh axes: {', '.join(axes)})")
+    specs: dict[str, ParamLayout] = {}
+    for fqn, shape in params.items():
+        storage: dict[str, Any] = {}
+        compute: dict[str, Any] = {}
+        if name in ("megatron", "sp", "fsdp+tp"):
+            layer, leaf = _layer_of(fqn)
+            if layer in COLUMN_PARALLEL and leaf in ("weight", "bias"):
+                storage["tp"] = compute["tp"] = Shard(0)
+            elif layer in ROW_PARALLEL and leaf == "weight" and len(shape) == 2:
+                storage["tp"] = compute["tp"] = Shard(1)
+        if name in ("fsdp", "fsdp+tp") and shape:
+            tp_dim = storage.get("tp").dim if isinstance(storage.get("tp"), Shard) else None
+            if not (tp_dim == 0 and len(shape) == 1):
+                storage["dp"] = Shard(0)
+                compute["dp"] = Replicate()
+        if storage:
+            specs[fqn] = ParamLayout(dict(storage), dict(compute) if compute != storage else None)
+    inputs: list[Any] = []
+    for r in input_ranks:
+        lay: dict[str, Any] = {}
+        if "dp" in need and r >= 1:
+            lay["dp"] = Shard(0)
+        if name == "sp" and r >= 1:
+            lay["tp"] = Shard(0 if r == 2 else 1 if r >= 3 else 0)
+        inputs.append(lay)
+    plan = Plan({_escape(k): v for k, v in specs.items()}, inputs, [], reshard_after_forward, name)
+    if name == "sp":
+        plan.outputs = [inp for inp in inputs[:1]]
+    return plan
+
+
+def _escape(fqn: str) -> str:
+    return fqn.replace("[", "[[]")
