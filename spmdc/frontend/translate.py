@@ -175,6 +175,10 @@ def translate(torch_module: Any, info: Any, *, func_name: str = "main",
         for j, (name, value) in enumerate(zip(rec.result_names, results)):
             _check_and_name(e, j, value, created, rec)
             env[name] = value
+        if rec.fx_node:  # helper ops (casts, broadcasts, ...) read as "<node>.<op>"
+            for op in e.created:
+                if op.results and op.results[0].name_hint is None and not e.is_cached_constant(op.results[0]):
+                    op.results[0].name_hint = f"{rec.fx_node}.{op.name.split('.', 1)[1]}"
         stats.spmdc_ops += len(e.created)
 
     # -- results -----------------------------------------------------------------------

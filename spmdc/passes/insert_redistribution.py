@@ -41,13 +41,13 @@ def insert_in_function(module: Operation, func: FuncOp) -> int:
     cache: dict[tuple[int, Layout], Value] = {}
     inserted = 0
 
-    def convert(v: Value, want: Layout, before: Operation) -> Value:
+    def convert(v: Value, want: Layout, before: Operation, shared: bool = True) -> Value:
         nonlocal inserted
         have = require_layout(v, before)
         if have == want:
             return v
         key = (id(v), want)
-        if key not in cache:
+        if key not in cache or not shared:
             op = Builder.before(before).create(
                 RedistributeOp, [v], {"from": ShardingAttr(mesh.sym_name, have), "to": ShardingAttr(mesh.sym_name, want)},
                 location=before.location)
@@ -60,7 +60,8 @@ def insert_in_function(module: Operation, func: FuncOp) -> int:
         if isinstance(op, RedistributeOp):
             continue
         if isinstance(op, AnnotateOp):
-            op.set_operand(0, convert(op.operand(0), op.sharding.placements, op))
+            # each annotation is its own conversion point (FSDP re-gathers in backward)
+            op.set_operand(0, convert(op.operand(0), op.sharding.placements, op, shared=False))
             set_result_layouts(op, mesh.sym_name, [op.sharding.placements])
             continue
         if isinstance(op, ReturnOp):
@@ -83,7 +84,10 @@ def insert_in_function(module: Operation, func: FuncOp) -> int:
 
 @dataclass
 class InsertRedistribution(ModulePass):
-    """Insert shard.redistribute wherever a producer's layout is not what its user needs."""
+    """Insert shard.redistribute wherever a producer's layout is not what its user needs.
+
+    Conversions of one value to one layout are shared by its users, except those feeding
+    ``shard.annotate``: each annotation is a separate conversion point."""
 
     name: ClassVar[str] = "insert-redistribution"
 

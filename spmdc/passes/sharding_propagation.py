@@ -23,6 +23,7 @@ After::
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -47,6 +48,8 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
     replicated: Layout = tuple(Replicate() for _ in shape)
     known: dict[int, Layout] = {}
     values: dict[int, Value] = {}
+
+    _ = max_sweeps  # kept as an option for compatibility; the worklist runs to a fixed point
 
     def set_(v: Value, lay: Layout) -> bool:
         if id(v) in known or not isinstance(v.type, TensorType):
@@ -82,40 +85,81 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
         except DiagnosticError:
             return False
 
-    def visit(op: Operation) -> bool:
-        if isinstance(op, ReturnOp):  # annotated results constrain values nobody else decided
-            changed = False
-            for i, v in enumerate(op.operands):
-                s = func.res_attrs(i).get(SHARDING)
-                if isinstance(s, ShardingAttr) and id(v) not in known:
-                    changed |= set_(v, s.placements)
-            return changed
-        if isinstance(op, AnnotateOp):
-            return set_(op.operand(0), op.sharding.placements) if id(op.operand(0)) not in known else False
-        if isinstance(op, RedistributeOp):
-            return set_(op.operand(0), op.source.placements) if id(op.operand(0)) not in known else False
+    index = {id(op): i for i, op in enumerate(ops)}
+    work: deque[Operation] = deque(ops + [ret])
+    queued = {id(op) for op in work}
+    conflicts: dict[int, Operation] = {}
+
+    def assign(v: Value, lay: Layout) -> bool:
+        if not set_(v, lay):
+            return False
+        users = [u.owner for u in v.uses]
+        prod = v.defining_op()
+        for o in ([prod] if prod is not None else []) + users:
+            if o.parent is func.body and id(o) not in queued:
+                work.append(o)
+                queued.add(id(o))
+        return True
+
+    def pending(op: Operation) -> tuple[list, list] | None:
         ins = [known.get(id(v)) for v in op.operands]
         outs = [known.get(id(r)) for r in op.results]
-        if all(x is not None for x in ins + outs) or all(x is None for x in ins + outs):
-            return False
-        choice = choose(op, rule_for(op), shape, ins, outs)
-        changed = False
+        both = ins + outs
+        if all(x is not None for x in both) or all(x is None for x in both):
+            return None
+        return ins, outs
+
+    def apply(op: Operation, choice) -> None:
         for v, lay in zip(op.operands, choice.operands):
             if id(v) not in known and producer_admits(v, lay):
-                changed |= set_(v, lay)
+                assign(v, lay)
         for r, lay in zip(op.results, choice.results):
-            changed |= set_(r, lay)
-        return changed
+            assign(r, lay)
 
-    for _ in range(max_sweeps):
-        changed = False
-        for op in ops:
-            changed |= visit(op)
-        changed |= visit(ret)
-        for op in reversed(ops):
-            changed |= visit(op)
-        if not changed:
+    def visit_free(op: Operation) -> None:
+        """Conflict-free step: take what needs no redistribution; defer conflicts."""
+        if isinstance(op, ReturnOp):  # annotated results constrain values nobody else decided
+            for i, v in enumerate(op.operands):
+                s = func.res_attrs(i).get(SHARDING)
+                if isinstance(s, ShardingAttr) and id(v) not in known and producer_admits(v, s.placements):
+                    assign(v, s.placements)
+            return
+        if isinstance(op, (AnnotateOp, RedistributeOp)):
+            lay = op.sharding.placements if isinstance(op, AnnotateOp) else op.source.placements
+            if id(op.operand(0)) not in known and producer_admits(op.operand(0), lay):
+                assign(op.operand(0), lay)
+            return
+        state = pending(op)
+        if state is None:
+            conflicts.pop(id(op), None)
+            return
+        choice = choose(op, rule_for(op), shape, *state)
+        if choice.is_free:
+            conflicts.pop(id(op), None)
+            apply(op, choice)
+        else:
+            conflicts[id(op)] = op
+
+    while True:
+        while work:
+            op = work.popleft()
+            queued.discard(id(op))
+            visit_free(op)
+        # Resolve the cheapest conflict (program order breaks ties), then go on conflict-free.
+        best = None
+        for op in list(conflicts.values()):
+            state = pending(op)
+            if state is None:
+                conflicts.pop(id(op))
+                continue
+            choice = choose(op, rule_for(op), shape, *state)
+            key = (choice.cost, choice.changes, index[id(op)])
+            if best is None or key < best[0]:
+                best = (key, op, choice)
+        if best is None:
             break
+        conflicts.pop(id(best[1]))
+        apply(best[1], best[2])
 
     for i, a in enumerate(func.args):
         func.set_arg_attr(i, SHARDING, ShardingAttr(mesh.sym_name, known.get(id(a), replicated)))

@@ -43,6 +43,47 @@ def forward_ops(func: FuncOp) -> set[int]:
     return seen
 
 
+VIEW_OPS = ("tensor.permute", "tensor.reshape", "tensor.cast", "tensor.broadcast")
+
+
+def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[int], mesh: str, compute) -> None:
+    """Give backward users of the gathered parameter (or of views of it) their own gather.
+
+    FSDP's reshard-after-forward: the forward's gathered copy is freed after use, so the
+    backward gathers again; views (permute/reshape/cast) of it are recomputed.
+    """
+    entry = func.body
+    chain: list[Value] = [ann.result]
+    for v in chain:
+        for u in v.uses:
+            if u.owner.name in VIEW_OPS and id(u.owner) in fwd and len(u.owner.operands) == 1:
+                chain.extend(u.owner.results)
+    in_chain = {id(v) for v in chain}
+    uses = [(u.owner, u.index) for v in chain for u in v.uses
+            if id(u.owner) not in fwd and u.owner.name != "func.return"]
+    if not uses:
+        return
+    first = min((op for op, _ in uses), key=entry.index_of)
+    builder = Builder.before(first)
+    again = builder.create(AnnotateOp, [arg], {"sharding": ShardingAttr(mesh, compute)}, location=first.location)
+    again.result.name_hint = (arg.name_hint or "p").replace(".", "_") + "_bwd"
+    copies: dict[int, Value] = {id(ann.result): again.result}
+
+    def copy(v: Value) -> Value:
+        if id(v) not in copies:
+            op = v.defining_op()
+            src = copy(op.operand(0))  # type: ignore[union-attr]
+            new = op.clone({op.operand(0): src})  # type: ignore[union-attr]
+            builder.insert(new)
+            copies[id(v)] = new.results[0]
+        return copies[id(v)]
+
+    for op, idx in uses:
+        v = op.operand(idx)
+        if id(v) in in_chain:
+            op.set_operand(idx, copy(v))
+
+
 def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main") -> dict:
     """Annotate ``@func_name`` of ``module`` with ``plan`` on ``mesh``; returns the resolved params."""
     func = next((op for op in module.body.ops if isinstance(op, FuncOp) and op.sym_name == func_name), None)
@@ -73,23 +114,18 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
         if not arg.uses:
             continue
         users = [u.owner for u in arg.uses]
-        groups = [users]
-        if plan.reshard_after_forward:
-            f_users = [op for op in users if id(op) in fwd]
-            b_users = [op for op in users if id(op) not in fwd]
-            groups = [g for g in (f_users, b_users) if g]
-        for group in groups:
-            first = min(group, key=lambda op: entry.index_of(op) if op.parent is entry else 0)
-            anchor = first if first.parent is entry else entry.ops[0]
-            ann = Builder.before(anchor).create(AnnotateOp, [arg], {"sharding": ShardingAttr(mesh.name, r.compute)},
-                                                location=anchor.location)
-            ann.result.name_hint = (arg.name_hint or "p") + "_use"
-            for op in group:
-                for idx, v in enumerate(op.operands):
-                    if v is arg:
-                        op.set_operand(idx, ann.result)
-    out_specs = plan.resolve_outputs(mesh, [v.type.shape for v in func.return_op.operands  # type: ignore[attr-defined]
-                                            if isinstance(v.type, TensorType)])
+        first = min(users, key=lambda op: entry.index_of(op))
+        ann = Builder.before(first).create(AnnotateOp, [arg], {"sharding": ShardingAttr(mesh.name, r.compute)},
+                                           location=first.location)
+        ann.result.name_hint = (arg.name_hint or "p").replace(".", "_") + "_use"
+        for op in users:
+            for idx, v in enumerate(op.operands):
+                if v is arg:
+                    op.set_operand(idx, ann.result)
+        if plan.reshard_after_forward and r.compute != r.storage:
+            _regather_for_backward(func, arg, ann, fwd, mesh.name, r.compute)
+    model_outputs = [i for i in range(len(func.return_op.operands)) if is_model_output(func, i)]
+    out_specs = plan.resolve_outputs(mesh, [func.return_op.operand(i).type.shape for i in model_outputs])  # type: ignore[attr-defined]
     for i, v in enumerate(func.return_op.operands):
         attrs = func.res_attrs(i)
         g = attrs.get("spmdc.grad_of")
@@ -97,9 +133,15 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
             func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, resolved[g.value].storage))
         elif isinstance(attrs.get("spmdc.loss"), UnitAttr):
             func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, tuple(resolved_rep(mesh))))
-        elif i < len(out_specs) and out_specs[i] is not None:
-            func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, out_specs[i]))  # type: ignore[arg-type]
+    for k, i in enumerate(model_outputs):
+        if out_specs[k] is not None:
+            func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, out_specs[k]))  # type: ignore[arg-type]
     return resolved
+
+
+def is_model_output(func: FuncOp, i: int) -> bool:
+    attrs = func.res_attrs(i)
+    return "spmdc.grad_of" not in attrs and "spmdc.loss" not in attrs and "spmdc.kind" not in attrs
 
 
 def resolved_rep(mesh: Mesh):

@@ -158,7 +158,8 @@ def _layer_of(fqn: str) -> tuple[str, str]:
 
 
 def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
-           input_ranks: Sequence[int] = (), *, reshard_after_forward: bool = True) -> Plan:
+           input_ranks: Sequence[int] = (), output_ranks: Sequence[int] = (), *,
+           reshard_after_forward: bool = True) -> Plan:
     """A built-in plan for ``mesh`` (axes ``dp`` and/or ``tp``) over the given parameters.
 
     * ``dp``: parameters replicated on dp, batch (input dim 0) ``S(0)``: gradients all-reduced.
@@ -167,7 +168,9 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
       for q/k/v/up/gate/fc1, row-parallel (``S(1)``) for o/down/fc2/c_proj; the rest replicated.
     * ``sp``: megatron plus sequence-parallel activations at the boundaries (input/output ``S(0)``
       of the token dim for 2-D inputs, ``S(1)`` for ``[batch, seq, ...]``).
-    * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh).
+    * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh); a weight whose dim 0 is
+      tp-sharded is dp-sharded on dim 1, and a 1-D parameter sharded on tp stays
+      replicated on dp (its gradient is all-reduced there).
     """
     if name not in PRESETS:
         near = difflib.get_close_matches(name, PRESETS, n=2)
@@ -189,24 +192,27 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
             elif layer in ROW_PARALLEL and leaf == "weight" and len(shape) == 2:
                 storage["tp"] = compute["tp"] = Shard(1)
         if name in ("fsdp", "fsdp+tp") and shape:
+            # dp shards dim 0, or dim 1 when tp already shards dim 0: a dim sharded by two
+            # axes is chunked by dp first, so gathering dp alone would not be contiguous.
             tp_dim = storage.get("tp").dim if isinstance(storage.get("tp"), Shard) else None
-            if not (tp_dim == 0 and len(shape) == 1):
-                storage["dp"] = Shard(0)
+            dp_dim = 0 if tp_dim != 0 else (1 if len(shape) > 1 else None)
+            if dp_dim is not None:
+                storage["dp"] = Shard(dp_dim)
                 compute["dp"] = Replicate()
         if storage:
             specs[fqn] = ParamLayout(dict(storage), dict(compute) if compute != storage else None)
-    inputs: list[Any] = []
-    for r in input_ranks:
+    def boundary(r: int) -> dict[str, Any]:
+        """Layout of a model input/output of rank ``r``: batch on dp, sequence on tp for sp."""
         lay: dict[str, Any] = {}
         if "dp" in need and r >= 1:
             lay["dp"] = Shard(0)
         if name == "sp" and r >= 1:
-            lay["tp"] = Shard(0 if r == 2 else 1 if r >= 3 else 0)
-        inputs.append(lay)
-    plan = Plan({_escape(k): v for k, v in specs.items()}, inputs, [], reshard_after_forward, name)
-    if name == "sp":
-        plan.outputs = [inp for inp in inputs[:1]]
-    return plan
+            lay["tp"] = Shard(0 if r <= 2 else 1)
+        return lay
+
+    inputs = [boundary(r) for r in input_ranks]
+    outputs = [boundary(r) for r in output_ranks]
+    return Plan({_escape(k): v for k, v in specs.items()}, inputs, outputs, reshard_after_forward, name)
 
 
 def _escape(fqn: str) -> str:

@@ -88,6 +88,11 @@ class Choice:
     operands: tuple[Layout, ...]
     results: tuple[Layout, ...]
     cost: float
+    changes: int = 0  # known values that must be redistributed
+
+    @property
+    def is_free(self) -> bool:
+        return self.cost == 0 and self.changes == 0
 
 
 def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
@@ -103,6 +108,7 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
     out_types = [r.type for r in op.results]
     per_axis: list[AxisStrategy] = []
     total = 0.0
+    total_changes = 0
     for a, n in enumerate(mesh_shape):
         best: tuple[float, int, int] | None = None
         best_s: AxisStrategy | None = None
@@ -135,6 +141,7 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
             raise op.emit_error(f"no sharding strategy on mesh axis #{a} produces the required result layout")
         per_axis.append(best_s)
         total += best[0]  # type: ignore[index]
+        total_changes += best[1]  # type: ignore[index]
     operands = tuple(tuple(s.operands[i] for s in per_axis) for i in range(len(in_types)))
     results = tuple(tuple(s.results[i] for s in per_axis) for i in range(len(out_types)))
-    return Choice(operands, results, total)
+    return Choice(operands, results, total, total_changes)

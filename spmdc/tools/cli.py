@@ -1,7 +1,8 @@
 """``spmdc``: the user-facing command line.
 
-    spmdc run            compile and run the built-in demo (see docs/cli.md)
-    spmdc show FILE      summarise an IR file
+    spmdc run                              compile and run the built-in demo (see docs/cli.md)
+    spmdc capture WORKLOAD [--train] -o F  capture a model into spmdc IR (spmdc.tools.capture_cmd)
+    spmdc show FILE                        summarise an IR file (spmdc.tools.show)
 """
 
 from __future__ import annotations
@@ -14,11 +15,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spmdc", description="spmdc — sharding compiler for PyTorch")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("run", help="compile and run the built-in demo")
+    cap = sub.add_parser("capture", help="capture a workload (forward or training step) into spmdc IR")
+    cap.add_argument("workload", help="mlp | gpt2-tiny | llama-tiny | path/to/file.py:factory | module:factory")
+    cap.add_argument("--train", action="store_true", help="capture forward + backward (loss and gradients)")
+    cap.add_argument("-o", "--output", default=None, help="output .mlir file (default: stdout)")
+    cap.add_argument("--debuginfo", action="store_true", help="print op locations (module path / aten op)")
+    show = sub.add_parser("show", help="summarise an IR file: functions, parameters, op counts")
+    show.add_argument("file")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from spmdc.tools.demo import run_demo
 
         return run_demo()
+    if args.cmd == "capture":
+        from spmdc.tools.capture_cmd import capture_main
+
+        return capture_main(args.workload, args.train, args.output, args.debuginfo)
+    if args.cmd == "show":
+        from spmdc.tools.show import show as show_file
+
+        return show_file(args.file)
     return 0
 
 

@@ -1,0 +1,128 @@
+"""``spmdc show FILE.mlir``: a readable summary of an IR file.
+
+For every function: its signature size and kind (forward / training step), a table of its
+parameters (FQN, shape, dtype, role), its other inputs and results, and op counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from spmdc.ir.attributes import ArrayAttr, StringAttr
+from spmdc.ir.types import TensorType
+
+
+def _shape(t: Any) -> str:
+    if isinstance(t, TensorType):
+        return "[" + ", ".join(str(d) for d in t.shape) + "]"
+    return str(t)
+
+
+def _dtype(t: Any) -> str:
+    return t.element_type if isinstance(t, TensorType) else "-"
+
+
+def _elements(t: Any) -> int:
+    return t.num_elements if isinstance(t, TensorType) else 0
+
+
+def summarize(module: Any) -> list[dict]:
+    """One dict per function: name, train_step, params, inputs, results, op_counts."""
+    from spmdc.dialects.func import FuncOp
+
+    out = []
+    for op in module.body.ops:
+        if not isinstance(op, FuncOp):
+            continue
+        grads = {}
+        results = []
+        for i, t in enumerate(op.function_type.results):
+            a = op.res_attrs(i)
+            g = a.get("spmdc.grad_of")
+            if isinstance(g, StringAttr):
+                grads[g.value] = i
+                role = f"grad of {g.value}"
+            elif "spmdc.loss" in a:
+                role = "loss"
+            elif isinstance(a.get("spmdc.buffer_update"), StringAttr):
+                role = f"new value of {a['spmdc.buffer_update'].value}"  # type: ignore[attr-defined]
+            else:
+                role = "output"
+            results.append({"index": i, "role": role, "shape": _shape(t), "dtype": _dtype(t)})
+        params, inputs = [], []
+        for i, (arg, t) in enumerate(zip(op.args, op.function_type.inputs)):
+            a = op.arg_attrs(i)
+            p = a.get("spmdc.param")
+            if isinstance(p, StringAttr):
+                tied = a.get("spmdc.tied")
+                params.append({"fqn": p.value, "shape": _shape(t), "dtype": _dtype(t), "elements": _elements(t),
+                               "kind": "buffer" if "spmdc.buffer" in a else "parameter",
+                               "grad": p.value in grads,
+                               "tied": [x.value for x in tied] if isinstance(tied, ArrayAttr) else [],
+                               "sharding": str(a["shard.sharding"]) if "shard.sharding" in a else ""})
+            else:
+                inputs.append({"index": i, "name": arg.name_hint or f"arg{i}", "shape": _shape(t), "dtype": _dtype(t)})
+        counts = Counter(o.name for o in op.walk() if o is not op)
+        out.append({"name": op.sym_name, "train_step": "spmdc.train_step" in op.attributes, "params": params,
+                    "inputs": inputs, "results": results, "op_counts": dict(counts.most_common())})
+    return out
+
+
+def show(path: str, console: Any = None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from spmdc.ir.parser import parse_module
+    from spmdc.ir.verifier import verify
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # files and pipes: never truncate FQNs
+            console = Console(width=160)
+    with open(path) as f:
+        module = parse_module(f.read(), path)
+    verify(module)
+    for fn in summarize(module):
+        kind = "training step (forward + backward)" if fn["train_step"] else "forward"
+        n_el = sum(p["elements"] for p in fn["params"] if p["kind"] == "parameter")
+        console.print(f"[bold]func @{fn['name']}[/bold] — {kind}; {len(fn['params'])} parameters/buffers "
+                      f"({n_el:,} parameter elements), {len(fn['inputs'])} inputs, {len(fn['results'])} results, "
+                      f"{sum(fn['op_counts'].values())} ops")
+        if fn["params"]:
+            t = Table(title="parameters and buffers", title_justify="left")
+            t.add_column("FQN", no_wrap=True)
+            for col in ("shape", "dtype", "kind", "grad", "notes"):
+                t.add_column(col)
+            for p in fn["params"]:
+                notes = []
+                if p["tied"]:
+                    notes.append("tied: " + ", ".join(p["tied"]))
+                if p["sharding"]:
+                    notes.append(p["sharding"])
+                t.add_row(p["fqn"], p["shape"], p["dtype"], p["kind"], "yes" if p["grad"] else "", "; ".join(notes))
+            console.print(t)
+        if fn["inputs"]:
+            t = Table(title="inputs", title_justify="left")
+            for col in ("#", "name", "shape", "dtype"):
+                t.add_column(col)
+            for i in fn["inputs"]:
+                t.add_row(str(i["index"]), "%" + i["name"], i["shape"], i["dtype"])
+            console.print(t)
+        t = Table(title="results", title_justify="left")
+        for col in ("#", "role", "shape", "dtype"):
+            t.add_column(col)
+        for r in fn["results"]:
+            if not r["role"].startswith("grad of"):
+                t.add_row(str(r["index"]), r["role"], r["shape"], r["dtype"])
+        n_grads = sum(1 for r in fn["results"] if r["role"].startswith("grad of"))
+        if n_grads:
+            t.add_row("", f"{n_grads} gradients (one per parameter marked 'grad')", "", "")
+        console.print(t)
+        t = Table(title="op counts", title_justify="left")
+        t.add_column("op")
+        t.add_column("count", justify="right")
+        for name, n in fn["op_counts"].items():
+            t.add_row(name, str(n))
+        console.print(t)
+    return 0
