@@ -31,6 +31,8 @@ def launch(fn: Callable[..., Any], nproc: int, args: tuple = (), timeout_s: floa
     try:
         return elastic_launch(config, fn)(*args)
     except ChildFailedError as e:
-        first = e.get_first_failure()[1]
-        msg = first.message if isinstance(first.message, str) else first.message.get("message", str(first.message))
-        raise LaunchError(f"rank {first.rank} failed: {msg}") from None
+        rank, failure = e.get_first_failure()
+        msg = failure.message
+        if isinstance(msg, dict):
+            msg = msg.get("message", str(msg))
+        raise LaunchError(f"rank {rank} failed: {msg}") from None

@@ -280,7 +280,11 @@ class IndexPutOp(TensorOp):
         x, idx, v = ts[0], ts[1:-1], ts[-1]
         same_element_type([x, v])
         target = _index_shape(x, idx)
-        if broadcast_shapes(v.shape, target) != target:
+        try:
+            ok = broadcast_shapes(v.shape, target) == target
+        except InferError:
+            ok = False
+        if not ok:
             raise InferError(f"values {v} do not broadcast to the indexed shape {list(target)}")
         return [x]
 

@@ -1,4 +1,4 @@
-// RUN: %spmdc-opt %s --split-input-file --verify-diagnostics
+// RUN: %spmdc-opt %s --split-input-file --verify-diagnostics --allow-unregistered-dialect
 
 // expected-error@+1 {{'builtin.module' op expects a single block without arguments}}
 "builtin.module"() ({
@@ -71,5 +71,41 @@ func.func @f(%x: tensor<4xf32>) {
   // expected-error@+1 {{'builtin.module' op expected 0 operands, but found 1}}
   "builtin.module"(%x) ({
   }) : (tensor<4xf32>) -> ()
+  func.return
+}
+
+// -----
+
+// The blocks of a region do not see each other's values (there are no branches),
+// only the values of enclosing non-isolated regions.
+func.func @value_of_another_block(%x: tensor<4xf32>) {
+  "test.region"() ({
+  ^bb0:
+    %a = tensor.neg %x : tensor<4xf32>
+  ^bb1:
+    // expected-error@+1 {{'tensor.neg' op operand #0 is not visible here (defined in another scope)}}
+    %b = tensor.neg %a : tensor<4xf32>
+  }) : () -> ()
+  func.return
+}
+
+// -----
+
+// Use before definition is rejected while parsing.
+func.func @use_before_def(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error@+1 {{use of undeclared SSA value '%late'}}
+  %0 = tensor.neg %late : tensor<4xf32>
+  %late = tensor.exp %x : tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+
+// -----
+
+// An unregistered op is not verified, but what is nested in it is.
+func.func @verified_inside_unregistered_op(%x: tensor<4xf32>) {
+  "test.region"() ({
+    // expected-error@+1 {{'tensor.neg' op result type tensor<8xf32> does not match the inferred type tensor<4xf32>}}
+    %a = "tensor.neg"(%x) : (tensor<4xf32>) -> tensor<8xf32>
+  }) {anything = "goes"} : () -> ()
   func.return
 }
