@@ -19,13 +19,14 @@ without an entry raises :class:`UnsupportedOpError` naming the op and its module
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from spmdc.frontend.aten import TranslationError, UnsupportedOpError, handler_table
 from spmdc.frontend.aten.base import ELEMENT_TYPES, Emitter, Uninitialized, torch_op_label
-from spmdc.ir.attributes import ArrayAttr, DenseAttr, StringAttr, UnitAttr
+from spmdc.ir.attributes import ArrayAttr, DenseAttr, DictAttr, StringAttr, UnitAttr
 from spmdc.ir.core import Value
 from spmdc.ir.location import NameLoc
 from spmdc.ir.printer import _HINT_OK
@@ -102,13 +103,26 @@ def translate(torch_module: Any, info: Any, *, func_name: str = "main",
 
     ``user_names`` (user input index -> name) overrides the placeholder names of user inputs.
     """
+    t0 = time.perf_counter()
+    stats = stats if stats is not None else TranslationStats()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # building thousands of small objects: collector passes cost more than the work
+    try:
+        module = _translate(torch_module, info, func_name, stats, user_names)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    stats.seconds += time.perf_counter() - t0
+    return module
+
+
+def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationStats,
+               user_names: dict[int, str] | None):
     from spmdc.dialects.builtin import ModuleOp
     from spmdc.dialects.func import FuncOp, ReturnOp
     from spmdc.dialects.tensor import ConstantOp
     from spmdc.frontend.torch_mlir_bridge import iter_ops
 
-    t0 = time.perf_counter()
-    stats = stats if stats is not None else TranslationStats()
     aliases: dict[str, list[str]] = {}
     for alias, canon in info.tied_parameters.items():
         aliases.setdefault(canon, []).append(alias)
@@ -133,7 +147,9 @@ def translate(torch_module: Any, info: Any, *, func_name: str = "main",
         arg_names.append(name)
         arg_slots.append(inp.index)
 
-    func = FuncOp.build(func_name, arg_types, [], arg_attrs=arg_attrs, location=NameLoc(func_name))
+    func = FuncOp.build(func_name, arg_types, [], location=NameLoc(func_name))
+    if any(arg_attrs):  # one ArrayAttr at once (set_arg_attr per entry is quadratic)
+        func.attributes["arg_attrs"] = ArrayAttr(tuple(DictAttr.of(d) for d in arg_attrs))
     module = ModuleOp.build_empty(location=NameLoc("spmdc.capture"))
     module.body.append(func)
     if info.train:
@@ -200,11 +216,9 @@ def translate(torch_module: Any, info: Any, *, func_name: str = "main",
     from spmdc.ir.types import FunctionType
 
     func.set_function_type(FunctionType(tuple(arg_types), tuple(v.type for v in returned)))
-    for i, attrs in enumerate(res_attrs):
-        for k, v in attrs.items():
-            func.set_res_attr(i, k, v)
+    if any(res_attrs):
+        func.attributes["res_attrs"] = ArrayAttr(tuple(DictAttr.of(d) for d in res_attrs))
     builder.create(ReturnOp, returned, result_types=[], location=NameLoc("output"))
-    stats.seconds += time.perf_counter() - t0
     return module
 
 

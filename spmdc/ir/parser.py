@@ -32,7 +32,7 @@ _TENSOR_TYPES: dict[str, TensorType] = {}
 def _lark() -> Lark:
     grammar = resources.files("spmdc.ir").joinpath("grammar.lark").read_text()
     return Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=False,
-                cache=False)
+                cache=True)
 
 
 _TOKEN_NAMES = {

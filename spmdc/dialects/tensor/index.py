@@ -2,6 +2,7 @@
 
     %0 = tensor.slice %x {dim = 1, end = 8, start = 4, step = 1} : (tensor<2x8xf32>) -> tensor<2x4xf32>
     %1 = tensor.concat %0, %0 {dim = 1} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+    %r = tensor.reverse %1 {dims = [1]} : tensor<2x8xf32>
     %2 = tensor.insert_slice %x, %0 {dim = 1, end = 8, start = 4, step = 1}
            : (tensor<2x8xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
     %3 = tensor.embedding %w, %ids : (tensor<64x32xf32>, tensor<2x8xi64>) -> tensor<2x8x32xf32>
@@ -17,7 +18,9 @@ from typing import Any
 from spmdc.ir.attributes import ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, StringAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
-from spmdc.dialects.tensor.base import TensorOp, broadcast_shapes, int_list, same_element_type, tensor_types, torch_module
+from spmdc.dialects.tensor.base import (
+    TensorOp, broadcast_shapes, check_dims, int_list, same_element_type, tensor_types, torch_module,
+)
 from spmdc.dialects.tensor.helpers import bool_attr, check_dim, int_attr, number_attr, require_int, str_attr
 
 _SLICE_ATTRS = {"dim": IntegerAttr, "start": IntegerAttr, "end": IntegerAttr, "step": IntegerAttr}
@@ -83,6 +86,28 @@ class InsertSliceOp(TensorOp):
     def reference(self, d: Any, s: Any) -> Any:
         dim, st, e, step = (self.attr_value(k) for k in ("dim", "start", "end", "step"))
         return torch_module().slice_scatter(d, s, dim, st, e, step)
+
+
+class ReverseOp(TensorOp):
+    """Reverse the order of elements along ``dims`` (``torch.flip``).
+
+    ``%r = tensor.reverse %x {dims = [1]} : tensor<2x8xf32>``
+    """
+
+    name = "tensor.reverse"
+    num_operands = 1
+    num_results = 1
+    required_attrs = {"dims": ArrayAttr}
+    traits = TensorOp.traits | {"SameOperandsAndResultType"}
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        (a,) = tensor_types(operand_types, cls.name)
+        check_dims(int_list(attrs, "dims"), a.rank, "reversed dim")
+        return [a]
+
+    def reference(self, a: Any) -> Any:
+        return torch_module().flip(a, self.attr_value("dims"))
 
 
 class ConcatOp(TensorOp):
@@ -292,4 +317,4 @@ class IndexPutOp(TensorOp):
         return x.index_put(tuple(rest[:-1]), rest[-1], accumulate=bool_attr(self.attributes, "accumulate"))
 
 
-OPS = [SliceOp, InsertSliceOp, ConcatOp, PadOp, EmbeddingOp, GatherOp, ScatterOp, IndexOp, IndexPutOp]
+OPS = [SliceOp, InsertSliceOp, ReverseOp, ConcatOp, PadOp, EmbeddingOp, GatherOp, ScatterOp, IndexOp, IndexPutOp]

@@ -199,3 +199,14 @@ def _unpack(e: Emitter):
     if not isinstance(items, list) or len(items) != len(e.rec.results):
         raise e.unsupported("unpacks a list whose length is not known")
     return list(items)
+
+
+@handles(A + "flip")
+def _flip(e: Emitter):
+    x = e.tensor(0)
+    r = x.tensor_type.rank
+    dims = sorted({norm_dim(d, r) for d in e.const(1)})
+    dims = [d for d in dims if x.tensor_type.shape[d] > 1]
+    if not dims:
+        return [x]
+    return [e.create(T.ReverseOp, [x], {"dims": dims})]
