@@ -68,13 +68,17 @@ def main() -> None:
         loss = w.loss_fn(w.model(*w.inputs), *w.loss_inputs)
         loss.backward()
         grads = {n: p.grad for n, p in w.model.named_parameters()}
-        worst = 0.0
+        worst, bad = 0.0, []
         for o, v in zip(cap.info.outputs, outs):
             if o.kind == "gradient":
                 ref = grads[o.fqn]
-                worst = max(worst, ((v - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item())
+                if not torch.allclose(v, ref, rtol=1e-4, atol=1e-6):
+                    bad.append(o.fqn)
+                if ref.abs().max() > 1e-6:  # skip gradients that are zero in exact arithmetic (k bias)
+                    worst = max(worst, ((v - ref).abs().max() / ref.abs().max()).item())
         print(f"\ninterpreter: {interp:.2f}s; loss {outs[0].item():.6f} vs eager {loss.item():.6f}; "
-              f"worst gradient error (max |diff| / max |grad|): {worst:.2e}")
+              f"worst gradient error (max |diff| / max |grad|, nonzero gradients): {worst:.2e}; "
+              f"gradients outside rtol 1e-4/atol 1e-6: {bad or 'none'}")
         torch.testing.assert_close(outs[0], loss.detach(), rtol=1e-5, atol=1e-6)
 
 

@@ -19,14 +19,18 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_head: int, block_size: int):
         super().__init__()
         self.n_head = n_head
-        self.c_attn = nn.Linear(d_model, 3 * d_model)
+        # q/k/v as three projections (GPT-2's fused c_attn split in three) so that
+        # Megatron column-parallelism shards heads without an interleaved layout.
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
         self.c_proj = nn.Linear(d_model, d_model)
         mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask.view(1, 1, block_size, block_size), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         hd = c // self.n_head
         q = q.view(b, t, self.n_head, hd).transpose(1, 2)
         k = k.view(b, t, self.n_head, hd).transpose(1, 2)

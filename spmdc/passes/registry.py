@@ -30,7 +30,7 @@ PASS_MODULES: dict[str, str] = {
 
 # Named pipelines expand to a pipeline string.
 PIPELINES: dict[str, str] = {
-    "spmd-pipeline": "sharding-propagation,insert-redistribution,canonicalize,lower-redistribution,"
+    "spmd-pipeline": "sharding-propagation,insert-redistribution,lower-redistribution,"
                      "partition,fuse-collectives,cse,dce,canonicalize",
 }
 

@@ -21,7 +21,8 @@ from spmdc.ir.sharding import Partial, Replicate, Shard
 from spmdc.sharding.mesh import Mesh, local_offset, local_shape
 from spmdc.sharding.plan import Plan, preset
 
-GLOBAL_PIPELINE = "sharding-propagation,insert-redistribution,canonicalize,lower-redistribution"
+PREPARE_PIPELINE = "canonicalize,cse"
+GLOBAL_PIPELINE = "sharding-propagation,insert-redistribution,lower-redistribution"
 RANK_PIPELINE = "partition{{rank={rank}}},fuse-collectives,cse,dce,canonicalize"
 
 
@@ -81,6 +82,7 @@ def compile_step(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | P
     func = next(op for op in module.body.ops if isinstance(op, FuncOp))
     resolved_plan = plan_for(plan, mesh, func)
     t = time.perf_counter()
+    PassManager(parse_pipeline(PREPARE_PIPELINE)).run(module)
     apply_plan(module, mesh, resolved_plan)
     PassManager(parse_pipeline(GLOBAL_PIPELINE)).run(module)
     timings = dict(cap.timings)
@@ -100,7 +102,7 @@ def compile_step(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | P
             result_kinds.append("grad:" + attrs["spmdc.grad_of"].value)  # type: ignore[attr-defined]
         else:
             result_kinds.append("output")
-    return CompiledStep(print_module(module), mesh, resolved_plan.name, args, arg_kinds, result_kinds, timings)
+    return CompiledStep(print_module(module, debuginfo=True), mesh, resolved_plan.name, args, arg_kinds, result_kinds, timings)
 
 
 # -- on a rank ------------------------------------------------------------------------------------
@@ -164,8 +166,12 @@ def _size_before(global_shape: tuple[int, ...], layout: list[Any], axis: int, di
     return size
 
 
-def run_on_rank(step: CompiledStep, rank: int, comm: Any) -> dict[str, Any]:
-    """Run the rank's program; results come back as full tensors plus comm statistics."""
+def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codegen") -> dict[str, Any]:
+    """Run the rank's program; results come back as full tensors plus comm statistics.
+
+    ``executor``: ``"codegen"`` runs the generated Python module (spmdc.codegen),
+    ``"interpret"`` the reference interpreter op by op.
+    """
     from spmdc.dialects.func import FuncOp
     from spmdc.runtime.interpreter import interpret
     from spmdc.sharding.layouts import SHARDING
@@ -179,7 +185,15 @@ def run_on_rank(step: CompiledStep, rank: int, comm: Any) -> dict[str, Any]:
     import torch
 
     with torch.no_grad():
-        outs = interpret(module, args, comm=comm.run)
+        if executor == "codegen":
+            from spmdc.codegen.cache import load_program
+            from spmdc.codegen.comm_stats import CountingComm
+
+            outs = load_program(module, "main")[0](args, CountingComm(comm))
+        elif executor == "interpret":
+            outs = interpret(module, args, comm=comm.run)
+        else:
+            raise ValueError(f"unknown executor {executor!r} (choices: 'codegen', 'interpret')")
     full_outs = []
     global_fn = _global_result_types(step)
     for i, out in enumerate(outs):

@@ -3,7 +3,8 @@
     results = launch(run_steps, nproc=4, args=([step_a, step_b],))
 
 Every rank runs every compiled step in order (steps must use meshes of ``nproc`` ranks)
-and returns, per step, the full results and the collectives it issued.
+and returns, per step, the full results and the collectives it issued. ``executor``
+("codegen" or "interpret") is passed to :func:`spmdc.runtime.engine.run_on_rank`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from typing import Any
 
 
-def run_steps(steps: list[Any]) -> list[dict[str, Any]]:
+def run_steps(steps: list[Any], executor: str = "codegen") -> list[dict[str, Any]]:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -32,7 +33,7 @@ def run_steps(steps: list[Any]) -> list[dict[str, Any]]:
             if key not in meshes:
                 meshes[key] = init_device_mesh("cpu", step.mesh.shape, mesh_dim_names=step.mesh.axis_names)
             comm = Collectives(meshes[key])
-            out.append(run_on_rank(step, rank, comm))
+            out.append(run_on_rank(step, rank, comm, executor))
     finally:
         dist.destroy_process_group()
     return out

@@ -80,6 +80,63 @@ def _dim_blocked(key: str = "dim", partial_one: tuple[int, ...] = ()) -> RuleFn:
     return rule
 
 
+def _aligned(blocked_dims: Callable[[Operation], set[int]]) -> RuleFn:
+    """Operands of the result's rank map dim-for-dim (where sizes agree) to the result's
+    factors; lower-rank operands broadcast from the right; ``blocked_dims`` stay whole."""
+    def rule(op: Operation) -> OpShardingRule:
+        out = op.results[0].type
+        b = R.RuleBuilder()
+        res = [b.factor(s) for s in out.shape]  # type: ignore[attr-defined]
+        blocked = {res[d] for d in blocked_dims(op) if 0 <= d < len(res)}
+        ops = []
+        for v in op.operands:
+            t = v.type
+            off = out.rank - t.rank  # type: ignore[attr-defined]
+            dims: list[int | None] = []
+            for i, size in enumerate(t.shape):  # type: ignore[attr-defined]
+                j = off + i
+                if 0 <= j < out.rank and size == out.shape[j]:  # type: ignore[attr-defined]
+                    dims.append(res[j])
+                elif size == 1:
+                    dims.append(None)
+                else:
+                    f = b.factor(size)
+                    blocked.add(f)
+                    if 0 <= j < len(res):
+                        blocked.add(res[j])
+                    dims.append(f)
+            ops.append(dims)
+        return b.build(ops, [res], blocked=frozenset(blocked))
+    return rule
+
+
+def _embedding(op: Operation) -> OpShardingRule:
+    """``table[V, D]``, ``ids[...]`` -> ``[..., D]``: ids dims and D are parallel; V stays whole."""
+    table, ids = op.operands[0].type, op.operands[1].type
+    b = R.RuleBuilder()
+    fid = [b.factor(s) for s in ids.shape]  # type: ignore[attr-defined]
+    v, d = b.factor(table.shape[0]), b.factor(table.shape[1])  # type: ignore[attr-defined]
+    return b.build([[v, d], fid], [fid + [d]], blocked=frozenset({v}))
+
+
+def _attr_dims(*keys: str) -> Callable[[Operation], set[int]]:
+    def dims(op: Operation) -> set[int]:
+        out: set[int] = set()
+        for k in keys:
+            a = op.attributes.get(k)
+            if isinstance(a, IntegerAttr):
+                out.add(a.value)
+            elif isinstance(a, ArrayAttr):
+                out.update(x.value for x in a)  # type: ignore[attr-defined]
+        return out
+    return dims
+
+
+def _padded_dims(op: Operation) -> set[int]:
+    low, high = _ints(op, "low"), _ints(op, "high")
+    return {d for d, (lo, hi) in enumerate(zip(low, high)) if lo or hi}
+
+
 def _matmul(op: Operation) -> OpShardingRule:
     a, b = op.operands[0].type, op.operands[1].type
     return R.matmul_rule(a, b, op.results[0].type)  # type: ignore[arg-type]
@@ -126,6 +183,16 @@ RULES: dict[str, RuleFn] = {
     "tensor.log_softmax": _dim_blocked("dim"),
     "tensor.cumsum": _dim_blocked("dim"),
     "tensor.concat": _dim_blocked("dim", partial_one=()),
+    "tensor.var": _reduce(None, frozenset()),
+    "tensor.select": _elementwise(),
+    "tensor.compare": _elementwise(),
+    "tensor.slice": _aligned(_attr_dims("dim")),
+    "tensor.insert_slice": _aligned(_attr_dims("dim")),
+    "tensor.reverse": _aligned(_attr_dims("dims")),
+    "tensor.pad": _aligned(_padded_dims),
+    "tensor.gather": _aligned(_attr_dims("dim")),
+    "tensor.scatter": _aligned(_attr_dims("dim")),
+    "tensor.embedding": _embedding,
 }
 
 

@@ -75,6 +75,7 @@ def _bytes_on_axis(ty: object, layout: Layout | None, axis: int, mesh_shape: Seq
 
 
 PINNED_PENALTY = 1e9
+FANOUT_FACTOR = 1.5
 
 
 def is_pinned(v: object) -> bool:
@@ -125,6 +126,10 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
                     if is_pinned(v):
                         cost += PINNED_PENALTY
                     changes += 1
+                elif isinstance(want, Partial) and len(v.uses) > 1:
+                    # Keeping a shared Partial pending means reducing it again on every branch:
+                    # price it above one reduction so fan-out reduces at the source instead.
+                    cost += FANOUT_FACTOR * costs[a].all_reduce(_bytes_on_axis(ty, have, a, mesh_shape), n)
             for ty, have, got in zip(out_types, result_layouts, s.results):
                 if have is None:
                     continue

@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     cap.add_argument("--debuginfo", action="store_true", help="print op locations (module path / aten op)")
     show = sub.add_parser("show", help="summarise an IR file: functions, parameters, op counts")
     show.add_argument("file")
+    show.add_argument("--comm", action="store_true", help="also tabulate collectives per mesh axis")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from spmdc.tools.demo import run_demo
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "show":
         from spmdc.tools.show import show as show_file
 
-        return show_file(args.file)
+        return show_file(args.file, comm=args.comm)
     return 0
 
 

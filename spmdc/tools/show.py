@@ -69,7 +69,21 @@ def summarize(module: Any) -> list[dict]:
     return out
 
 
-def show(path: str, console: Any = None) -> int:
+def comm_table(module: Any) -> list[dict]:
+    """Collectives grouped by (op, mesh, axes): count and operand bytes per rank."""
+    rows: dict[tuple, dict] = {}
+    for op in module.walk():
+        if not op.name.startswith("comm."):
+            continue
+        axes = op.attr_value("axes", None) or [op.attr_value("axis", "?")]
+        key = (op.name, op.symbol_ref("mesh") or "?", ", ".join(map(str, axes)))
+        r = rows.setdefault(key, {"op": key[0], "mesh": key[1], "axes": key[2], "count": 0, "bytes": 0})
+        r["count"] += 1
+        r["bytes"] += sum(v.type.num_bytes for v in op.operands if isinstance(v.type, TensorType))
+    return list(rows.values())
+
+
+def show(path: str, console: Any = None, comm: bool = False) -> int:
     from rich.console import Console
     from rich.table import Table
 
@@ -124,5 +138,12 @@ def show(path: str, console: Any = None) -> int:
         t.add_column("count", justify="right")
         for name, n in fn["op_counts"].items():
             t.add_row(name, str(n))
+        console.print(t)
+    if comm:
+        t = Table(title="collectives (per rank)", title_justify="left")
+        for col in ("op", "mesh", "axes", "count", "bytes"):
+            t.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+        for r in comm_table(module):
+            t.add_row(r["op"], "@" + r["mesh"], r["axes"], str(r["count"]), f"{r['bytes']:,}")
         console.print(t)
     return 0

@@ -31,6 +31,8 @@ SiluOp = _unary("tensor.silu", "``%r = tensor.silu %a : tensor<4xf32>`` — a * 
                 lambda a: _t().nn.functional.silu(a))
 AbsOp = _unary("tensor.abs", "``%r = tensor.abs %a : tensor<4xf32>`` — |a|.", lambda a: _t().abs(a),
                float_only=False)
+SignOp = _unary("tensor.sign", "``%r = tensor.sign %a : tensor<4xf32>`` — -1, 0 or 1.", lambda a: _t().sign(a),
+                float_only=False)
 
 
 class GeluOp(UnaryOp):
@@ -92,4 +94,4 @@ class ClampOp(UnaryOp):
         return _t().clamp(a, self.attr_value("min"), self.attr_value("max"))
 
 
-OPS = [SigmoidOp, SinOp, CosOp, ErfOp, SiluOp, AbsOp, GeluOp, PowOp, ClampOp]
+OPS = [SigmoidOp, SinOp, CosOp, ErfOp, SiluOp, AbsOp, SignOp, GeluOp, PowOp, ClampOp]

@@ -77,3 +77,11 @@ func.func @index_put_values_do_not_broadcast(%x: tensor<64x32xf32>, %i: tensor<8
   %0 = tensor.index_put %x, %i, %v : (tensor<64x32xf32>, tensor<8xi64>, tensor<8x16xf32>) -> tensor<64x32xf32>
   func.return %0 : tensor<64x32xf32>
 }
+
+// -----
+
+func.func @reverse_repeated_dim(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error@+1 {{'tensor.reverse' op reversed dim [1, 1] repeats a dim}}
+  %0 = tensor.reverse %x {dims = [1, 1]} : tensor<2x3xf32>
+  func.return %0 : tensor<2x3xf32>
+}

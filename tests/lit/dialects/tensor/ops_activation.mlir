@@ -43,3 +43,13 @@ func.func @pow_and_clamp(%x: tensor<8x16xf32>, %e: tensor<f32>, %i: tensor<8xi64
   %3 = tensor.clamp %i {max = 63, min = 0} : tensor<8xi64>
   func.return %2, %3 : tensor<8x16xf32>, tensor<8xi64>
 }
+
+// sign is also defined on integers (the backward of abs uses it).
+// CHECK-LABEL: func.func @sign_ops(
+// CHECK:         %[[F:.*]] = tensor.sign %x : tensor<4xf32>
+// CHECK-NEXT:    %[[I:.*]] = tensor.sign %i : tensor<4xi64>
+func.func @sign_ops(%x: tensor<4xf32>, %i: tensor<4xi64>) -> (tensor<4xf32>, tensor<4xi64>) {
+  %0 = tensor.sign %x : tensor<4xf32>
+  %1 = tensor.sign %i : tensor<4xi64>
+  func.return %0, %1 : tensor<4xf32>, tensor<4xi64>
+}

@@ -52,3 +52,11 @@ func.func @advanced_index(%x: tensor<2x8x4xf32>, %i: tensor<2x1xi64>, %j: tensor
   %1 = tensor.index_put %x, %i, %j, %v : (tensor<2x8x4xf32>, tensor<2x1xi64>, tensor<1x8xi64>, tensor<4xf32>) -> tensor<2x8x4xf32>
   func.return %0, %1 : tensor<2x8x4xf32>, tensor<2x8x4xf32>
 }
+
+// flip (the backward of cumsum reverses, scans and reverses back).
+// CHECK-LABEL: func.func @reverse_dims(
+// CHECK:         %[[R:.*]] = tensor.reverse %x {dims = [0, 2]} : tensor<2x3x4xf32>
+func.func @reverse_dims(%x: tensor<2x3x4xf32>) -> tensor<2x3x4xf32> {
+  %0 = tensor.reverse %x {dims = [0, 2]} : tensor<2x3x4xf32>
+  func.return %0 : tensor<2x3x4xf32>
+}

@@ -1,0 +1,96 @@
+"""Generated source on disk, keyed by content hash; loading it as a callable.
+
+    fn, path = load_program(module, "main")     # emits once per distinct IR, then reuses the file
+    outs = fn(args, comm)
+    dump_codegen(module, "out/")               # what ``--dump-codegen DIR`` writes
+
+The key is sha256 of the emitter version, the entry function and the printed IR. Files
+live under ``$SPMDC_CACHE_DIR`` (default ``~/.cache/spmdc``) in ``codegen/`` and are
+written to a temporary file in the same directory, then ``os.replace``d into place, so
+ranks compiling the same program at once never see a partial file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from spmdc.codegen.names import py_name
+from spmdc.codegen.python_emitter import EMITTER_VERSION, bind_tables, emit_python
+from spmdc.ir.core import Operation
+
+_END = "# end of generated module\n"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SPMDC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "spmdc")
+    return Path(root) / "codegen"
+
+
+def program_key(module: Operation, func_name: str = "main") -> str:
+    from spmdc.ir.printer import print_module
+
+    h = hashlib.sha256()
+    for part in (EMITTER_VERSION, func_name, print_module(module)):
+        h.update(part.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cached_source(module: Operation, func_name: str = "main") -> Path:
+    """The path of the generated source for ``@func_name``, emitting it if not cached yet."""
+    key = program_key(module, func_name)
+    path = cache_dir() / f"spmdc_{key[:40]}.py"
+    header = f"# spmdc-codegen-key: {key}\n"
+    try:
+        text = path.read_text(encoding="utf-8")
+        if text.startswith(header) and text.endswith(_END):
+            return path
+    except OSError:
+        pass
+    write_atomic(path, header + emit_python(module, func_name))
+    return path
+
+
+def load_program(module: Operation, func_name: str = "main") -> tuple[Callable[[list[Any], Any], list[Any]], Path]:
+    """``(fn, source_path)``: ``fn(args, comm)`` runs ``@func_name`` and returns its results."""
+    path = cached_source(module, func_name)
+    source = path.read_text(encoding="utf-8")
+    namespace: dict[str, Any] = {"__name__": f"spmdc_generated_{path.stem}", "__file__": str(path)}
+    exec(compile(source, str(path), "exec"), namespace)
+    bind_tables(namespace, module)
+    return namespace["ENTRY"], path
+
+
+def dump_codegen(module: Operation, directory: str | os.PathLike[str]) -> list[Path]:
+    """Write one ``.py`` per top-level function of ``module`` into ``directory``."""
+    from spmdc.codegen.names import Namer
+    from spmdc.dialects.func import FuncOp
+
+    out, stems = [], Namer(prefix="f")
+    for op in module.body.ops:
+        if isinstance(op, FuncOp):
+            rank = op.attr_value("spmdc.rank")
+            stem = py_name(op.sym_name, "f") + (f"_rank{int(rank)}" if rank is not None else "")  # type: ignore[arg-type]
+            path = Path(directory) / f"{stems.fresh(stem)}.py"
+            write_atomic(path, emit_python(module, op.sym_name))
+            out.append(path)
+    return out

@@ -1,0 +1,90 @@
+"""Shared by the codegen tests: random inputs for a function, a fake collectives object,
+and running a function both through the interpreter and through generated code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from spmdc.codegen.cache import load_program
+from spmdc.codegen.comm_stats import CountingComm
+from spmdc.dialects.tensor.base import torch_dtype
+from spmdc.ir.sharding import chunk_sizes
+from spmdc.runtime.collectives import CommStats, Collectives
+from spmdc.runtime.interpreter import interpret
+
+
+def random_inputs(func: Any, seed: int = 0) -> list[torch.Tensor]:
+    """Floats ~ N(0, 1); integers in [0, 2) so they index any dim of size >= 2; i1 random."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for a in func.args:
+        t = a.type
+        dt = torch_dtype(t.element_type)
+        if t.element_type == "i1":
+            out.append(torch.randint(0, 2, t.shape, generator=g).bool())
+        elif t.is_float:
+            out.append(torch.randn(t.shape, generator=g).to(dt))
+        else:
+            out.append(torch.randint(0, 2, t.shape, generator=g).to(dt))
+    return out
+
+
+class FakeCollectives(Collectives):
+    """Shape-correct, deterministic stand-ins for the collectives; records every call."""
+
+    def __init__(self, sizes: dict[str, int], coords: dict[str, int] | None = None):
+        self.sizes = sizes
+        self.coords = coords or {}
+        self.stats = CommStats()
+        self.calls: list[tuple] = []
+
+    def size(self, axis: str) -> int:
+        return self.sizes[axis]
+
+    def coord(self, axis: str) -> int:
+        return self.coords.get(axis, self.sizes[axis] - 1)
+
+    def _piece(self, x, axis, dim):
+        sizes = chunk_sizes(x.shape[dim], self.size(axis))
+        i = self.coord(axis)
+        return x.narrow(dim, sum(sizes[:i]), sizes[i]).contiguous()
+
+    def all_reduce(self, x, axes, op):
+        self.calls.append(("all_reduce", tuple(x.shape), list(axes), op))
+        return x * (1 + len(axes))
+
+    def all_slice(self, x, axis, dim):
+        self.calls.append(("all_slice", tuple(x.shape), axis, dim))
+        return self._piece(x, axis, dim)
+
+    def all_gather(self, x, axis, dim, out_shape):
+        self.calls.append(("all_gather", tuple(x.shape), axis, dim, tuple(out_shape)))
+        out = x.new_zeros(tuple(out_shape))
+        out.narrow(dim, 0, x.shape[dim]).copy_(x)
+        return out
+
+    def reduce_scatter(self, x, axis, dim, op):
+        self.calls.append(("reduce_scatter", tuple(x.shape), axis, dim, op))
+        return self._piece(x, axis, dim) * 2
+
+    def all_to_all(self, x, axis, split_dim, concat_dim, out_shape):
+        self.calls.append(("all_to_all", tuple(x.shape), axis, split_dim, concat_dim, tuple(out_shape)))
+        return torch.full(tuple(out_shape), float(x.sum()), dtype=x.dtype)
+
+
+def run_both(module: Any, func_name: str, args: list[Any], sizes: dict[str, int] | None = None):
+    """(interpreter results, generated-code results, interpreter comm, codegen comm)."""
+    ci, cg = FakeCollectives(sizes or {}), FakeCollectives(sizes or {})
+    want = interpret(module, [a.clone() for a in args], func=func_name, comm=ci.run)
+    fn, _ = load_program(module, func_name)
+    got = fn([a.clone() for a in args], CountingComm(cg))
+    return want, got, ci, cg
+
+
+def assert_same(want: list[Any], got: list[Any]) -> None:
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, equal_nan=True)
