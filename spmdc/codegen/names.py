@@ -6,7 +6,7 @@ attributes) reaches generated source except through :func:`py_name` (reduced to
 (``repr`` of a plain ``int``/``float``/``bool``/``str``), so an IR file cannot inject code.
 
     >>> Namer().fresh("fc1.weight"), Namer().fresh("__import__('os')"), Namer().fresh("class")
-    ('fc1_weight', 'v__import___os__', 'v_class')
+    ('fc1_weight', 'v___import____os__', 'v_class')
 """
 
 from __future__ import annotations

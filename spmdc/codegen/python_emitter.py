@@ -13,17 +13,18 @@ What the source looks like::
     _REF = {}
     _CONST = {}
 
-    def _fused_0(fa, fb):
-        t = torch.add(fa, fb)
-        u = torch.relu(t)
-        return [t, u]
-
     def main(args, comm):
         x, w = args
         mm = torch.matmul(x, w)
         ag = comm.all_gather(mm, 'tp', 0, (32, 32))
-        f, v0 = _fused_0(ag, w)
-        return [f, v0]
+        f, f_1, = _fused_0(ag, w)
+        return [f, f_1]
+
+
+    def _fused_0(fa, fb):
+        t = torch.add(fa, fb)
+        u = torch.relu(t)
+        return [t, u]
 
     ENTRY = main
 

@@ -23,7 +23,9 @@ After::
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
+import os
+import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -86,19 +88,36 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
             return False
 
     index = {id(op): i for i, op in enumerate(ops)}
-    work: deque[Operation] = deque(ops + [ret])
-    queued = {id(op) for op in work}
+    index[id(ret)] = len(ops)
+    # Worklist ordered by (phase, program order): phase 0 moves layouts forward (operands →
+    # results), phase 1 also backward (users → operands). Forward information wins ties, so
+    # activations follow the inputs and gradients follow activations.
+    heap: list[tuple[int, int, int]] = []
+    queued: dict[int, int] = {}
+    by_id: dict[int, Operation] = {id(op): op for op in ops + [ret]}
     conflicts: dict[int, Operation] = {}
+
+    def push(op: Operation, phase: int) -> None:
+        if op.parent is not func.body:
+            return
+        if queued.get(id(op), 2) > phase:
+            queued[id(op)] = phase
+            heapq.heappush(heap, (phase, index[id(op)], id(op)))
+
+    trace = os.environ.get("SPMDC_TRACE_PROPAGATION")
+    current: list[str] = [""]
 
     def assign(v: Value, lay: Layout) -> bool:
         if not set_(v, lay):
             return False
-        users = [u.owner for u in v.uses]
+        if trace:
+            print(f"[sharding-propagation] %{v.name_hint or '?'} = [{', '.join(map(str, lay))}]  "
+                  f"by {current[0]}", file=sys.stderr)
+        for u in v.uses:
+            push(u.owner, 0)
         prod = v.defining_op()
-        for o in ([prod] if prod is not None else []) + users:
-            if o.parent is func.body and id(o) not in queued:
-                work.append(o)
-                queued.add(id(o))
+        if prod is not None:
+            push(prod, 1)
         return True
 
     def pending(op: Operation) -> tuple[list, list] | None:
@@ -109,22 +128,34 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
             return None
         return ins, outs
 
-    def apply(op: Operation, choice) -> None:
-        for v, lay in zip(op.operands, choice.operands):
-            if id(v) not in known and producer_admits(v, lay):
-                assign(v, lay)
+    def apply(op: Operation, choice, results_only: bool = False) -> None:
+        if not results_only:
+            for v, lay in zip(op.operands, choice.operands):
+                if id(v) not in known and producer_admits(v, lay):
+                    assign(v, lay)
         for r, lay in zip(op.results, choice.results):
             assign(r, lay)
 
-    def visit_free(op: Operation) -> None:
+    def visit_free(op: Operation, phase: int) -> None:
         """Conflict-free step: take what needs no redistribution; defer conflicts."""
         if isinstance(op, ReturnOp):  # annotated results constrain values nobody else decided
+            if phase == 0:
+                push(op, 1)
+                return
             for i, v in enumerate(op.operands):
+                # A gradient's layout is where it is stored (reduce-scattered or all-reduced
+                # into place); it must not pull the backward's activations into that layout,
+                # so it speaks only once everything else is settled (phase 2).
+                if ("spmdc.grad_of" in func.res_attrs(i)) != (phase == 2):
+                    continue
                 s = func.res_attrs(i).get(SHARDING)
                 if isinstance(s, ShardingAttr) and id(v) not in known and producer_admits(v, s.placements):
                     assign(v, s.placements)
             return
         if isinstance(op, (AnnotateOp, RedistributeOp)):
+            if phase == 0:
+                push(op, 1)
+                return
             lay = op.sharding.placements if isinstance(op, AnnotateOp) else op.source.placements
             if id(op.operand(0)) not in known and producer_admits(op.operand(0), lay):
                 assign(op.operand(0), lay)
@@ -133,18 +164,32 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
         if state is None:
             conflicts.pop(id(op), None)
             return
-        choice = choose(op, rule_for(op), shape, *state)
-        if choice.is_free:
+        ins, outs = state
+        if phase == 0 and (any(x is None for x in ins) or all(x is not None for x in outs)):
+            push(op, 1)  # forward needs every operand; otherwise wait for the backward phase
+            return
+        choice = choose(op, rule_for(op), shape, ins, outs)
+        if choice.is_free and choice.ambiguous:
+            conflicts[id(op)] = op  # the known values do not decide: let others speak first
+        elif choice.is_free:
             conflicts.pop(id(op), None)
-            apply(op, choice)
+            apply(op, choice, results_only=phase == 0)
+            if phase == 0 and any(known.get(id(v)) is None for v in op.operands):
+                push(op, 1)
         else:
             conflicts[id(op)] = op
 
+    for op in ops:
+        push(op, 0)
+    push(ret, 1)
     while True:
-        while work:
-            op = work.popleft()
-            queued.discard(id(op))
-            visit_free(op)
+        while heap:
+            phase, _, key = heapq.heappop(heap)
+            if queued.get(key) != phase:
+                continue
+            del queued[key]
+            current[0] = f"{by_id[key].name} #{index[key]} {'forward' if phase == 0 else 'backward'}"
+            visit_free(by_id[key], phase)
         # Resolve the cheapest conflict (program order breaks ties), then go on conflict-free.
         best = None
         for op in list(conflicts.values()):
@@ -153,12 +198,19 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
                 conflicts.pop(id(op))
                 continue
             choice = choose(op, rule_for(op), shape, *state)
-            key = (choice.cost, choice.changes, index[id(op)])
-            if best is None or key < best[0]:
-                best = (key, op, choice)
+            key2 = (choice.cost, choice.changes, index[id(op)])
+            if best is None or key2 < best[0]:
+                best = (key2, op, choice)
         if best is None:
-            break
+            # Last resort: annotated function results decide values nothing else did.
+            before = len(known)
+            current[0] = "func.return (result annotations)"
+            visit_free(ret, 2)
+            if len(known) == before:
+                break
+            continue
         conflicts.pop(id(best[1]))
+        current[0] = f"{best[1].name} #{index[id(best[1])]} conflict cost {best[0][0]:.1f}"
         apply(best[1], best[2])
 
     for i, a in enumerate(func.args):

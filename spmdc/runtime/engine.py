@@ -55,8 +55,9 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: Operation) -> Plan:
 
     params, in_ranks = {}, []
     for i, a in enumerate(func.args):  # type: ignore[attr-defined]
-        p = func.arg_attrs(i).get("spmdc.param")  # type: ignore[attr-defined]
-        if p is not None:
+        attrs = func.arg_attrs(i)  # type: ignore[attr-defined]
+        p = attrs.get("spmdc.param")
+        if p is not None and "spmdc.buffer" not in attrs:  # buffers stay replicated
             params[p.value] = a.type.shape
         else:
             in_ranks.append(a.type.rank)

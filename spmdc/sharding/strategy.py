@@ -29,6 +29,7 @@ class AxisStrategy:
     operands: tuple[Placement, ...]
     results: tuple[Placement, ...]
     label: str
+    factor: int | None = None
 
 
 def axis_strategies(rule: OpShardingRule, axis_size: int) -> list[AxisStrategy]:
@@ -52,7 +53,7 @@ def axis_strategies(rule: OpShardingRule, axis_size: int) -> list[AxisStrategy]:
                 outs.append(Partial(kind))
             else:
                 outs.append(R)
-        out.append(AxisStrategy(ins, tuple(outs), f"factor {f}"))
+        out.append(AxisStrategy(ins, tuple(outs), f"factor {f}", f))
     for kind in sorted(rule.partial_kinds):
         P = Partial(kind)
         if rule.partial_all and n_in:
@@ -90,6 +91,7 @@ class Choice:
     results: tuple[Layout, ...]
     cost: float
     changes: int = 0  # known values that must be redistributed
+    ambiguous: bool = False  # several free strategies disagree on the unknown values
 
     @property
     def is_free(self) -> bool:
@@ -110,10 +112,20 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
     per_axis: list[AxisStrategy] = []
     total = 0.0
     total_changes = 0
+    ambiguous = False
+    split: dict[int, int] = {}  # factor -> product of the axis sizes sharding it so far
+    unknown = [i for i, x in enumerate(operand_layouts) if x is None]
+    unknown_r = [i for i, x in enumerate(result_layouts) if x is None]
     for a, n in enumerate(mesh_shape):
         best: tuple[float, int, int] | None = None
         best_s: AxisStrategy | None = None
+        free: set[tuple] = set()
         for idx, s in enumerate(axis_strategies(rule, n)):
+            if s.factor is not None and n > 1:
+                parts = split.get(s.factor, 1) * n
+                size = rule.factor_sizes[s.factor]
+                if parts > size or (s.factor in rule.even_only and size % parts):
+                    continue
             cost, changes = 0.0, 0
             for v, ty, have, want in zip(op.operands, in_types, operand_layouts, s.operands):
                 if have is None:
@@ -140,6 +152,8 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
                     cost += placement_change_cost(got, have[a], _bytes_on_axis(ty, have, a, mesh_shape), n, costs[a])
                     changes += 1
             key = (cost, changes, idx)
+            if cost == 0 and changes == 0:
+                free.add((tuple(s.operands[i] for i in unknown), tuple(s.results[i] for i in unknown_r)))
             if cost < INF and (best is None or key < best):
                 best, best_s = key, s
         if best_s is None:
@@ -147,6 +161,9 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
         per_axis.append(best_s)
         total += best[0]  # type: ignore[index]
         total_changes += best[1]  # type: ignore[index]
+        ambiguous |= len(free) > 1
+        if best_s.factor is not None and n > 1:
+            split[best_s.factor] = split.get(best_s.factor, 1) * n
     operands = tuple(tuple(s.operands[i] for s in per_axis) for i in range(len(in_types)))
     results = tuple(tuple(s.results[i] for s in per_axis) for i in range(len(out_types)))
-    return Choice(operands, results, total, total_changes)
+    return Choice(operands, results, total, total_changes, ambiguous)

@@ -74,9 +74,10 @@ class FakeCollectives(Collectives):
         return torch.full(tuple(out_shape), float(x.sum()), dtype=x.dtype)
 
 
-def run_both(module: Any, func_name: str, args: list[Any], sizes: dict[str, int] | None = None):
+def run_both(module: Any, func_name: str, args: list[Any], sizes: dict[str, int] | None = None,
+             coords: dict[str, int] | None = None):
     """(interpreter results, generated-code results, interpreter comm, codegen comm)."""
-    ci, cg = FakeCollectives(sizes or {}), FakeCollectives(sizes or {})
+    ci, cg = FakeCollectives(sizes or {}, coords), FakeCollectives(sizes or {}, coords)
     want = interpret(module, [a.clone() for a in args], func=func_name, comm=ci.run)
     fn, _ = load_program(module, func_name)
     got = fn([a.clone() for a in args], CountingComm(cg))

@@ -15,21 +15,20 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from codegen_helpers import assert_same, random_inputs, run_both  # noqa: E402
+from codegen_helpers import FakeCollectives, assert_same, random_inputs, run_both  # noqa: E402
 
 from spmdc.codegen import emit_python  # noqa: E402
 from spmdc.codegen.ops import EMITTERS  # noqa: E402
 from spmdc.dialects.func import FuncOp  # noqa: E402
 from spmdc.ir import parse_module  # noqa: E402
 from spmdc.ir.registry import all_ops  # noqa: E402
+from spmdc.runtime.interpreter import interpret  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = [ROOT / "tests/unit/ir/all_ops.mlir",
            *sorted((ROOT / "tests/lit/dialects/tensor").glob("ops*.mlir")),
            ROOT / "tests/lit/dialects/kernel/ops.mlir", ROOT / "tests/lit/dialects/func/ops.mlir"]
 MESH_SIZES = {"dp": 2, "tp": 4, "x": 3}
-
-# Functions the interpreter itself cannot run on random inputs (it raises): not compared.
 _modules: dict[Path, object] = {}
 
 
@@ -51,9 +50,7 @@ def test_generated_code_matches_interpreter(path, func_name):
     module = module_of(path)
     func = next(op for op in module.body.ops if isinstance(op, FuncOp) and op.sym_name == func_name)
     args = random_inputs(func)
-    try:
-        from spmdc.runtime.interpreter import interpret
-        from codegen_helpers import FakeCollectives
+    try:  # a sample the interpreter itself cannot run on random inputs is not runnable
         interpret(module, [a.clone() for a in args], func=func_name, comm=FakeCollectives(MESH_SIZES).run)
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"the interpreter cannot run it on random inputs: {e}")
