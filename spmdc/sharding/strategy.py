@@ -133,14 +133,16 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
                         cost = INF
                         break
                     continue
+                shared_partial = isinstance(have[a], Partial) and len(v.uses) > 1
                 if have[a] != want:
                     cost += placement_change_cost(have[a], want, _bytes_on_axis(ty, have, a, mesh_shape), n, costs[a])
                     if is_pinned(v):
                         cost += PINNED_PENALTY
                     changes += 1
-                elif isinstance(want, Partial) and len(v.uses) > 1:
-                    # Keeping a shared Partial pending means reducing it again on every branch:
-                    # price it above one reduction so fan-out reduces at the source instead.
+                if shared_partial and not isinstance(want, Replicate):
+                    # A Partial with several users is reduced once, to Replicate, and shared:
+                    # keeping it pending (or scattering it) per branch means one reduction
+                    # per branch, so price those above a single all-reduce.
                     cost += FANOUT_FACTOR * costs[a].all_reduce(_bytes_on_axis(ty, have, a, mesh_shape), n)
             for ty, have, got in zip(out_types, result_layouts, s.results):
                 if have is None:
