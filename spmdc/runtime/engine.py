@@ -38,13 +38,14 @@ class CompiledStep:
     result_kinds: list[str]          # "loss" | "grad:<fqn>" | "output"
     timings: dict[str, float] = field(default_factory=dict)
 
-    def rank_module(self, rank: int) -> Operation:
+    def rank_module(self, rank: int, dump_dir: str | None = None) -> Operation:
         from spmdc.ir.parser import parse_module
         from spmdc.passes.manager import PassManager
         from spmdc.passes.registry import parse_pipeline
 
         module = parse_module(self.global_ir, "<global>")
-        PassManager(parse_pipeline(RANK_PIPELINE.format(rank=rank))).run(module)
+        PassManager(parse_pipeline(RANK_PIPELINE.format(rank=rank)),
+                    on_after_pass=ir_dumper(dump_dir, f"rank{rank}-") if dump_dir else None).run(module)
         return module
 
 
@@ -66,8 +67,27 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: Operation) -> Plan:
     return preset(plan, mesh, params, in_ranks, out_ranks)
 
 
+def ir_dumper(dump_dir: str, prefix: str = "") -> Callable[[Any, Operation, int], None]:
+    """A pass-manager hook writing ``<dir>/<prefix>NN-after-<pass>.mlir`` after every pass."""
+    import os
+
+    from spmdc.ir.printer import print_module
+
+    os.makedirs(dump_dir, exist_ok=True)
+    counter = [0]
+
+    def dump(p: Any, module: Operation, _index: int) -> None:
+        counter[0] += 1
+        name = f"{prefix}{counter[0]:02d}-after-{p.name}.mlir"
+        with open(os.path.join(dump_dir, name), "w", encoding="utf-8") as f:
+            f.write(print_module(module, debuginfo=True))
+
+    return dump
+
+
 def compile_step(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | Plan, train: bool = False,
-                 loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = ()) -> CompiledStep:
+                 loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
+                 dump_dir: str | None = None) -> CompiledStep:
     """Capture, apply the plan and run the global sharding pipeline."""
     import time
 
@@ -83,9 +103,18 @@ def compile_step(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | P
     func = next(op for op in module.body.ops if isinstance(op, FuncOp))
     resolved_plan = plan_for(plan, mesh, func)
     t = time.perf_counter()
-    PassManager(parse_pipeline(PREPARE_PIPELINE)).run(module)
+    hook = ir_dumper(dump_dir) if dump_dir else None
+    if dump_dir:
+        import os
+
+        with open(os.path.join(dump_dir, "00-captured.mlir"), "w", encoding="utf-8") as f:
+            f.write(print_module(module, debuginfo=True))
+    PassManager(parse_pipeline(PREPARE_PIPELINE), on_after_pass=hook).run(module)
     apply_plan(module, mesh, resolved_plan)
-    PassManager(parse_pipeline(GLOBAL_PIPELINE)).run(module)
+    if dump_dir:
+        with open(os.path.join(dump_dir, "00-planned.mlir"), "w", encoding="utf-8") as f:
+            f.write(print_module(module, debuginfo=True))
+    PassManager(parse_pipeline(GLOBAL_PIPELINE), on_after_pass=hook).run(module)
     timings = dict(cap.timings)
     timings["sharding"] = time.perf_counter() - t
     user_inputs = list(inputs) + list(loss_inputs) if train else list(inputs)

@@ -1,0 +1,201 @@
+"""Sharding-pipeline time on a GPT-2 training step as the number of layers grows (issue 4).
+
+    python bench/sharding_scale.py [--quick] [--layers 2 4 8 12 16] [--profile N]
+
+For each layer count: capture the training step (timed separately: torch.export and
+import are not sharding work), then time what ``spmdc.runtime.engine.compile_step`` and
+``CompiledStep.rank_module(0)`` do after capture, pass by pass:
+
+* prepare: ``canonicalize,cse`` and ``apply_plan`` (plan → annotations), fsdp+tp on a 2x2 mesh;
+* global: ``sharding-propagation``, ``insert-redistribution``, ``lower-redistribution``;
+* rank 0: ``partition{rank=0}``, ``fuse-collectives``, ``cse``, ``dce``, ``canonicalize``.
+
+The pass manager verifies the module after every pass; verification is reported in its own
+column (it is part of the sharding seconds). The engine hands the global program to ranks
+as text; that print + parse is reported separately and is *not* in the sharding seconds.
+
+``--profile N`` runs cProfile over the sharding work of the N-layer step and prints the top
+functions by cumulative and by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+GLOBAL_PASSES = ["sharding-propagation", "insert-redistribution", "lower-redistribution"]
+
+
+def count_ops(module) -> int:
+    """Operations inside functions (module, func and its terminator not counted)."""
+    from spmdc.dialects.func import FuncOp
+
+    n = 0
+    for op in module.body.ops:
+        if isinstance(op, FuncOp):
+            n += sum(1 for _ in op.walk()) - 2  # the func and its return
+    return n
+
+
+def capture_gpt2(layers: int, args):
+    from spmdc.examples import gpt2_tiny
+    from spmdc.frontend.capture import capture_program
+
+    model, ((tokens,), (targets,)), loss_fn = gpt2_tiny.factory(
+        batch=args.batch, seq=args.seq, vocab_size=args.vocab, block_size=args.seq, d_model=args.d_model,
+        n_head=args.heads, n_layer=layers)
+    t = time.perf_counter()
+    cap = capture_program(model, (tokens,), train=True, loss_fn=loss_fn, loss_inputs=(targets,))
+    return cap, time.perf_counter() - t
+
+
+def shard(cap, mesh, plan_name: str) -> dict:
+    """Run the sharding work on a captured module; return timings and op counts."""
+    from spmdc.dialects.func import FuncOp
+    from spmdc.ir.parser import parse_module
+    from spmdc.ir.printer import print_module
+    from spmdc.passes.manager import PassManager
+    from spmdc.passes.registry import parse_pipeline
+    from spmdc.runtime.engine import GLOBAL_PIPELINE, PREPARE_PIPELINE, RANK_PIPELINE, plan_for
+    from spmdc.sharding.apply import apply_plan
+
+    module = cap.module
+    func = next(op for op in module.body.ops if isinstance(op, FuncOp))
+    res: dict = {"ops_captured": count_ops(module), "pass": {}, "verify": 0.0}
+    t0 = time.perf_counter()
+    plan = plan_for(plan_name, mesh, func)
+    PassManager(parse_pipeline(PREPARE_PIPELINE)).run(module)
+    apply_plan(module, mesh, plan)
+    res["prepare"] = time.perf_counter() - t0
+    gpm = PassManager(parse_pipeline(GLOBAL_PIPELINE))
+    t = time.perf_counter()
+    gpm.run(module)
+    global_wall = time.perf_counter() - t
+    global_done = time.perf_counter()
+    res["ops_global"] = count_ops(module)
+    # hand-off as in the engine: print the global program, each rank parses its copy
+    t = time.perf_counter()
+    text = print_module(module, debuginfo=True)
+    rank_mod = parse_module(text, "<global>")
+    res["handoff"] = time.perf_counter() - t
+    rpm = PassManager(parse_pipeline(RANK_PIPELINE.format(rank=0)))
+    t = time.perf_counter()
+    rpm.run(rank_mod)
+    rank_wall = time.perf_counter() - t
+    res["ops_rank0"] = count_ops(rank_mod)
+    res["sharding"] = (global_done - t0) + rank_wall
+    for x in gpm.timings + rpm.timings:
+        name = x.name.split("{")[0]
+        res["pass"][name] = res["pass"].get(name, 0.0) + x.seconds
+    res["verify"] = (global_wall - sum(x.seconds for x in gpm.timings)) + (rank_wall - sum(x.seconds for x in rpm.timings))
+    res["global"] = global_wall
+    res["rank0"] = rank_wall
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2, 4 and 8 layers only")
+    ap.add_argument("--layers", type=int, nargs="+", default=None)
+    ap.add_argument("--d-model", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=2048)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--plan", default="fsdp+tp")
+    ap.add_argument("--profile", type=int, default=None, metavar="N",
+                    help="cProfile the sharding work of the N-layer step")
+    args = ap.parse_args()
+    layers = args.layers or ([2, 4, 8] if args.quick else [2, 4, 8, 12, 16])
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    import torch
+
+    from spmdc.sharding.mesh import Mesh
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    mesh = Mesh({"dp": 2, "tp": 2})
+    console = Console(width=200)
+    capture_gpt2(1, argparse.Namespace(**{**vars(args), "d_model": 64, "heads": 4}))  # warm-up: imports, export caches
+    rows = []
+    for n in layers:
+        cap, cap_s = capture_gpt2(n, args)
+        r = shard(cap, mesh, args.plan)
+        r["layers"], r["capture"] = n, cap_s
+        rows.append(r)
+        console.print(f"[dim]{n} layers: capture {cap_s:.2f}s, sharding {r['sharding']:.2f}s[/dim]")
+
+    passes = ["sharding-propagation", "insert-redistribution", "lower-redistribution",
+              "partition", "fuse-collectives", "cse", "dce", "canonicalize"]
+    short = {"sharding-propagation": "propagate", "insert-redistribution": "insert-redist",
+             "lower-redistribution": "lower-redist", "partition": "partition", "fuse-collectives": "fuse-coll",
+             "cse": "r0 cse", "dce": "r0 dce", "canonicalize": "r0 canon"}
+    title = (f"GPT-2 training step (d_model {args.d_model}, {args.heads} heads, vocab {args.vocab}, "
+             f"batch {args.batch} x seq {args.seq}), plan {args.plan} on dp=2 x tp=2")
+    table = Table(title="spmdc sharding pipeline: " + title)
+    for c in ("layers", "ops captured", "ops global", "ops rank 0", "capture s", "sharding s", "ops/s", "s/layer"):
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(str(r["layers"]), str(r["ops_captured"]), str(r["ops_global"]), str(r["ops_rank0"]),
+                      f"{r['capture']:.2f}", f"{r['sharding']:.3f}", f"{r['ops_captured'] / r['sharding']:,.0f}",
+                      f"{r['sharding'] / r['layers']:.3f}")
+    console.print(table)
+    table = Table(title="per pass, seconds (sharding s = prepare + passes + verify; hand-off not included)")
+    for c in ["layers", "prepare+plan"] + [short[p] for p in passes] + ["verify", "sharding s", "hand-off"]:
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(str(r["layers"]), f"{r['prepare']:.3f}", *[f"{r['pass'].get(p, 0.0):.3f}" for p in passes],
+                      f"{r['verify']:.3f}", f"{r['sharding']:.3f}", f"{r['handoff']:.3f}")
+    console.print(table)
+    console.print("prepare+plan: canonicalize,cse + apply_plan; r0: rank 0's cleanup passes; verify: the pass "
+                  "manager's verification after each pass; hand-off: print the global program + parse it for a rank "
+                  "(the engine's CompiledStep.rank_module does this per rank).")
+
+    # verdicts
+    by = {r["layers"]: r for r in rows}
+    lines = []
+    if 12 in by:
+        s = by[12]["sharding"]
+        lines.append(f"12 layers: sharding pipeline {s:.2f} s -> {'UNDER' if s < 5 else 'NOT under'} the 5 s target.")
+    if len(rows) >= 2:
+        lo, hi = rows[0], rows[-1]
+        per_layer = [(b["sharding"] - a["sharding"]) / (b["layers"] - a["layers"]) for a, b in zip(rows, rows[1:])]
+        lines.append("marginal seconds per added layer between consecutive sizes: "
+                     + ", ".join(f"{a['layers']}->{b['layers']}: {p:.3f}" for a, b, p in zip(rows, rows[1:], per_layer)))
+        lines.append("seconds per op: " + ", ".join(f"{r['layers']}L {1e6 * r['sharding'] / r['ops_captured']:.0f} us"
+                                                   for r in rows))
+        ratio = (hi["sharding"] / lo["sharding"]) / (hi["ops_captured"] / lo["ops_captured"])
+        verdict = "about linear" if ratio < 1.3 else ("superlinear" if ratio >= 1.5 else "mildly superlinear")
+        lines.append(f"{lo['layers']}->{hi['layers']} layers: ops x{hi['ops_captured'] / lo['ops_captured']:.2f}, "
+                     f"sharding time x{hi['sharding'] / lo['sharding']:.2f} (time growth / op growth = {ratio:.2f}: "
+                     f"{verdict})")
+    for line in lines:
+        console.print(line)
+
+    if args.profile:
+        import cProfile
+        import io
+        import pstats
+
+        cap, _ = capture_gpt2(args.profile, args)
+        prof = cProfile.Profile()
+        prof.enable()
+        shard(cap, mesh, args.plan)
+        prof.disable()
+        for key in ("cumulative", "tottime"):
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats(key).print_stats(25)
+            console.print(f"\n[bold]cProfile, {args.profile} layers, sorted by {key}[/bold]")
+            print(s.getvalue())
+
+
+if __name__ == "__main__":
+    main()
