@@ -10,11 +10,15 @@ _LAZY = {
     "capture": ("spmdc.frontend.capture", "capture"),
     "capture_program": ("spmdc.frontend.capture", "capture_program"),
     "load_workload": ("spmdc.frontend.workloads", "load_workload"),
+    "compile": ("spmdc.runtime.api", "compile"),
+    "CompiledModule": ("spmdc.runtime.api", "CompiledModule"),
+    "Optimizer": ("spmdc.runtime.api", "Optimizer"),
+    "Mesh": ("spmdc.sharding.mesh", "Mesh"),
 }
 
 
 def __getattr__(name: str):
-    """``spmdc.capture`` etc. import torch only when first used (``import spmdc`` stays light)."""
+    """``spmdc.capture``, ``spmdc.compile`` etc. import torch only when first used (``import spmdc`` stays light)."""
     if name in _LAZY:
         import importlib
 

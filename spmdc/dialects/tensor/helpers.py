@@ -46,8 +46,11 @@ def check_dim(dim: int, rank: int, key: str = "dim") -> None:
 
 
 def require_int(t: TensorType, what: str) -> None:
+    """An index tensor: i32 or i64 (torch rejects narrower integers; an i1 index would be a mask)."""
     if t.is_float:
         raise InferError(f"{what} must be an integer tensor, got {t}")
+    if t.element_type not in ("i32", "i64"):
+        raise InferError(f"{what} must be an i32 or i64 tensor, got {t}")
 
 
 def require_float(t: TensorType, what: str = "operand") -> None:

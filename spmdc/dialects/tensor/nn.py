@@ -69,7 +69,8 @@ class CumsumOp(DimOp):
     float_only = False
 
     def reference(self, a: Any) -> Any:
-        return torch_module().cumsum(a, self.attr_value("dim"))
+        # keep the element type (torch would promote integer scans to int64)
+        return torch_module().cumsum(a, self.attr_value("dim"), dtype=a.dtype)
 
 
 class VarOp(ReduceOp):
@@ -90,6 +91,8 @@ class VarOp(ReduceOp):
         return out
 
     def reference(self, a: Any) -> Any:
+        if not self.dims:  # no dims reduced: each element is its own sample (torch would reduce all dims)
+            return torch_module().var(a.unsqueeze(-1), dim=-1, correction=self.attr_value("correction"))
         return torch_module().var(a, dim=self.dims, correction=self.attr_value("correction"),
                                   keepdim=self.keepdim)
 

@@ -14,12 +14,16 @@ from spmdc.runtime.launcher import LaunchError, launch
 from spmdc.runtime.worker import run_steps
 from spmdc.sharding.mesh import Mesh
 
-CASES = [("dp", Mesh({"dp": 4})), ("fsdp", Mesh({"dp": 4})), ("megatron", Mesh({"tp": 4})),
-         ("sp", Mesh({"tp": 4})), ("fsdp+tp", Mesh({"dp": 2, "tp": 2}))]
+# (plan, mesh, mlp sizes): the last ones are uneven over 4 ranks (torch.chunk pieces)
+CASES = [("dp", Mesh({"dp": 4}), {}), ("fsdp", Mesh({"dp": 4}), {}), ("megatron", Mesh({"tp": 4}), {}),
+         ("sp", Mesh({"tp": 4}), {}), ("fsdp+tp", Mesh({"dp": 2, "tp": 2}), {}),
+         ("fsdp", Mesh({"dp": 4}), {"batch": 6, "d_hidden": 30, "d_out": 7}),
+         ("megatron", Mesh({"tp": 4}), {"batch": 5, "d_hidden": 13}),
+         ("fsdp+tp", Mesh({"dp": 2, "tp": 2}), {"batch": 7, "d_hidden": 14, "d_out": 5})]
 
 
-def eager_reference():
-    model, ((x,), (y,)), loss_fn = mlp.factory()
+def eager_reference(sizes):
+    model, ((x,), (y,)), loss_fn = mlp.factory(**sizes)
     out = model(x).detach()
     loss = loss_fn(model(x), y)
     loss.backward()
@@ -29,18 +33,18 @@ def eager_reference():
 @pytest.fixture(scope="module")
 def runs():
     steps = []
-    for plan, mesh in CASES:
-        model, ((x,), (y,)), loss_fn = mlp.factory()
+    for plan, mesh, sizes in CASES:
+        model, ((x,), (y,)), loss_fn = mlp.factory(**sizes)
         steps.append(compile_step(model, (x,), mesh=mesh, plan=plan))
         steps.append(compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,)))
     results = launch(run_steps, 4, (steps,))
     return steps, results
 
 
-@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] + ("-uneven" if c[2] else "") for c in CASES])
 def test_mlp_matches_one_device(runs, case):
     steps, results = runs
-    out, loss, grads = eager_reference()
+    out, loss, grads = eager_reference(CASES[case][2])
     for rank in range(4):
         fwd, train = results[rank][2 * case], results[rank][2 * case + 1]
         torch.testing.assert_close(fwd["outputs"][0], out, rtol=1e-5, atol=1e-6)

@@ -132,3 +132,33 @@ def test_gpt2_fsdp_tp_training_matches_the_analytic_per_block_table():
     assert count[("all_reduce", "dp", "grad")] == len(tp_sharded_1d) == 4
     assert count[("all_reduce", "tp", "act")] == 4
     assert sum(count.values()) == 12 + 8 + 12 + 4 + 4   # nothing else touches block 0
+
+
+class _PreMLP(__import__("torch").nn.Module):
+    """A replicated linear before a Megatron MLP: the MLP's input needs a gradient."""
+
+    def __init__(self):
+        import torch.nn as nn
+
+        super().__init__()
+        self.pre = nn.Linear(16, 16)
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+
+    def forward(self, x):
+        import torch.nn.functional as F
+
+        return self.fc2(F.gelu(self.fc1(self.pre(x))))
+
+
+def test_megatron_mlp_input_gradient_adds_exactly_one_all_reduce():
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model, x, y = _PreMLP(), torch.randn(8, 16), torch.randn(8, 16)
+    fwd = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron")
+    train = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", train=True, loss_fn=F.mse_loss,
+                         loss_inputs=(y,))
+    assert counts(fwd) == {("all_reduce", "tp"): 1}
+    assert counts(train) == {("all_reduce", "tp"): 2}
