@@ -236,9 +236,7 @@ class CompiledModule:
                 self._layout[fqn], self._shape[fqn] = layout, tuple(full.shape)
                 self._local[fqn] = self._cut(full, layout)
         self._input_counts = (len(model_args), len(loss_args))
-        self.optimizer = None
-        if train and optimizer is not None:
-            self.optimizer = make_optimizer(optimizer, [self._local[n] for n in self._param_names if n in self._local])
+        self.optimizer = self.set_optimizer(optimizer) if train else None
         self._check_grad_layouts()
 
     # -- tensors in and out ----------------------------------------------------------------------
@@ -339,6 +337,11 @@ class CompiledModule:
             for t in self._local.values():
                 t.grad = None
         return loss
+
+    def set_optimizer(self, optimizer: Any) -> Any:
+        """Replace the optimizer (fresh state) over this rank's shards; returns it."""
+        self.optimizer = make_optimizer(optimizer, [self._local[n] for n in self._param_names if n in self._local])
+        return self.optimizer
 
     def _check_grad_layouts(self) -> None:
         if self._train is None:

@@ -50,4 +50,39 @@ module @all attributes {spmdc.version = 1} {
     %out = tensor.add %f#0, %f#1 : tensor<8x32xf32>
     func.return %out, %call, %mean : tensor<8x32xf32>, tensor<4xf32>, tensor<f32>
   }
+  func.func @tensor_ops(%x: tensor<2x8xf32>, %e: tensor<f32>, %i: tensor<8xi64>, %w: tensor<64x32xf32>,
+                        %ids: tensor<2x8xi64>, %t: tensor<2x1xi64>) -> (tensor<2x8xf32>, tensor<64x32xf32>) {
+    %0 = tensor.gelu %x {approximate = "tanh"} : tensor<2x8xf32>
+    %1 = tensor.sigmoid %0 : tensor<2x8xf32>
+    %2 = tensor.sin %1 : tensor<2x8xf32>
+    %3 = tensor.cos %2 : tensor<2x8xf32>
+    %4 = tensor.erf %3 : tensor<2x8xf32>
+    %5 = tensor.silu %4 : tensor<2x8xf32>
+    %6 = tensor.abs %5 : tensor<2x8xf32>
+    %7 = tensor.sign %6 : tensor<2x8xf32>
+    %8 = tensor.pow %7, %e : (tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
+    %9 = tensor.clamp %8 {max = 6.0, min = 0.0} : tensor<2x8xf32>
+    %10 = tensor.clamp %i {max = 63, min = 0} : tensor<8xi64>
+    %m = tensor.compare %x, %e {predicate = "lt"} : (tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xi1>
+    %n = tensor.not %m : tensor<2x8xi1>
+    %and = tensor.and %m, %n : tensor<2x8xi1>
+    %or = tensor.or %and, %m : tensor<2x8xi1>
+    %xor = tensor.xor %or, %n : tensor<2x8xi1>
+    %sel = tensor.select %xor, %9, %e : (tensor<2x8xi1>, tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
+    %sm = tensor.softmax %sel {dim = 1} : tensor<2x8xf32>
+    %lsm = tensor.log_softmax %sm {dim = 1} : tensor<2x8xf32>
+    %cs = tensor.cumsum %ids {dim = 1} : tensor<2x8xi64>
+    %var = tensor.var %lsm {correction = 0, dims = [1], keepdim = true} : (tensor<2x8xf32>) -> tensor<2x1xf32>
+    %sl = tensor.slice %lsm {dim = 1, end = 8, start = 4, step = 1} : (tensor<2x8xf32>) -> tensor<2x4xf32>
+    %cat = tensor.concat %sl, %sl {dim = 1} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+    %rev = tensor.reverse %cat {dims = [1]} : tensor<2x8xf32>
+    %ins = tensor.insert_slice %rev, %sl {dim = 1, end = 8, start = 0, step = 2} : (tensor<2x8xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+    %pad = tensor.pad %cs {high = [0, 1], low = [0, 0], value = -100} : (tensor<2x8xi64>) -> tensor<2x9xi64>
+    %emb = tensor.embedding %w, %ids : (tensor<64x32xf32>, tensor<2x8xi64>) -> tensor<2x8x32xf32>
+    %g = tensor.gather %ins, %t {dim = 1} : (tensor<2x8xf32>, tensor<2x1xi64>) -> tensor<2x1xf32>
+    %sc = tensor.scatter %ins, %t, %g {dim = 1, reduce = "add"} : (tensor<2x8xf32>, tensor<2x1xi64>, tensor<2x1xf32>) -> tensor<2x8xf32>
+    %idx = tensor.index %w, %ids : (tensor<64x32xf32>, tensor<2x8xi64>) -> tensor<2x8x32xf32>
+    %ip = tensor.index_put %w, %ids, %idx {accumulate = true} : (tensor<64x32xf32>, tensor<2x8xi64>, tensor<2x8x32xf32>) -> tensor<64x32xf32>
+    func.return %sc, %ip : tensor<2x8xf32>, tensor<64x32xf32>
+  }
 }

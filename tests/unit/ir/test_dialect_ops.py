@@ -4,6 +4,7 @@ import zlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.dialects.tensor import TensorOp
@@ -72,7 +73,87 @@ CASES = [
     ("tensor.matmul", [T(3, 4), T(4, 5)], {}, None, torch.matmul, False),
     ("tensor.matmul", [T(2, 1, 3, 4), T(5, 4, 2)], {}, None, torch.matmul, False),
     ("tensor.matmul", [T(3, 4, elt="f64"), T(2, 4, 5, elt="f64")], {}, None, torch.matmul, False),
+    # activation.py
+    ("tensor.sigmoid", [T(2, 3)], {}, None, torch.sigmoid, False),
+    ("tensor.sin", [T(2, 3)], {}, None, torch.sin, False),
+    ("tensor.cos", [T(2, 3, elt="f64")], {}, None, torch.cos, False),
+    ("tensor.erf", [T(2, 3)], {}, None, torch.erf, False),
+    ("tensor.silu", [T(2, 3, elt="bf16")], {}, None, lambda a: a * torch.sigmoid(a), False),
+    ("tensor.abs", [T(2, 3)], {}, None, torch.abs, False),
+    ("tensor.abs", [T(5, elt="i32")], {}, None, torch.abs, False),
+    ("tensor.sign", [T(2, 3)], {}, None, torch.sign, False),
+    ("tensor.sign", [T(6, elt="i64")], {}, None, torch.sign, False),
+    ("tensor.gelu", [T(2, 3)], {}, None, F.gelu, False),
+    ("tensor.gelu", [T(2, 3)], {"approximate": "none"}, None, F.gelu, False),
+    ("tensor.gelu", [T(2, 3)], {"approximate": "tanh"}, None, lambda a: F.gelu(a, approximate="tanh"), False),
+    ("tensor.pow", [T(2, 3), T()], {}, None, torch.pow, True),
+    ("tensor.pow", [T(2, 3), T(3)], {}, None, torch.pow, True),
+    ("tensor.pow", [T(4, elt="i64"), T(elt="i64")], {}, None, torch.pow, True),
+    ("tensor.clamp", [T(2, 3)], {"min": -0.5, "max": 0.5}, None, lambda a: a.clamp(-0.5, 0.5), False),
+    ("tensor.clamp", [T(2, 3)], {"max": 0}, None, lambda a: a.clamp(max=0), False),
+    ("tensor.clamp", [T(6, elt="i64")], {"min": 0, "max": 5}, None, lambda a: a.clamp(0, 5), False),
+    # compare.py
+    *[("tensor.compare", [T(3, 4, elt=elt), T(4, elt=elt)], {"predicate": p}, None, getattr(torch, p), False)
+      for p, elt in [("eq", "i32"), ("ne", "i1"), ("lt", "f32"), ("le", "i64"), ("gt", "bf16"), ("ge", "i8")]],
+    ("tensor.and", [T(4, elt="i1"), T(4, elt="i1")], {}, None, torch.logical_and, False),
+    ("tensor.and", [T(2, 3, elt="i64"), T(3, elt="i64")], {}, None, lambda a, b: a & b, False),
+    ("tensor.or", [T(2, 1, elt="i1"), T(3, elt="i1")], {}, None, torch.logical_or, False),
+    ("tensor.or", [T(5, elt="i32"), T(elt="i32")], {}, None, lambda a, b: a | b, False),
+    ("tensor.xor", [T(4, elt="i1"), T(4, elt="i1")], {}, None, torch.logical_xor, False),
+    ("tensor.xor", [T(4, elt="i8"), T(4, elt="i8")], {}, None, lambda a, b: a ^ b, False),
+    ("tensor.not", [T(5, elt="i1")], {}, None, torch.logical_not, False),
+    ("tensor.not", [T(5, elt="i32")], {}, None, lambda a: ~a, False),
+    ("tensor.select", [T(3, 4, elt="i1"), T(3, 4), T()], {}, None, torch.where, False),
+    ("tensor.select", [T(4, elt="i1"), T(3, 1, elt="i64"), T(4, elt="i64")], {}, None, torch.where, False),
+    # nn.py
+    ("tensor.softmax", [T(2, 3, 4)], {"dim": 2}, None, lambda a: torch.softmax(a, 2), False),
+    ("tensor.softmax", [T(3, 4, elt="f64")], {"dim": 0}, None, lambda a: torch.softmax(a, 0), False),
+    ("tensor.log_softmax", [T(2, 5)], {"dim": 1}, None, lambda a: torch.log_softmax(a, 1), False),
+    ("tensor.cumsum", [T(2, 5)], {"dim": 1}, None, lambda a: torch.cumsum(a, 1), False),
+    ("tensor.cumsum", [T(2, 5, elt="i64")], {"dim": 1}, None, lambda a: torch.cumsum(a, 1), False),
+    ("tensor.cumsum", [T(3, 4, elt="i32")], {"dim": 0}, None, lambda a: torch.cumsum(a, 0, dtype=torch.int32), False),
+    ("tensor.var", [T(2, 3, 4)], {"dims": [2], "correction": 0, "keepdim": True}, None,
+     lambda a: a.var(2, correction=0, keepdim=True), False),
+    ("tensor.var", [T(3, 4)], {"dims": [0, 1], "correction": 1}, None, lambda a: a.var(), False),
+    ("tensor.var", [T(3, 4, 2)], {"dims": [0, 2], "correction": 1.5}, None,
+     lambda a: ((a - a.mean((0, 2), keepdim=True)) ** 2).sum((0, 2)) / (6 - 1.5), False),
+    ("tensor.var", [T(3, 4)], {"dims": [], "correction": 0}, None, torch.zeros_like, False),
+    # index.py (positive inputs: integer operands are 1..10, valid indices for dims of size 11)
+    ("tensor.slice", [T(2, 8)], {"dim": 1, "start": 1, "end": 7, "step": 2}, None, lambda a: a[:, 1:7:2], False),
+    ("tensor.slice", [T(5, 3, elt="i32")], {"dim": 0, "start": 2, "end": 5, "step": 1}, None, lambda a: a[2:5], False),
+    ("tensor.slice", [T(4, 3)], {"dim": 0, "start": 2, "end": 2, "step": 1}, None, lambda a: a[2:2], False),
+    ("tensor.insert_slice", [T(2, 8), T(2, 3)], {"dim": 1, "start": 1, "end": 7, "step": 2}, None,
+     lambda d, s: _assigned(d, (slice(None), slice(1, 7, 2)), s), False),
+    ("tensor.reverse", [T(2, 3, 4)], {"dims": [0, 2]}, None, lambda a: a.flip(0, 2), False),
+    ("tensor.reverse", [T(3, elt="i64")], {"dims": []}, None, lambda a: a, False),
+    ("tensor.concat", [T(2, 3), T(2, 5), T(2, 1)], {"dim": 1}, None, lambda *xs: torch.cat(xs, 1), False),
+    ("tensor.concat", [T(4, elt="i64")], {"dim": 0}, None, lambda a: a, False),
+    ("tensor.pad", [T(2, 8, elt="i64")], {"low": [0, 0], "high": [0, 1], "value": -100}, None,
+     lambda a: F.pad(a, (0, 1), value=-100), False),
+    ("tensor.pad", [T(3, 4)], {"low": [1, -1], "high": [-1, 2], "value": 0.5}, None,
+     lambda a: F.pad(a, (-1, 2, 1, -1), value=0.5), False),
+    ("tensor.embedding", [T(11, 4), T(2, 3, elt="i64")], {}, None, lambda w, i: w[i], True),
+    ("tensor.embedding", [T(11, 4, elt="bf16"), T(5, elt="i32")], {}, None, lambda w, i: w[i], True),
+    ("tensor.gather", [T(3, 11), T(3, 2, elt="i64")], {"dim": 1}, None, lambda x, i: torch.gather(x, 1, i), True),
+    ("tensor.gather", [T(11, 4), T(5, 3, elt="i32")], {"dim": 0}, None, lambda x, i: torch.gather(x, 0, i), True),
+    ("tensor.scatter", [T(3, 11), T(3, 1, elt="i64"), T(3, 1)], {"dim": 1}, None,
+     lambda x, i, s: x.scatter(1, i, s), True),
+    ("tensor.scatter", [T(3, 11), T(3, 6, elt="i64"), T(3, 6)], {"dim": 1, "reduce": "add"}, None,
+     lambda x, i, s: x.scatter_add(1, i, s), True),
+    ("tensor.index", [T(11, 12, 3), T(2, 1, elt="i64"), T(1, 4, elt="i64")], {}, None, lambda x, i, j: x[i, j], True),
+    ("tensor.index", [T(11, 3, elt="i64"), T(5, elt="i32")], {}, None, lambda x, i: x[i], True),
+    ("tensor.index_put", [T(11, 3), T(6, elt="i64"), T(6, 3)], {"accumulate": True}, None,
+     lambda x, i, v: x.index_add(0, i, v), True),
+    ("tensor.index_put", [T(11, 12), T(2, 1, elt="i64"), T(1, 3, elt="i64"), T()], {}, None,
+     lambda x, i, j, v: _assigned(x, (i, j), v), True),
 ]
+
+
+def _assigned(x, index, v):
+    """A copy of ``x`` with ``x[index] = v``."""
+    r = x.clone()
+    r[index] = v
+    return r
 
 
 def build(name, operand_types, attrs, result_types):
@@ -144,6 +225,9 @@ def test_constant_reference(dense):
     ("tensor.sum", [T(3, 4)], {"dims": [5]}, "out of range"),
     ("tensor.permute", [T(3, 4)], {"perm": [0]}, "has 1 entries"),
     ("tensor.mean", [T(3, elt="i64")], {"dims": [0]}, "floating-point"),
+    ("tensor.index", [T(4, 3), T(4, elt="i1")], {}, "must be an i32 or i64 tensor"),
+    ("tensor.gather", [T(4, 3), T(4, 1, elt="i16")], {"dim": 1}, "must be an i32 or i64 tensor"),
+    ("tensor.embedding", [T(8, 3), T(4, elt="i8")], {}, "must be an i32 or i64 tensor"),
 ])
 def test_create_raises_infer_error(name, types, attrs, fragment):
     block = Block(types)
