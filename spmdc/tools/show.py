@@ -140,10 +140,13 @@ def show(path: str, console: Any = None, comm: bool = False) -> int:
             t.add_row(name, str(n))
         console.print(t)
     if comm:
-        t = Table(title="collectives (per rank)", title_justify="left")
-        for col in ("op", "mesh", "axes", "count", "bytes"):
-            t.add_column(col, justify="right" if col in ("count", "bytes") else "left")
-        for r in comm_table(module):
+        t = Table(title="collectives per step (bytes: operand bytes per rank)", title_justify="left")
+        for col in ("op", "mesh", "axes", "count", "bytes per rank"):
+            t.add_column(col, justify="right" if col in ("count", "bytes per rank") else "left")
+        rows = comm_table(module)
+        for r in rows:
             t.add_row(r["op"], "@" + r["mesh"], r["axes"], str(r["count"]), f"{r['bytes']:,}")
+        t.add_row("total", "", "", str(sum(r["count"] for r in rows)), f"{sum(r['bytes'] for r in rows):,}",
+                  style="bold")
         console.print(t)
     return 0

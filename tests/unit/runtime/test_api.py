@@ -66,7 +66,7 @@ def run_api_cases(cases: list) -> list[dict]:
             r["forward_from_dtensor"] = cm(*batch_dt, full=True)
             initial = cm.state_dict()
             r["initial"] = initial
-            r["param_dtensors"] = {n: (p.full_tensor(), tuple(p.to_local().shape), tuple(p.placements))
+            r["param_dtensors"] = {n: (p.full_tensor().clone(), tuple(p.to_local().shape), tuple(p.placements))
                                    for n, p in cm.named_parameters()}
             r["sgd_losses"] = [float(cm.step(*inputs, *targets)) for _ in range(STEPS)]
             r["sgd_params"] = cm.state_dict()

@@ -1,0 +1,30 @@
+"""``spmdc show --comm``: the collectives of a partitioned program, with totals."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from spmdc.ir.parser import parse_module
+from spmdc.passes.manager import PassManager
+from spmdc.passes.registry import parse_pipeline
+from spmdc.tools.show import comm_table
+
+MLP = Path(__file__).parents[2] / "lit" / "pipelines" / "spmd-pipeline.mlir"
+
+
+def test_comm_table_counts_and_bytes_of_partitioned_program():
+    module = parse_module(MLP.read_text(), str(MLP))
+    PassManager(parse_pipeline("spmd-pipeline")).run(module)
+    rows = comm_table(module)
+    assert [(r["op"], r["axes"], r["count"], r["bytes"]) for r in rows] == [("comm.all_reduce", "tp", 1, 8 * 16 * 4)]
+
+
+def test_show_comm_cli_prints_total(tmp_path):
+    out = tmp_path / "p.mlir"
+    opt = [sys.executable, "-m", "spmdc.tools.opt", str(MLP), "-p", "spmd-pipeline", "-o", str(out)]
+    subprocess.run(opt, check=True)
+    res = subprocess.run([sys.executable, "-m", "spmdc.tools.cli", "show", str(out), "--comm"],
+                         capture_output=True, text=True, check=True)
+    assert "comm.all_reduce" in res.stdout
+    total = [l for l in res.stdout.splitlines() if "total" in l]
+    assert total and "512" in total[-1]
