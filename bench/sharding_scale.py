@@ -21,6 +21,8 @@ functions by cumulative and by own time.
 from __future__ import annotations
 
 import argparse
+import gc
+import math
 import os
 import sys
 import time
@@ -101,6 +103,15 @@ def shard(cap, mesh, plan_name: str) -> dict:
     return res
 
 
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log(y) against log(x): the exponent k in y ~ x^k."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1e-9)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    den = sum((a - mx) ** 2 for a in lx)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / den if den else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2, 4 and 8 layers only")
@@ -111,10 +122,13 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--plan", default="fsdp+tp")
+    ap.add_argument("--repeat", type=int, default=None, help="sharding runs per size, median reported "
+                    "(default 3, --quick 1)")
     ap.add_argument("--profile", type=int, default=None, metavar="N",
                     help="cProfile the sharding work of the N-layer step")
     args = ap.parse_args()
     layers = args.layers or ([2, 4, 8] if args.quick else [2, 4, 8, 12, 16])
+    args.repeat = args.repeat or (1 if args.quick else 3)
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
@@ -128,10 +142,18 @@ def main() -> None:
     rows = []
     for n in layers:
         cap, cap_s = capture_gpt2(n, args)
-        r = shard(cap, mesh, args.plan)
-        r["layers"], r["capture"] = n, cap_s
+        original = cap.module
+        runs = []
+        for _ in range(args.repeat):  # each repeat shards a fresh copy of the captured module
+            cap.module = original.clone()
+            gc.collect()
+            runs.append(shard(cap, mesh, args.plan))
+        runs.sort(key=lambda r: r["sharding"])
+        r = runs[len(runs) // 2]  # the median run (all its columns come from that one run)
+        r["layers"], r["capture"], r["all"] = n, cap_s, [x["sharding"] for x in runs]
         rows.append(r)
-        console.print(f"[dim]{n} layers: capture {cap_s:.2f}s, sharding {r['sharding']:.2f}s[/dim]")
+        console.print(f"[dim]{n} layers: capture {cap_s:.2f}s, sharding "
+                      + ", ".join(f"{x:.2f}" for x in r["all"]) + " s[/dim]")
 
     passes = ["sharding-propagation", "insert-redistribution", "lower-redistribution",
               "partition", "fuse-collectives", "cse", "dce", "canonicalize"]
@@ -166,17 +188,22 @@ def main() -> None:
         s = by[12]["sharding"]
         lines.append(f"12 layers: sharding pipeline {s:.2f} s -> {'UNDER' if s < 5 else 'NOT under'} the 5 s target.")
     if len(rows) >= 2:
-        lo, hi = rows[0], rows[-1]
         per_layer = [(b["sharding"] - a["sharding"]) / (b["layers"] - a["layers"]) for a, b in zip(rows, rows[1:])]
-        lines.append("marginal seconds per added layer between consecutive sizes: "
+        lines.append("marginal seconds per added layer: "
                      + ", ".join(f"{a['layers']}->{b['layers']}: {p:.3f}" for a, b, p in zip(rows, rows[1:], per_layer)))
-        lines.append("seconds per op: " + ", ".join(f"{r['layers']}L {1e6 * r['sharding'] / r['ops_captured']:.0f} us"
-                                                   for r in rows))
-        ratio = (hi["sharding"] / lo["sharding"]) / (hi["ops_captured"] / lo["ops_captured"])
-        verdict = "about linear" if ratio < 1.3 else ("superlinear" if ratio >= 1.5 else "mildly superlinear")
-        lines.append(f"{lo['layers']}->{hi['layers']} layers: ops x{hi['ops_captured'] / lo['ops_captured']:.2f}, "
-                     f"sharding time x{hi['sharding'] / lo['sharding']:.2f} (time growth / op growth = {ratio:.2f}: "
-                     f"{verdict})")
+        lines.append("microseconds per captured op: "
+                     + ", ".join(f"{r['layers']}L {1e6 * r['sharding'] / r['ops_captured']:.0f}" for r in rows))
+        k = slope([r["ops_captured"] for r in rows], [r["sharding"] for r in rows])
+        verdict = "about linear" if k < 1.15 else ("mildly superlinear" if k < 1.4 else "clearly superlinear")
+        lo, hi = rows[0], rows[-1]
+        lines.append(f"growth: time ~ ops^{k:.2f} (least-squares log-log slope; 1 = linear) -> {verdict}. "
+                     f"{lo['layers']}->{hi['layers']} layers: ops x{hi['ops_captured'] / lo['ops_captured']:.2f}, "
+                     f"sharding time x{hi['sharding'] / lo['sharding']:.2f}")
+        parts = {"prepare+plan": [r["prepare"] for r in rows], "verify": [r["verify"] for r in rows]}
+        parts.update({p: [r["pass"].get(p, 0.0) for r in rows] for p in passes})
+        ops = [r["ops_captured"] for r in rows]
+        lines.append("per-part exponents (time ~ ops^k; parts under 5 ms at the largest size skipped): "
+                     + ", ".join(f"{name} {slope(ops, ts):.2f}" for name, ts in parts.items() if ts[-1] > 0.005))
     for line in lines:
         console.print(line)
 

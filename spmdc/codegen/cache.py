@@ -4,7 +4,8 @@
     outs = fn(args, comm)
     dump_codegen(module, "out/")               # what ``--dump-codegen DIR`` writes
 
-The key is sha256 of the emitter version, the entry function and the printed IR. Files
+The key is sha256 of the emitter version, the target (``torch`` or ``triton``), the entry
+function and the printed IR. Files
 live under ``$SPMDC_CACHE_DIR`` (default ``~/.cache/spmdc``) in ``codegen/`` and are
 written to a temporary file in the same directory, then ``os.replace``d into place, so
 ranks compiling the same program at once never see a partial file.
@@ -30,11 +31,11 @@ def cache_dir() -> Path:
     return Path(root) / "codegen"
 
 
-def program_key(module: Operation, func_name: str = "main") -> str:
+def program_key(module: Operation, func_name: str = "main", target: str = "torch") -> str:
     from spmdc.ir.printer import print_module
 
     h = hashlib.sha256()
-    for part in (EMITTER_VERSION, func_name, print_module(module)):
+    for part in (EMITTER_VERSION, target, func_name, print_module(module)):
         h.update(part.encode("utf-8"))
         h.update(b"\0")
     return h.hexdigest()
@@ -55,9 +56,9 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def cached_source(module: Operation, func_name: str = "main") -> Path:
+def cached_source(module: Operation, func_name: str = "main", target: str = "torch") -> Path:
     """The path of the generated source for ``@func_name``, emitting it if not cached yet."""
-    key = program_key(module, func_name)
+    key = program_key(module, func_name, target)
     path = cache_dir() / f"spmdc_{key[:40]}.py"
     header = f"# spmdc-codegen-key: {key}\n"
     try:
@@ -66,13 +67,19 @@ def cached_source(module: Operation, func_name: str = "main") -> Path:
             return path
     except OSError:
         pass
-    write_atomic(path, header + emit_python(module, func_name))
+    write_atomic(path, header + emit_python(module, func_name, target))
     return path
 
 
-def load_program(module: Operation, func_name: str = "main") -> tuple[Callable[[list[Any], Any], list[Any]], Path]:
-    """``(fn, source_path)``: ``fn(args, comm)`` runs ``@func_name`` and returns its results."""
-    path = cached_source(module, func_name)
+def load_program(module: Operation, func_name: str = "main",
+                 target: str = "torch") -> tuple[Callable[[list[Any], Any], list[Any]], Path]:
+    """``(fn, source_path)``: ``fn(args, comm)`` runs ``@func_name`` and returns its results.
+
+    With ``target="triton"`` and no GPU, ``TRITON_INTERPRET=1`` is set first (kernels run
+    under the Triton interpreter)."""
+    if target == "triton":
+        prepare_triton()
+    path = cached_source(module, func_name, target)
     source = path.read_text(encoding="utf-8")
     namespace: dict[str, Any] = {"__name__": f"spmdc_generated_{path.stem}", "__file__": str(path)}
     exec(compile(source, str(path), "exec"), namespace)
@@ -80,7 +87,15 @@ def load_program(module: Operation, func_name: str = "main") -> tuple[Callable[[
     return namespace["ENTRY"], path
 
 
-def dump_codegen(module: Operation, directory: str | os.PathLike[str]) -> list[Path]:
+def prepare_triton() -> None:
+    """Without a CUDA device, make Triton interpret kernels (must precede their definition)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def dump_codegen(module: Operation, directory: str | os.PathLike[str], target: str = "torch") -> list[Path]:
     """Write one ``.py`` per top-level function of ``module`` into ``directory``."""
     from spmdc.codegen.names import Namer
     from spmdc.dialects.func import FuncOp
@@ -91,6 +106,6 @@ def dump_codegen(module: Operation, directory: str | os.PathLike[str]) -> list[P
             rank = op.attr_value("spmdc.rank")
             stem = py_name(op.sym_name, "f") + (f"_rank{int(rank)}" if rank is not None else "")  # type: ignore[arg-type]
             path = Path(directory) / f"{stems.fresh(stem)}.py"
-            write_atomic(path, emit_python(module, op.sym_name))
+            write_atomic(path, emit_python(module, op.sym_name, target))
             out.append(path)
     return out

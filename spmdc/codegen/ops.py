@@ -110,12 +110,19 @@ EMITTERS["tensor.mean"] = _reduce("torch.mean")
 @emitter("tensor.var")
 def _var(op, ins):
     dims, keep = _ints(op, "dims"), bool(op.attr_value("keepdim", False))
+    if not dims:  # torch.var(dim=[]) reduces everything; the op reduces nothing: use the reference
+        return None
     return (f"torch.var({ins[0]}, dim={literal(dims)}, correction={literal(op.attr_value('correction'))}, "
             f"keepdim={literal(keep)})")
 
 
-for _n, _fn in {"softmax": "torch.softmax", "log_softmax": "torch.log_softmax", "cumsum": "torch.cumsum"}.items():
+for _n, _fn in {"softmax": "torch.softmax", "log_softmax": "torch.log_softmax"}.items():
     EMITTERS["tensor." + _n] = (lambda fn: lambda op, ins: f"{fn}({ins[0]}, {_int(op, 'dim')})")(_fn)
+
+
+@emitter("tensor.cumsum")
+def _cumsum(op, ins):  # keep the element type (torch widens integer scans to int64)
+    return f"torch.cumsum({ins[0]}, {_int(op, 'dim')}, dtype={ins[0]}.dtype)"
 
 
 @emitter("tensor.permute")

@@ -1,6 +1,6 @@
 """``spmdc``: the user-facing command line.
 
-    spmdc run                              compile and run the built-in demo (see docs/cli.md)
+    spmdc run [WORKLOAD] [options]         compile and run on ranks (spmdc.tools.run_cmd, docs/cli.md)
     spmdc capture WORKLOAD [--train] -o F  capture a model into spmdc IR (spmdc.tools.capture_cmd)
     spmdc show FILE                        summarise an IR file (spmdc.tools.show)
 """
@@ -14,7 +14,10 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spmdc", description="spmdc — sharding compiler for PyTorch")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("run", help="compile and run the built-in demo")
+    run = sub.add_parser("run", help="compile a workload and run it on ranks (default: gpt2-tiny training, 4 ranks)")
+    from spmdc.tools.run_cmd import add_arguments
+
+    add_arguments(run)
     cap = sub.add_parser("capture", help="capture a workload (forward or training step) into spmdc IR")
     cap.add_argument("workload", help="mlp | gpt2-tiny | llama-tiny | path/to/file.py:factory | module:factory")
     cap.add_argument("--train", action="store_true", help="capture forward + backward (loss and gradients)")
@@ -25,9 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--comm", action="store_true", help="also tabulate collectives per mesh axis")
     args = ap.parse_args(argv)
     if args.cmd == "run":
-        from spmdc.tools.demo import run_demo
+        from spmdc.tools.run_cmd import config_from_args, run_main
 
-        return run_demo()
+        return run_main(config_from_args(args))
     if args.cmd == "capture":
         from spmdc.tools.capture_cmd import capture_main
 

@@ -82,3 +82,120 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     if isinstance(plan, str) and plan.endswith((".json", ".yaml", ".yml")):
         plan = Plan.load(plan)
     return mesh, plan
+
+
+def eager_reference(cfg: RunConfig) -> dict[str, Any]:
+    """The same workload on one device in eager PyTorch: losses per step and final parameters."""
+    import torch
+
+    from spmdc.frontend.workloads import load_workload
+
+    w = load_workload(cfg.workload)
+    model = w.model
+    opt_cls = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[cfg.optimizer]
+    opt = opt_cls(model.parameters(), lr=cfg.lr) if cfg.train else None
+    losses = []
+    for _ in range(cfg.steps):
+        if cfg.train:
+            opt.zero_grad()
+            out = model(*w.inputs)
+            loss = w.loss_fn(out, *w.loss_inputs) if w.loss_fn else out
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        else:
+            with torch.no_grad():
+                out = model(*w.inputs)
+            first = out[0] if isinstance(out, tuple) else out
+            losses.append(float(first.float().norm()))
+    return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def compare(ref: dict[str, Any], got: dict[str, Any], rtol: float = 1e-4, atol: float = 1e-5) -> tuple[bool, list]:
+    """Max abs/rel differences of losses and parameters; ok when every one is within tolerance."""
+    import torch
+
+    rows, ok = [], True
+    pairs = [("losses", torch.tensor(ref["losses"]), torch.tensor(got["losses"]))]
+    for k, v in ref["state"].items():
+        if got["state"] is not None and k in got["state"]:
+            pairs.append((k, v, got["state"][k]))
+    for name, a, b in pairs:
+        diff = (a.double() - b.double()).abs()
+        rel = (diff / a.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+        good = bool(torch.allclose(b.double(), a.double(), rtol=rtol, atol=atol))
+        ok &= good
+        rows.append((name, diff.max().item() if diff.numel() else 0.0, rel, good))
+    return ok, rows
+
+
+def run_main(cfg: RunConfig) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from spmdc.runtime.launcher import LaunchError, launch
+    from spmdc.runtime.run_worker import run_rank
+
+    console = Console()
+    mesh, plan = resolve_mesh_and_plan(cfg)
+    job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
+           "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
+           "dump_codegen": cfg.dump_codegen}
+    plan_name = plan if isinstance(plan, str) else plan.name
+    console.print(f"[bold]spmdc run[/bold] {cfg.workload}: {'training' if cfg.train else 'forward'}, "
+                  f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")
+    if cfg.dump_ir:
+        dump_ir(cfg, mesh, plan, console)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # already a rank (torchrun)
+        results = {int(os.environ["RANK"]): run_rank(job)}
+        if int(os.environ["RANK"]) != 0:
+            return 0
+    else:
+        start = time.perf_counter()
+        try:
+            results = launch(run_rank, cfg.nproc, (job,), timeout_s=cfg.timeout)
+        except LaunchError as e:
+            console.print(f"[red]spmdc run: error:[/red] {e}")
+            return 1
+        console.print(f"ranks finished in {time.perf_counter() - start:.1f} s")
+    r0 = results[min(results)]
+    table = Table(title="steps")
+    for col in ("step", "loss" if cfg.train else "|output|", "step ms (slowest rank)"):
+        table.add_column(col, justify="right")
+    for k, loss in enumerate(r0["losses"]):
+        slowest = max(r["times"][k] for r in results.values())
+        table.add_row(str(k + 1), f"{loss:.6f}", f"{1000 * slowest:.1f}")
+    console.print(table)
+    comm = Table(title="collectives per step (rank 0)")
+    for col in ("op", "count", "bytes"):
+        comm.add_column(col, justify="right" if col != "op" else "left")
+    steps = max(cfg.steps, 1)
+    for name in sorted(r0["counts"]):
+        comm.add_row(name, f"{r0['counts'][name] / steps:g}", f"{r0['bytes'].get(name, 0) / steps:,.0f}")
+    comm.add_row("total", f"{sum(r0['counts'].values()) / steps:g}",
+                 f"{sum(r0['bytes'].values()) / steps:,.0f}", style="bold")
+    console.print(comm)
+    if not cfg.check:
+        return 0
+    ok, rows = compare(eager_reference(cfg), r0)
+    check = Table(title="--check: spmdc vs one device, eager PyTorch (rtol 1e-4, atol 1e-5)")
+    for col in ("value", "max |diff|", "max rel diff", "ok"):
+        check.add_column(col, justify="right" if col != "value" else "left")
+    for name, d, rel, good in rows:
+        check.add_row(name, f"{d:.2e}", f"{rel:.2e}", "yes" if good else "[red]NO[/red]")
+    console.print(check)
+    console.print("[green]check passed[/green]" if ok else "[red]check failed: over tolerance[/red]")
+    return 0 if ok else 1
+
+
+def dump_ir(cfg: RunConfig, mesh: Any, plan: Any, console: Any) -> None:
+    """Compile here too, writing the IR after every pass and each rank's program into ``--dump-ir``."""
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.runtime.engine import compile_step
+
+    w = load_workload(cfg.workload)
+    step = compile_step(w.model, tuple(w.inputs), mesh=mesh, plan=plan, train=cfg.train, loss_fn=w.loss_fn,
+                        loss_inputs=tuple(w.loss_inputs) if cfg.train else (), dump_dir=cfg.dump_ir)
+    for rank in range(mesh.size):
+        step.rank_module(rank, dump_dir=cfg.dump_ir)
+    console.print(f"IR after every pass written to {cfg.dump_ir}/")

@@ -1,0 +1,393 @@
+"""spmdc against PyTorch's own eager tools: step time, collectives and bytes per training step.
+
+    python bench/vs_torch.py [--quick] [--iters N] [--warmup N] [--cases mlp:megatron gpt2:fsdp ...]
+
+One launch of 4 ranks (torch's elastic launcher, gloo, CPU). Every rank runs, for each case,
+both sides on the same workload, mesh and plan, alternating iteration by iteration so that
+both see the same machine load:
+
+* ``megatron`` (mesh tp=4): spmdc's ``megatron`` preset vs DTensor tensor parallelism,
+  ``parallelize_module`` with ``ColwiseParallel`` on q/k/v/c_fc/fc1 and ``RowwiseParallel``
+  on c_proj/fc2 (the linears the preset shards); everything else replicated.
+* ``fsdp`` (mesh dp=4): spmdc's ``fsdp`` preset vs FSDP2, ``fully_shard`` on every block
+  (for the MLP: every linear) plus the root; the batch is split over the 4 ranks.
+
+A step is forward + backward (loss and every gradient; no optimizer update) — exactly what
+spmdc's compiled training step computes. Time: per iteration the slowest rank's time (after a
+barrier), median over the measured iterations. Collectives per step: spmdc counts what its
+generated program issues (``Collectives.stats``: all_slice is a local slice, not
+communication, and is listed apart); PyTorch is counted with a TorchDispatchMode that sees
+every ``c10d`` and ``_c10d_functional`` op (the ops CommDebugMode also counts; the
+counts are cross-checked against ``torch.distributed.tensor.debug.CommDebugMode``). Bytes:
+the bytes of each collective's local input tensor(s) on one rank (the same measure on both
+sides). Losses and gradients are compared with eager single-device PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from typing import Any
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCH_DIR)
+
+WORKLOADS = {
+    # name: (example module, factory kwargs)
+    "mlp": ("mlp", dict(batch=64, d_in=256, d_hidden=1024, d_out=256)),
+    "gpt2": ("gpt2_tiny", dict(batch=8, seq=64, vocab_size=512, block_size=64, d_model=128, n_head=4, n_layer=4)),
+}
+MESHES = {"megatron": {"tp": 4}, "fsdp": {"dp": 4}}
+COLUMN = ("q_proj", "k_proj", "v_proj", "c_fc", "fc1")
+ROW = ("c_proj", "fc2")
+
+
+def build(workload: str):
+    import importlib
+
+    mod, kw = WORKLOADS[workload]
+    return importlib.import_module(f"spmdc.examples.{mod}").factory(**kw)
+
+
+# -- PyTorch side ---------------------------------------------------------------------------------
+
+def _tp_attention_forward(self, x):
+    """gpt2_tiny's attention with head counts taken from the local q/k/v (as torchtitan does):
+    under ColwiseParallel a rank holds n_head / tp heads. Same arithmetic as the original."""
+    import torch.nn.functional as F
+
+    b, t, _ = x.shape
+    q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+    hd = self.head_dim
+    q = q.view(b, t, -1, hd).transpose(1, 2)
+    k = k.view(b, t, -1, hd).transpose(1, 2)
+    v = v.view(b, t, -1, hd).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+    att = att.masked_fill(~self.causal_mask[:, :, :t, :t], float("-inf"))
+    att = F.softmax(att, dim=-1)
+    y = (att @ v).transpose(1, 2).contiguous().view(b, t, -1)
+    return self.c_proj(y)
+
+
+def torch_megatron(model, device_mesh):
+    import types
+
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {}
+    for name, m in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in COLUMN:
+            plan[name] = ColwiseParallel()
+        elif leaf in ROW:
+            plan[name] = RowwiseParallel()
+        if hasattr(m, "q_proj") and hasattr(m, "n_head"):
+            m.head_dim = m.q_proj.out_features // m.n_head
+            m.forward = types.MethodType(_tp_attention_forward, m)
+    parallelize_module(model, device_mesh, plan)
+    return model
+
+
+def torch_fsdp(model, device_mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = list(model.h) if hasattr(model, "h") else [m for m in model.children()]
+    for b in blocks:
+        fully_shard(b, mesh=device_mesh)
+    fully_shard(model, mesh=device_mesh)
+    return model
+
+
+def comm_counter():
+    """A TorchDispatchMode counting c10d / functional collectives and their input bytes."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    skip = ("wait", "barrier", "monitored_barrier", "_wrap_tensor_autograd")  # not collectives
+
+    class CommCounter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.counts: dict[str, int] = {}
+            self.bytes: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func._schema.name
+            ns, _, op = name.partition("::")
+            if ns in ("c10d", "_c10d_functional") and not op.startswith(skip):
+                n = 0
+                schema_args = func._schema.arguments
+                values = dict(zip([a.name for a in schema_args], args))
+                values.update(kwargs)
+                key = next((k for k in ("input", "inputs", "input_tensors", "tensors", "self") if k in values), None)
+                v = values.get(key)
+                for t in (v if isinstance(v, (list, tuple)) else [v]):
+                    if isinstance(t, (list, tuple)):
+                        n += sum(x.numel() * x.element_size() for x in t if isinstance(x, torch.Tensor))
+                    elif isinstance(t, torch.Tensor):
+                        n += t.numel() * t.element_size()
+                self.counts[op] = self.counts.get(op, 0) + 1
+                self.bytes[op] = self.bytes.get(op, 0) + n
+            return func(*args, **kwargs)
+
+    return CommCounter()
+
+
+# -- the rank program -----------------------------------------------------------------------------
+
+def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
+    warnings.filterwarnings("ignore")
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from spmdc.codegen.cache import load_program
+    from spmdc.codegen.comm_stats import CountingComm
+    from spmdc.dialects.func import FuncOp
+    from spmdc.runtime.collectives import Collectives
+    from spmdc.runtime.engine import _global_result_types, local_piece, to_full
+    from spmdc.sharding.layouts import SHARDING
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = []
+    try:
+        for case in cases:
+            step, workload, plan = case["step"], case["workload"], case["plan"]
+            names = step.mesh.axis_names
+            dmesh = init_device_mesh("cpu", step.mesh.shape, mesh_dim_names=names)
+
+            # spmdc: this rank's program, generated code, local argument pieces (set-up not timed)
+            t = time.perf_counter()
+            module = step.rank_module(rank)
+            fn = load_program(module, "main")[0]
+            setup_spmdc = time.perf_counter() - t
+            func = next(op for op in module.body.ops if isinstance(op, FuncOp))
+            args = []
+            for i, full in enumerate(step.arguments):
+                s = func.arg_attrs(i).get(SHARDING)
+                args.append(local_piece(full, s.placements, step.mesh, rank) if s is not None else full)
+            comm = Collectives(dmesh)
+
+            def spmdc_step():
+                with torch.no_grad():
+                    return fn(args, CountingComm(comm))
+
+            # PyTorch: the same model (same seed), parallelized by PyTorch's own tools
+            model, ((x,), (y,)), loss_fn = build(workload)
+            t = time.perf_counter()
+            if plan == "megatron":
+                model = torch_megatron(model, dmesh)
+                xl, yl = x, y
+            else:
+                model = torch_fsdp(model, dmesh)
+                xl, yl = x.chunk(world)[rank], y.chunk(world)[rank]
+            setup_torch = time.perf_counter() - t
+
+            def torch_step():
+                model.zero_grad(set_to_none=True)
+                loss = loss_fn(model(xl), yl)
+                loss.backward()
+                return loss
+
+            t_spmdc, t_torch = [], []
+            for i in range(warmup + iters):
+                for f, acc in ((spmdc_step, t_spmdc), (torch_step, t_torch)):
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    f()
+                    dt = time.perf_counter() - t0
+                    if i >= warmup:
+                        acc.append(dt)
+            # collectives of one step on each side (counted outside the timed iterations)
+            comm.stats.counts.clear()
+            comm.stats.bytes.clear()
+            outs = spmdc_step()
+            spmdc_counts, spmdc_bytes = dict(comm.stats.counts), dict(comm.stats.bytes)
+            counter = comm_counter()
+            with counter:
+                loss_t = torch_step()
+            cdm = CommDebugMode()
+            with cdm:
+                torch_step()
+            cdm_counts = {str(k): v for k, v in cdm.get_comm_counts().items()}
+
+            # results: spmdc loss/gradients as full tensors, PyTorch's likewise
+            gshapes = _global_result_types(step)
+            spmdc_res = {}
+            for i, (kind, o) in enumerate(zip(step.result_kinds, outs)):
+                s = func.res_attrs(i).get(SHARDING)
+                full = to_full(o, gshapes[i], s.placements, comm) if s is not None else o
+                spmdc_res[kind] = full
+            loss_t = loss_t.detach()
+            if plan == "fsdp":  # each rank's loss is the mean over its quarter of the batch
+                dist.all_reduce(loss_t)
+                loss_t = loss_t / world
+            torch_grads = {}
+            for n, p in model.named_parameters():
+                g = p.grad
+                torch_grads[n] = g.full_tensor() if isinstance(g, DTensor) else g
+            times = [None] * world
+            dist.all_gather_object(times, (t_spmdc, t_torch))
+            if rank == 0:
+                out.append(dict(
+                    workload=workload, plan=plan, mesh=dict(zip(names, step.mesh.shape)),
+                    t_spmdc=[max(ts[0][i] for ts in times) for i in range(iters)],
+                    t_torch=[max(ts[1][i] for ts in times) for i in range(iters)],
+                    spmdc_counts=spmdc_counts, spmdc_bytes=spmdc_bytes,
+                    torch_counts=counter.counts, torch_bytes=counter.bytes, cdm_counts=cdm_counts,
+                    spmdc_loss=spmdc_res["loss"].item(), torch_loss=loss_t.item(),
+                    spmdc_grads={k.split(":", 1)[1]: v for k, v in spmdc_res.items() if k.startswith("grad:")},
+                    torch_grads=torch_grads, setup_spmdc=setup_spmdc, setup_torch=setup_torch,
+                ))
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return out
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+def eager_reference(workload: str):
+    model, ((x,), (y,)), loss_fn = build(workload)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters(remove_duplicate=False)}
+    return loss.item(), grads
+
+
+def fmt_counts(counts: dict[str, int], per: int = 1) -> str:
+    short = {"all_gather_into_tensor": "all_gather", "_allgather_base_": "all_gather",
+             "allgather_into_tensor_coalesced": "all_gather(coalesced)", "reduce_scatter_tensor": "reduce_scatter",
+             "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter(coalesced)",
+             "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce(coalesced)"}
+    items = sorted((short.get(k.replace("comm.", ""), k.replace("comm.", "")), v) for k, v in counts.items())
+    merged: dict[str, int] = {}
+    for k, v in items:
+        merged[k] = merged.get(k, 0) + v
+    return ", ".join(f"{v // per} {k}" for k, v in merged.items()) or "none"
+
+
+def max_grad_diff(grads: dict, ref: dict) -> float:
+    worst = 0.0
+    for n, g in grads.items():
+        if g is None:
+            continue
+        r = ref.get(n)
+        if r is None:
+            return float("nan")
+        worst = max(worst, (g - r).abs().max().item())
+    return worst
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations (warm-up 1, 5 measured)")
+    ap.add_argument("--iters", type=int, default=None, help="measured iterations (default 20, --quick 5)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations (default 3, --quick 1)")
+    ap.add_argument("--cases", nargs="+", default=["mlp:megatron", "mlp:fsdp", "gpt2:megatron", "gpt2:fsdp"])
+    ap.add_argument("--markdown", default=None, metavar="FILE", help="also append the tables to FILE (markdown)")
+    args = ap.parse_args()
+    iters = args.iters or (5 if args.quick else 20)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    warnings.filterwarnings("ignore")
+    os.environ["PYTHONPATH"] = os.pathsep.join([BENCH_DIR, REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from spmdc.runtime.engine import compile_step
+    from spmdc.runtime.launcher import launch
+    from spmdc.sharding.mesh import Mesh
+
+    sys.path.insert(0, BENCH_DIR)
+    from vs_torch import worker  # importable by name in the spawned ranks
+
+    console = Console(width=160)
+    cases, compile_s = [], {}
+    for spec in args.cases:
+        workload, plan = spec.split(":")
+        model, ((x,), (y,)), loss_fn = build(workload)
+        t = time.perf_counter()
+        step = compile_step(model, (x,), mesh=Mesh(MESHES[plan]), plan=plan, train=True, loss_fn=loss_fn,
+                            loss_inputs=(y,))
+        compile_s[spec] = time.perf_counter() - t
+        console.print(f"[dim]compiled {spec}: {compile_s[spec]:.1f}s[/dim]")
+        cases.append(dict(step=step, workload=workload, plan=plan))
+    t = time.perf_counter()
+    results = launch(worker, 4, (cases, iters, warmup), timeout_s=600)[0]
+    launch_s = time.perf_counter() - t
+
+    desc = {w: ", ".join(f"{k}={v}" for k, v in kw.items()) for w, (_, kw) in WORKLOADS.items()}
+    title = (f"forward+backward step on 4 CPU ranks (gloo), median of {iters} iterations after {warmup} warm-up "
+             f"(slowest rank per iteration)")
+    t1 = Table(title="Step time: " + title)
+    for c in ("workload", "plan", "mesh", "PyTorch", "PyTorch ms", "spmdc ms", "spmdc / PyTorch", "loss spmdc",
+              "loss PyTorch", "loss eager", "max |grad diff| spmdc", "max |grad diff| PyTorch"):
+        t1.add_column(c, justify="right" if ("ms" in c or "/" in c or "loss" in c or "diff" in c) else "left")
+    t2 = Table(title="Collectives per step, per rank (bytes: local input of each collective)")
+    for c in ("workload", "plan", "spmdc collectives", "spmdc MB", "PyTorch collectives", "PyTorch MB",
+              "CommDebugMode (check)"):
+        t2.add_column(c, justify="right" if "MB" in c else "left")
+    md = []
+    md.append("| workload | plan | mesh | PyTorch | PyTorch ms | spmdc ms | spmdc / PyTorch | loss spmdc | loss PyTorch | "
+              "loss eager | max abs grad diff spmdc | max abs grad diff PyTorch |")
+    md.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    md2 = ["| workload | plan | spmdc collectives | spmdc MB | PyTorch collectives | PyTorch MB | CommDebugMode (check) |",
+           "|---|---|---|---:|---|---:|---|"]
+    bad = []
+    for r in results:
+        ref_loss, ref_grads = eager_reference(r["workload"])
+        ms_s = 1e3 * statistics.median(r["t_spmdc"])
+        ms_t = 1e3 * statistics.median(r["t_torch"])
+        who = "DTensor TP (Colwise/Rowwise)" if r["plan"] == "megatron" else "FSDP2 fully_shard"
+        mesh = "x".join(f"{k}={v}" for k, v in r["mesh"].items())
+        gs, gt = max_grad_diff(r["spmdc_grads"], ref_grads), max_grad_diff(r["torch_grads"], ref_grads)
+        row = [r["workload"], r["plan"], mesh, who, f"{ms_t:.1f}", f"{ms_s:.1f}", f"{ms_s / ms_t:.2f}x",
+               f"{r['spmdc_loss']:.6f}", f"{r['torch_loss']:.6f}", f"{ref_loss:.6f}", f"{gs:.1e}", f"{gt:.1e}"]
+        t1.add_row(*row)
+        md.append("| " + " | ".join(row) + " |")
+        sc = {k: v for k, v in r["spmdc_counts"].items() if k != "comm.all_slice"}
+        sb = sum(v for k, v in r["spmdc_bytes"].items() if k != "comm.all_slice")
+        n_slice = r["spmdc_counts"].get("comm.all_slice", 0)
+        scs = fmt_counts(sc) + (f" (+{n_slice} all_slice, no traffic)" if n_slice else "")
+        row2 = [r["workload"], r["plan"], scs, f"{sb / 1e6:.2f}", fmt_counts(r["torch_counts"]),
+                f"{sum(r['torch_bytes'].values()) / 1e6:.2f}",
+                ", ".join(f"{v} {k.split('.')[-1]}" for k, v in sorted(r["cdm_counts"].items())) or "none"]
+        t2.add_row(*row2)
+        md2.append("| " + " | ".join(row2) + " |")
+        for side, loss in (("spmdc", r["spmdc_loss"]), ("PyTorch", r["torch_loss"])):
+            if not math.isclose(loss, ref_loss, rel_tol=1e-4, abs_tol=1e-5):
+                bad.append(f"{r['workload']}/{r['plan']}: {side} loss {loss} != eager {ref_loss}")
+    console.print(t1)
+    console.print(t2)
+    console.print("workloads: " + "; ".join(f"{w}: {d}" for w, d in desc.items()))
+    console.print(f"spmdc compile (capture + sharding, main process): "
+                  + ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items()) + f"; launch + all runs {launch_s:.0f}s")
+    if bad:
+        console.print("[red]LOSS MISMATCH:[/red] " + "; ".join(bad))
+    else:
+        console.print("losses: spmdc and PyTorch both equal eager single-device within rtol 1e-4 / atol 1e-5")
+    if args.markdown:
+        cmd = "python bench/vs_torch.py " + " ".join(sys.argv[1:])
+        with open(args.markdown, "a", encoding="utf-8") as f:
+            f.write(f"\n## vs_torch ({datetime.date.today().isoformat()})\n\n")
+            f.write(f"Command: `{cmd}`; machine: {os.cpu_count()} CPU cores ({platform.machine()}), 4 gloo ranks, "
+                    f"torch {__import__('torch').__version__}.\n\n")
+            f.write(f"Step time — {title}:\n\n" + "\n".join(md) + "\n\nCollectives per step, per rank:\n\n"
+                    + "\n".join(md2) + "\n\nWorkloads: " + "; ".join(f"`{w}`: {d}" for w, d in desc.items()) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The rank side of ``spmdc run``: compile with :func:`spmdc.compile`, train K steps, report.
+
+Importable and picklable for torch's elastic launcher (spawn start method).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+
+def run_rank(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one rank of a ``spmdc run`` job; returns losses, step times, collectives and (rank 0) state."""
+    import torch
+    import torch.distributed as dist
+
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.runtime.api import CompiledModule, Optimizer
+
+    own_group = not dist.is_initialized()
+    if own_group:
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
+                                timeout=timedelta(seconds=job["timeout"]))
+    rank = dist.get_rank()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    try:
+        fail = os.environ.get("SPMDC_TEST_FAIL_RANK")
+        if fail is not None and int(fail) == rank:
+            raise RuntimeError(f"injected failure on rank {rank} (SPMDC_TEST_FAIL_RANK)")
+        w = load_workload(job["workload"])
+        say = print if rank == 0 else (lambda *a, **k: None)
+        t0 = time.perf_counter()
+        cm = CompiledModule(w.model, (tuple(w.inputs), tuple(w.loss_inputs)), mesh=job["mesh"], plan=job["plan"],
+                            train=job["train"], loss_fn=w.loss_fn, loss_inputs=(),
+                            optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None)
+        compile_s = time.perf_counter() - t0
+        say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']})", flush=True)
+        if job.get("dump_codegen"):
+            from spmdc.codegen.cache import dump_codegen
+
+            prog = cm._train or cm._fwd
+            os.makedirs(job["dump_codegen"], exist_ok=True)
+            dump_codegen(prog.step.rank_module(rank), job["dump_codegen"])
+        losses, times = [], []
+        cm.comm.stats.counts.clear()
+        cm.comm.stats.bytes.clear()
+        for k in range(job["steps"]):
+            start = time.perf_counter()
+            if job["train"]:
+                loss = cm.step(*w.inputs, *w.loss_inputs)
+                losses.append(float(loss.detach()))
+            else:
+                out = cm(*w.inputs, full=True)
+                first = out[0] if isinstance(out, tuple) else out
+                losses.append(float(first.float().norm()))
+            times.append(time.perf_counter() - start)
+            say(f"[rank 0] step {k + 1}/{job['steps']}: {'loss' if job['train'] else '|output|'} "
+                f"{losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
+        counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
+        state = cm.state_dict() if job["check"] else None
+        return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
+                "bytes": nbytes, "state": state if rank == 0 else None}
+    finally:
+        if own_group:
+            dist.destroy_process_group()

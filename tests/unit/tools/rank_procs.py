@@ -1,0 +1,10 @@
+"""Helper for the CLI tests: list this user's python processes running spmdc ranks."""
+
+import os
+import subprocess
+
+
+def rank_processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+    me = str(os.getpid())
+    return [l for l in out if "spmdc" in l and "multiprocessing" in l and not l.strip().startswith(me)]
