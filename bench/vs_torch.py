@@ -127,7 +127,8 @@ def comm_counter():
                 schema_args = func._schema.arguments
                 values = dict(zip([a.name for a in schema_args], args))
                 values.update(kwargs)
-                key = next((k for k in ("input", "inputs", "input_tensors", "tensors", "self") if k in values), None)
+                key = next((k for k in ("input", "inputs", "input_tensor", "input_tensors", "tensors", "self")
+                            if k in values), None)
                 v = values.get(key)
                 for t in (v if isinstance(v, (list, tuple)) else [v]):
                     if isinstance(t, (list, tuple)):
@@ -152,7 +153,6 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
     from torch.distributed.tensor.debug import CommDebugMode
 
     from spmdc.codegen.cache import load_program
-    from spmdc.codegen.comm_stats import CountingComm
     from spmdc.dialects.func import FuncOp
     from spmdc.runtime.collectives import Collectives
     from spmdc.runtime.engine import _global_result_types, local_piece, to_full
@@ -180,9 +180,11 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                 args.append(local_piece(full, s.placements, step.mesh, rank) if s is not None else full)
             comm = Collectives(dmesh)
 
+            timing = TimedComm(comm)
+
             def spmdc_step():
                 with torch.no_grad():
-                    return fn(args, CountingComm(comm))
+                    return fn(args, timing)
 
             # PyTorch: the same model (same seed), parallelized by PyTorch's own tools
             model, ((x,), (y,)), loss_fn = build(workload)
@@ -201,15 +203,18 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                 loss.backward()
                 return loss
 
-            t_spmdc, t_torch = [], []
+            t_spmdc, t_torch, t_comm = [], [], []
             for i in range(warmup + iters):
                 for f, acc in ((spmdc_step, t_spmdc), (torch_step, t_torch)):
                     dist.barrier()
+                    timing.seconds = 0.0
                     t0 = time.perf_counter()
                     f()
                     dt = time.perf_counter() - t0
                     if i >= warmup:
                         acc.append(dt)
+                        if f is spmdc_step:
+                            t_comm.append(timing.seconds)
             # collectives of one step on each side (counted outside the timed iterations)
             comm.stats.counts.clear()
             comm.stats.bytes.clear()
@@ -239,12 +244,13 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                 g = p.grad
                 torch_grads[n] = g.full_tensor() if isinstance(g, DTensor) else g
             times = [None] * world
-            dist.all_gather_object(times, (t_spmdc, t_torch))
+            dist.all_gather_object(times, (t_spmdc, t_torch, t_comm))
             if rank == 0:
                 out.append(dict(
                     workload=workload, plan=plan, mesh=dict(zip(names, step.mesh.shape)),
                     t_spmdc=[max(ts[0][i] for ts in times) for i in range(iters)],
                     t_torch=[max(ts[1][i] for ts in times) for i in range(iters)],
+                    t_comm=[statistics.median(ts[2]) for ts in times],
                     spmdc_counts=spmdc_counts, spmdc_bytes=spmdc_bytes,
                     torch_counts=counter.counts, torch_bytes=counter.bytes, cdm_counts=cdm_counts,
                     spmdc_loss=spmdc_res["loss"].item(), torch_loss=loss_t.item(),
@@ -255,6 +261,28 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
     finally:
         dist.destroy_process_group()
     return out
+
+
+class TimedComm:
+    """spmdc's CountingComm plus the wall time spent inside collective calls (``seconds``)."""
+
+    def __init__(self, comm: Any):
+    
+        self._inner = CountingComm(comm)
+        self.seconds = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if not callable(target):
+            return target
+
+        def call(*a: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return target(*a)
+            finally:
+                self.seconds += time.perf_counter() - t
+        return call
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -333,7 +361,7 @@ def main() -> None:
     title = (f"forward+backward step on 4 CPU ranks (gloo), median of {iters} iterations after {warmup} warm-up "
              f"(slowest rank per iteration)")
     t1 = Table(title="Step time: " + title)
-    for c in ("workload", "plan", "mesh", "PyTorch", "PyTorch ms", "spmdc ms", "spmdc / PyTorch", "loss spmdc",
+    for c in ("workload", "plan", "mesh", "PyTorch", "PyTorch ms", "spmdc ms", "spmdc / PyTorch", "spmdc in comm ms", "loss spmdc",
               "loss PyTorch", "loss eager", "max |grad diff| spmdc", "max |grad diff| PyTorch"):
         t1.add_column(c, justify="right" if ("ms" in c or "/" in c or "loss" in c or "diff" in c) else "left")
     t2 = Table(title="Collectives per step, per rank (bytes: local input of each collective)")
@@ -341,9 +369,9 @@ def main() -> None:
               "CommDebugMode (check)"):
         t2.add_column(c, justify="right" if "MB" in c else "left")
     md = []
-    md.append("| workload | plan | mesh | PyTorch | PyTorch ms | spmdc ms | spmdc / PyTorch | loss spmdc | loss PyTorch | "
+    md.append("| workload | plan | mesh | PyTorch | PyTorch ms | spmdc ms | spmdc / PyTorch | spmdc in comm ms | loss spmdc | loss PyTorch | "
               "loss eager | max abs grad diff spmdc | max abs grad diff PyTorch |")
-    md.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    md.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     md2 = ["| workload | plan | spmdc collectives | spmdc MB | PyTorch collectives | PyTorch MB | CommDebugMode (check) |",
            "|---|---|---|---:|---|---:|---|"]
     bad = []
@@ -351,10 +379,11 @@ def main() -> None:
         ref_loss, ref_grads = eager_reference(r["workload"])
         ms_s = 1e3 * statistics.median(r["t_spmdc"])
         ms_t = 1e3 * statistics.median(r["t_torch"])
-        who = "DTensor TP (Colwise/Rowwise)" if r["plan"] == "megatron" else "FSDP2 fully_shard"
+        who = "DTensor TP" if r["plan"] == "megatron" else "FSDP2"
         mesh = "x".join(f"{k}={v}" for k, v in r["mesh"].items())
         gs, gt = max_grad_diff(r["spmdc_grads"], ref_grads), max_grad_diff(r["torch_grads"], ref_grads)
         row = [r["workload"], r["plan"], mesh, who, f"{ms_t:.1f}", f"{ms_s:.1f}", f"{ms_s / ms_t:.2f}x",
+               f"{1e3 * max(r['t_comm']):.1f}",
                f"{r['spmdc_loss']:.6f}", f"{r['torch_loss']:.6f}", f"{ref_loss:.6f}", f"{gs:.1e}", f"{gt:.1e}"]
         t1.add_row(*row)
         md.append("| " + " | ".join(row) + " |")

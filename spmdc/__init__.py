@@ -14,7 +14,18 @@ _LAZY = {
     "CompiledModule": ("spmdc.runtime.api", "CompiledModule"),
     "Optimizer": ("spmdc.runtime.api", "Optimizer"),
     "Mesh": ("spmdc.sharding.mesh", "Mesh"),
+    "Plan": ("spmdc.sharding.plan", "Plan"),
+    "ParamLayout": ("spmdc.sharding.plan", "ParamLayout"),
+    "preset": ("spmdc.sharding.plan", "preset"),
+    "Replicate": ("spmdc.ir.sharding", "Replicate"),
+    "Shard": ("spmdc.ir.sharding", "Shard"),
+    "Partial": ("spmdc.ir.sharding", "Partial"),
+    "compile_step": ("spmdc.runtime.engine", "compile_step"),
 }
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
 
 
 def __getattr__(name: str):

@@ -1,6 +1,8 @@
-"""Code generation: partitioned IR → Python modules (Triton kernels for fused regions later).
+"""Code generation: partitioned IR → Python modules; ``target="triton"`` turns fused regions
+into Triton kernels (:mod:`spmdc.codegen.triton_emitter`).
 
     from spmdc.codegen import emit_python, load_program, dump_codegen
+    fn, path = load_program(module, "main", target="triton")
 """
 
 from spmdc.codegen.cache import dump_codegen, load_program

@@ -41,14 +41,18 @@ def _tanh(x):
 
 
 def splat_literal(op: Operation) -> str:
-    """The literal of a splat ``tensor.constant`` (a scalar in the kernel)."""
+    """A splat ``tensor.constant`` as a kernel scalar: an f32 literal, else a typed ``tl.full``."""
     v = op.attributes["value"].values[0]  # type: ignore[attr-defined]
     t = op.result.type
-    if isinstance(t, TensorType) and t.element_type == "i1":
-        return "True" if v else "False"
-    if isinstance(t, TensorType) and t.is_float:
+    if t.element_type == "i1":  # type: ignore[attr-defined]
+        v = bool(v)
+    elif t.is_float:  # type: ignore[attr-defined]
         v = float(v)
-    return literal(v)
+    else:
+        v = int(v)
+    if t.element_type == "f32":  # type: ignore[attr-defined]
+        return literal(v)
+    return f"tl.full([], {literal(v)}, {TL_DTYPES[t.element_type]})"  # type: ignore[attr-defined]
 
 
 def pow_exponent(op: Operation) -> float | None:
@@ -87,7 +91,8 @@ def triton_expr(op: Operation, ins: list[str], const_exponent: float | None = No
             x = f"tl.minimum({x}, {literal(hi)})"
         return x
     if kind == "cast":
-        return f"{ins[0]}.to({TL_DTYPES[t.element_type]})"
+        x = ins[0] if ins[0].isidentifier() or ins[0].startswith("tl.full(") else f"tl.full([], {ins[0]}, tl.float32)"
+        return f"{x}.to({TL_DTYPES[t.element_type]})"
     if kind == "compare":
         return f"({ins[0]} {_COMPARE[str(op.attr_value('predicate'))]} {ins[1]})"
     if kind == "select":

@@ -9,8 +9,8 @@
     cm.named_parameters()       # this rank's shards as DTensors
     cm.state_dict()             # full tensors (gathered; every rank gets them)
 
-Compilation (capture + plan + global sharding passes) runs on rank 0 only and its result is
-broadcast, so every rank partitions the very same global program; each rank then cuts its
+Compilation (capture + plan + global sharding passes) runs once per program (forward on rank 0,
+training step on rank 1) and is broadcast, so every rank partitions the very same global program; each rank then cuts its
 shard of every parameter out of its own copy of ``model`` (ranks must build the model with
 the same initialization, e.g. the same seed; both runs then start identical).
 
@@ -143,28 +143,35 @@ class _RankProgram:
         self.comm_ops = sum(1 for op in module.walk() if op.name.startswith("comm."))
 
 
-def _compile_on_rank0(model: Any, inputs: tuple, *, mesh: Mesh, plan: Any, train: bool, loss_fn: Any,
-                      loss_inputs: tuple) -> Any:
-    """Rank 0 compiles; the CompiledStep (without its tensors) is broadcast to every rank."""
+def _compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any) -> list[Any]:
+    """Compile each job (``compile_step`` keyword arguments) once and share it with every rank.
+
+    Job ``j`` compiles on rank ``j % world`` (forward and training programs in parallel), and the
+    CompiledStep, without its tensors, is broadcast from there; one failure fails every rank.
+    """
     import torch.distributed as dist
 
     from spmdc.runtime.engine import compile_step
 
-    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    box: list[Any] = [None]
-    if not distributed or dist.get_rank() == 0:
-        try:
-            step = compile_step(model, inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
-                                loss_inputs=loss_inputs)
-            step.arguments = []  # every rank takes the values from its own model
-            box[0] = step
-        except Exception as e:  # tell the other ranks instead of leaving them waiting
-            box[0] = e
-    if distributed:
-        dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], BaseException):
-        raise RuntimeError(f"spmdc.compile failed on rank 0: {box[0]}") from box[0]
-    return box[0]
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    rank = dist.get_rank() if world > 1 else 0
+    boxes: list[list[Any]] = [[None] for _ in jobs]
+    for j, job in enumerate(jobs):
+        if j % world == rank:
+            try:
+                step = compile_step(model, mesh=mesh, plan=plan, **job)
+                step.arguments = []  # every rank takes the values from its own model
+                boxes[j][0] = step
+            except Exception as e:  # tell the other ranks instead of leaving them waiting
+                boxes[j][0] = e
+    out = []
+    for j, box in enumerate(boxes):
+        if world > 1:
+            dist.broadcast_object_list(box, src=j % world)
+        if isinstance(box[0], BaseException):
+            raise RuntimeError(f"spmdc.compile failed on rank {j % world}: {box[0]}") from box[0]
+        out.append(box[0])
+    return out
 
 
 class CompiledModule:
@@ -195,12 +202,12 @@ class CompiledModule:
         self.comm = Collectives(device_mesh)
 
         model_args, loss_args = _split_example(example_inputs, loss_fn, loss_inputs)
-        self._fwd = _RankProgram(_compile_on_rank0(model, model_args, mesh=mesh, plan=plan, train=False,
-                                                   loss_fn=None, loss_inputs=()), self.rank)
-        self._train = None
+        jobs = [dict(inputs=model_args, train=False)]
         if train:
-            self._train = _RankProgram(_compile_on_rank0(model, model_args, mesh=mesh, plan=plan, train=True,
-                                                         loss_fn=loss_fn, loss_inputs=loss_args), self.rank)
+            jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args))
+        steps = _compile_shared(model, jobs, mesh, plan)
+        self._fwd = _RankProgram(steps[0], self.rank)
+        self._train = _RankProgram(steps[1], self.rank) if train else None
         storage = self._train or self._fwd
         self.plan_name = storage.step.plan_name
 

@@ -24,6 +24,7 @@ from spmdc.sharding.plan import Plan, preset
 PREPARE_PIPELINE = "canonicalize,cse"
 GLOBAL_PIPELINE = "sharding-propagation,insert-redistribution,lower-redistribution"
 RANK_PIPELINE = "partition{{rank={rank}}},fuse-collectives,cse,dce,canonicalize"
+KERNEL_PIPELINE = "fuse-kernels,dce"   # after RANK_PIPELINE when the codegen target is triton
 
 
 @dataclass
@@ -196,17 +197,29 @@ def _size_before(global_shape: tuple[int, ...], layout: list[Any], axis: int, di
     return size
 
 
-def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codegen") -> dict[str, Any]:
+def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codegen",
+                target: str = "torch") -> dict[str, Any]:
     """Run the rank's program; results come back as full tensors plus comm statistics.
 
     ``executor``: ``"codegen"`` runs the generated Python module (spmdc.codegen),
-    ``"interpret"`` the reference interpreter op by op.
+    ``"interpret"`` the reference interpreter op by op. ``target``: ``"torch"`` (aten calls)
+    or ``"triton"`` (``fuse-kernels`` then one Triton kernel per region; on CPU under the
+    Triton interpreter); the result then also carries ``kernel_stats``.
     """
     from spmdc.dialects.func import FuncOp
     from spmdc.runtime.interpreter import interpret
     from spmdc.sharding.layouts import SHARDING
 
     module = step.rank_module(rank)
+    stats = None
+    if target == "triton":
+        from spmdc.codegen.kernel_stats import kernel_stats
+        from spmdc.passes.manager import PassManager
+        from spmdc.passes.registry import parse_pipeline
+
+        unfused = module.clone()
+        PassManager(parse_pipeline(KERNEL_PIPELINE)).run(module)
+        stats = kernel_stats(module, before=unfused)
     func = next(op for op in module.body.ops if isinstance(op, FuncOp))
     args = []
     for i, full in enumerate(step.arguments):
@@ -219,7 +232,7 @@ def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codeg
             from spmdc.codegen.cache import load_program
             from spmdc.codegen.comm_stats import CountingComm
 
-            outs = load_program(module, "main")[0](args, CountingComm(comm))
+            outs = load_program(module, "main", target=target)[0](args, CountingComm(comm))
         elif executor == "interpret":
             outs = interpret(module, args, comm=comm.run)
         else:
@@ -231,7 +244,10 @@ def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codeg
         with torch.no_grad():
             full_outs.append(to_full(out, global_fn[i], s.placements, comm) if s is not None else out)
     counts = collections.Counter(op.name for op in module.walk() if op.name.startswith("comm."))
-    return {"outputs": full_outs, "comm_ops": dict(counts), "issued": dict(comm.stats.counts)}
+    result = {"outputs": full_outs, "comm_ops": dict(counts), "issued": dict(comm.stats.counts)}
+    if stats is not None:
+        result["kernel_stats"] = stats
+    return result
 
 
 def _global_result_types(step: CompiledStep) -> list[tuple[int, ...]]:

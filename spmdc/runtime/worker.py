@@ -4,7 +4,8 @@
 
 Every rank runs every compiled step in order (steps must use meshes of ``nproc`` ranks)
 and returns, per step, the full results and the collectives it issued. ``executor``
-("codegen" or "interpret") is passed to :func:`spmdc.runtime.engine.run_on_rank`.
+("codegen" or "interpret") and ``target`` ("torch" or "triton") are passed to
+:func:`spmdc.runtime.engine.run_on_rank`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from typing import Any
 
 
-def run_steps(steps: list[Any], executor: str = "codegen") -> list[dict[str, Any]]:
+def run_steps(steps: list[Any], executor: str = "codegen", target: str = "torch") -> list[dict[str, Any]]:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -33,7 +34,7 @@ def run_steps(steps: list[Any], executor: str = "codegen") -> list[dict[str, Any
             if key not in meshes:
                 meshes[key] = init_device_mesh("cpu", step.mesh.shape, mesh_dim_names=step.mesh.axis_names)
             comm = Collectives(meshes[key])
-            out.append(run_on_rank(step, rank, comm, executor))
+            out.append(run_on_rank(step, rank, comm, executor, target=target))
     finally:
         dist.destroy_process_group()
     return out

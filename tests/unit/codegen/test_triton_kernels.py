@@ -2,7 +2,8 @@
 
 Each case is a small IR function; ``fuse-kernels`` turns it into one ``kernel.fused``
 region of the expected kind, the Triton target runs it, and the result must match the
-interpreter on the unfused program (fp32, 1e-5 relative). Sizes 1, 7 and 129 exercise the
+interpreter on the unfused program (fp32, 1e-5 relative, absolute floor 1e-6 x the
+output's largest magnitude). Sizes 1, 7 and 129 exercise the
 masks; non-contiguous inputs (transposed and strided views) exercise the index arithmetic.
 """
 
@@ -38,7 +39,10 @@ def check(text, args, **kw):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+        # 1e-5 relative; the absolute floor scales with the output (a dot product of length
+        # 129 that cancels to ~0 differs by an ulp of its terms, not of its result)
+        scale = float(w.abs().max()) if w.numel() and w.is_floating_point() else 1.0
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6 * max(1.0, scale))
 
 
 def t(*shape):

@@ -18,10 +18,12 @@ import torch
 from spmdc.runtime.launcher import launch
 
 SGD = ("sgd", {"lr": 0.1, "momentum": 0.9})
-# eps 1e-6, not torch's 1e-8: some gradients are zero up to rounding (attention key biases: softmax
-# ignores a per-row shift, so |grad| ~ 1e-11), and Adam's m/(sqrt(v)+eps) turns that rounding noise
-# into an update of ~lr * 1e-3 that differs run to run whatever the reduction order.
-ADAMW = ("adamw", {"lr": 1e-2, "betas": (0.9, 0.99), "eps": 1e-6, "weight_decay": 0.1})
+# Adam divides by sqrt(v) + eps, so a gradient element near eps in size turns the rounding noise of
+# the gradient (~1e-9 here, set by the size of the summed terms, whatever the reduction order) into
+# an update error of about lr / eps times that: attention key biases even have gradients that are
+# zero up to rounding (softmax ignores a per-row shift). lr / eps = 1e3 keeps that under 1e-6, while
+# a wrong formula (bias correction, decoupled decay) would still be off by ~1e-4 or more.
+ADAMW = ("adamw", {"lr": 1e-3, "betas": (0.9, 0.99), "eps": 1e-6, "weight_decay": 0.1})
 STEPS = 3
 
 CASES_4 = [
@@ -30,12 +32,15 @@ CASES_4 = [
     ("gpt2_tiny", "fsdp", {"dp": 4}), ("gpt2_tiny", "megatron", {"tp": 4}),
     ("gpt2_tiny", "fsdp+tp", {"dp": 2, "tp": 2}),
     ("llama_tiny", "fsdp", {"dp": 4}), ("llama_tiny", "megatron", {"tp": 4}),
+    ("mlp:batch=6,d_hidden=30", "fsdp+tp", {"dp": 2, "tp": 2}),  # uneven shards
 ]
-CASES_2 = [("mlp", "fsdp", {"dp": 2}), ("gpt2_tiny", "megatron", {"tp": 2}), ("llama_tiny", "fsdp", {"dp": 2})]
+CASES_2 = [("mlp:batch=5,d_hidden=31", "fsdp", {"dp": 2}), ("gpt2_tiny", "megatron", {"tp": 2})]
 
 
 def _factory(workload: str):
-    return importlib.import_module(f"spmdc.examples.{workload}").factory()
+    name, _, sizes = workload.partition(":")  # "mlp:batch=6,d_hidden=30" -> factory(batch=6, d_hidden=30)
+    kwargs = {k: int(v) for k, v in (kv.split("=") for kv in sizes.split(",") if kv)}
+    return importlib.import_module(f"spmdc.examples.{name}").factory(**kwargs)
 
 
 def run_api_cases(cases: list) -> list[dict]:
@@ -174,6 +179,11 @@ def test_parameters_are_local_shards_as_dtensors(runs4):
         assert tuple(full.shape) == (32, 16)
         assert local_shape == (8, 16)
         assert [type(p).__name__ for p in placements] == ["Shard"]
+
+
+def test_uneven_shards_keep_torch_chunk_sizes(runs2):
+    # fc1.weight [31, 16] stored S(0) on dp=2: 16 rows on rank 0, 15 on rank 1 (as torch.chunk)
+    assert [runs2[r][0]["param_dtensors"]["fc1.weight"][1] for r in (0, 1)] == [(16, 16), (15, 16)]
 
 
 def test_optimizer_spec_forms():
