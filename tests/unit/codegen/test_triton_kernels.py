@@ -253,3 +253,17 @@ def test_generated_kernels_are_readable():
     assert "tl.rsqrt(" in src
     assert "torch.var" not in src and "torch.rsqrt" not in src
     assert emit_python(module, "main") != src  # the torch target keeps aten calls
+
+
+def test_cache_key_includes_the_target_and_torch_target_runs_regions():
+    from spmdc.codegen.cache import program_key
+
+    module = parse_module(_layer_norm(3, 8))
+    PassManager(parse_pipeline("fuse-kernels")).run(module)
+    assert program_key(module, "main", "torch") != program_key(module, "main", "triton")
+    args = [randn(3, 8), randn(3, 8, seed=1), randn(8, seed=2), randn(8, seed=3)]
+    fn_torch, path_torch = load_program(module, "main", target="torch")
+    fn_triton, path_triton = load_program(module, "main", target="triton")
+    assert path_torch != path_triton and "import triton" not in path_torch.read_text()
+    for a, b in zip(fn_torch(args, None), fn_triton(args, None)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
