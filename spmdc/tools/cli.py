@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     show = sub.add_parser("show", help="summarise an IR file: functions, parameters, op counts")
     show.add_argument("file")
     show.add_argument("--comm", action="store_true", help="also tabulate collectives per mesh axis")
+    show.add_argument("--kernels", action="store_true",
+                      help="also report kernels per step after fuse-kernels versus aten ops before fusion")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from spmdc.tools.run_cmd import config_from_args, run_main
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "show":
         from spmdc.tools.show import show as show_file
 
-        return show_file(args.file, comm=args.comm)
+        return show_file(args.file, comm=args.comm, kernels=args.kernels)
     return 0
 
 

@@ -83,7 +83,18 @@ def comm_table(module: Any) -> list[dict]:
     return list(rows.values())
 
 
-def show(path: str, console: Any = None, comm: bool = False) -> int:
+def kernel_summary(module: Any) -> str:
+    """Kernels per step after ``fuse-kernels`` (on a copy) versus aten ops before fusion."""
+    from spmdc.codegen.kernel_stats import kernel_stats
+    from spmdc.passes.manager import PassManager
+    from spmdc.passes.registry import parse_pipeline
+
+    fused = module.clone()
+    PassManager(parse_pipeline("fuse-kernels,dce")).run(fused)
+    return kernel_stats(fused, before=module).summary()
+
+
+def show(path: str, console: Any = None, comm: bool = False, kernels: bool = False) -> int:
     from rich.console import Console
     from rich.table import Table
 
@@ -149,4 +160,6 @@ def show(path: str, console: Any = None, comm: bool = False) -> int:
         t.add_row("total", "", "", str(sum(r["count"] for r in rows)), f"{sum(r['bytes'] for r in rows):,}",
                   style="bold")
         console.print(t)
+    if kernels:
+        console.print("kernels (triton target): " + kernel_summary(module))
     return 0

@@ -28,3 +28,12 @@ def test_show_comm_cli_prints_total(tmp_path):
     assert "comm.all_reduce" in res.stdout
     total = [l for l in res.stdout.splitlines() if "total" in l]
     assert total and "512" in total[-1]
+
+
+def test_show_kernels_reports_fused_launches(tmp_path):
+    from spmdc.tools.show import kernel_summary
+
+    module = parse_module(MLP.read_text(), str(MLP))
+    text = kernel_summary(module)
+    # matmul, relu, matmul: the relu is one elementwise region, the matmuls stay aten calls
+    assert text.startswith("3 kernels launched per step for 3 aten ops")
