@@ -267,7 +267,8 @@ class TimedComm:
     """spmdc's CountingComm plus the wall time spent inside collective calls (``seconds``)."""
 
     def __init__(self, comm: Any):
-    
+        from spmdc.codegen.comm_stats import CountingComm
+
         self._inner = CountingComm(comm)
         self.seconds = 0.0
 

@@ -177,7 +177,7 @@ def _compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: An
 class CompiledModule:
     """The result of :func:`compile`: call it like the model; ``step`` trains (see module doc)."""
 
-    def __init__(self, model: Any, example_inputs: Any, *, mesh: Mesh, plan: str | Plan = "fsdp",
+    def __init__(self, model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp",
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None):
         import torch
@@ -186,6 +186,8 @@ class CompiledModule:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
+        if not isinstance(mesh, Mesh):  # "dp=2,tp=2" or {"dp": 2, "tp": 2}
+            mesh = Mesh.parse(mesh) if isinstance(mesh, str) else Mesh(mesh)
         if dist.get_world_size() != mesh.size:
             raise ValueError(f"mesh {mesh} has {mesh.size} devices but the job has {dist.get_world_size()} ranks")
         if device is None:
@@ -235,15 +237,15 @@ class CompiledModule:
                     raise KeyError(f"compiled program takes '{fqn}' but the model has no such parameter or buffer")
                 full = named[fqn].detach()
                 if i in prog.buffers:
-                    self._buffers[fqn] = full.to(self.device)
+                    self._buffers[fqn] = full.to(self.device).clone()
                     continue
                 layout = prog.arg_layouts[i]
                 if any(isinstance(p, Partial) for p in layout):
                     raise ValueError(f"parameter '{fqn}' is stored Partial {layout}; parameters must be S or R")
                 self._layout[fqn], self._shape[fqn] = layout, tuple(full.shape)
                 self._local[fqn] = self._cut(full, layout)
-        self._input_counts = (len(model_args), len(loss_args))
         self.optimizer = self.set_optimizer(optimizer) if train else None
+        self.last_grads: dict[str, Any] = {}
         self._check_grad_layouts()
 
     # -- tensors in and out ----------------------------------------------------------------------
@@ -364,6 +366,12 @@ class CompiledModule:
             if n in self._local:
                 yield n, self._dtensor(self._local[n], self._layout[n], self._shape[n])
 
+    def named_grads(self) -> Iterator[tuple[str, Any]]:
+        """Gradients of the last :meth:`step` as DTensors, laid out like their parameters."""
+        for n in self._param_names:
+            if n in self.last_grads:
+                yield n, self._dtensor(self.last_grads[n], self._layout[n], self._shape[n])
+
     def parameters(self) -> Iterator[Any]:
         for _, p in self.named_parameters():
             yield p
@@ -401,7 +409,7 @@ class CompiledModule:
                 f"params={len(self._local)}, rank={self.rank})")
 
 
-def compile(model: Any, example_inputs: Any, *, mesh: Mesh, plan: str | Plan = "fsdp", train: bool = False,
+def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
             device_mesh: Any = None, device: str | None = None) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.

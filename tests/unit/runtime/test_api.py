@@ -64,7 +64,7 @@ def run_api_cases(cases: list) -> list[dict]:
                 meshes[key] = init_device_mesh("cpu", mesh.shape, mesh_dim_names=mesh.axis_names)
             dm = meshes[key]
             model, (inputs, targets), loss_fn = _factory(workload)
-            cm = spmdc.compile(model, inputs, mesh=mesh, plan=plan, train=True, loss_fn=loss_fn,
+            cm = spmdc.compile(model, inputs, mesh=axes if len(axes) > 1 else mesh, plan=plan, train=True, loss_fn=loss_fn,
                                loss_inputs=targets, optimizer=SGD, device_mesh=dm)
             t1 = time.perf_counter()
             r: dict = {"compile_s": t1 - t0}
@@ -82,6 +82,7 @@ def run_api_cases(cases: list) -> list[dict]:
             cm.set_optimizer(ADAMW)
             r["adamw_losses"] = [float(cm.step(*inputs, *targets)) for _ in range(STEPS)]
             r["adamw_params"] = cm.state_dict()
+            r["grad_names"] = [n for n, g in cm.named_grads() if tuple(g.shape) == tuple(r["initial"][n].shape)]
             r["run_s"] = time.perf_counter() - t1
             out.append(r)
     finally:
@@ -153,6 +154,7 @@ def check_case(results: dict, case: int, workload: str) -> None:
             torch.testing.assert_close(r["initial"][k], v, rtol=0, atol=0)
         for n, (full, _local_shape, _pl) in r["param_dtensors"].items():
             torch.testing.assert_close(full, ref["initial"][n], rtol=0, atol=0, msg=lambda m: f"{where} DTensor {n} {_pl}: {m}")
+        assert r["grad_names"] == list(r["param_dtensors"])  # every parameter got a gradient DTensor
         for opt in ("sgd", "adamw"):
             torch.testing.assert_close(torch.tensor(r[f"{opt}_losses"]), torch.tensor(ref[f"{opt}_losses"]),
                                        rtol=1e-4, atol=1e-5, msg=lambda m: f"{where} {opt} losses: {m}")
