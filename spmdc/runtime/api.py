@@ -117,14 +117,16 @@ def _split_example(example_inputs: Any, loss_fn: Any, loss_inputs: Sequence[Any]
 class _RankProgram:
     """A :class:`CompiledStep` partitioned for this rank, with its layouts and generated code."""
 
-    def __init__(self, step: Any, rank: int):
+    def __init__(self, step: Any, rank: int, target: str = "torch"):
         from spmdc.codegen.cache import load_program
         from spmdc.dialects.func import FuncOp
         from spmdc.ir.parser import parse_module
+        from spmdc.runtime.engine import prepare_rank_module
         from spmdc.sharding.layouts import SHARDING
 
         self.step = step
-        module = step.rank_module(rank)
+        self.target = target
+        module, self.kernel_stats = prepare_rank_module(step, rank, target)
         func = next(op for op in module.body.ops if isinstance(op, FuncOp))
         gmod = parse_module(step.global_ir, "<global>")
         gfunc = next(op for op in gmod.body.ops if isinstance(op, FuncOp))
@@ -139,7 +141,7 @@ class _RankProgram:
         self.arg_layouts = [lay(func.arg_attrs(i), n_axes) for i in range(len(func.args))]  # type: ignore[attr-defined]
         self.res_layouts = [lay(func.res_attrs(i), n_axes) for i in range(len(self.res_shapes))]  # type: ignore[attr-defined]
         self.buffers = {i for i in range(len(gfunc.args)) if "spmdc.buffer" in gfunc.arg_attrs(i)}  # type: ignore[attr-defined]
-        self.fn = load_program(module, "main")[0]
+        self.fn = load_program(module, "main", target=target)[0]
         self.comm_ops = sum(1 for op in module.walk() if op.name.startswith("comm."))
 
 
@@ -179,7 +181,12 @@ class CompiledModule:
 
     def __init__(self, model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp",
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
-                 optimizer: Any = None, device_mesh: Any = None, device: str | None = None):
+                 optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
+                 target: str | None = None):
+        if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
+            from spmdc.codegen.cache import prepare_triton
+
+            prepare_triton()
         import torch
         import torch.distributed as dist
 
@@ -208,8 +215,13 @@ class CompiledModule:
         if train:
             jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args))
         steps = _compile_shared(model, jobs, mesh, plan)
-        self._fwd = _RankProgram(steps[0], self.rank)
-        self._train = _RankProgram(steps[1], self.rank) if train else None
+        if target is None:
+            from spmdc.runtime.engine import default_target
+
+            target = default_target()
+        self.target = target
+        self._fwd = _RankProgram(steps[0], self.rank, target)
+        self._train = _RankProgram(steps[1], self.rank, target) if train else None
         storage = self._train or self._fwd
         self.plan_name = storage.step.plan_name
 
@@ -411,12 +423,15 @@ class CompiledModule:
 
 def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
-            device_mesh: Any = None, device: str | None = None) -> CompiledModule:
+            device_mesh: Any = None, device: str | None = None, target: str | None = None) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
     ``loss_fn(output, *loss_inputs)`` gives the loss for ``train=True``; ``optimizer`` see the
     module doc. ``device_mesh`` reuses an existing DeviceMesh (axis names must match ``mesh``).
+    ``target``: ``"torch"`` (aten calls) or ``"triton"`` (fused regions as Triton kernels; on
+    CPU under the Triton interpreter); default Triton on GPUs, aten on CPUs.
     """
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
-                          loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device)
+                          loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
+                          target=target)

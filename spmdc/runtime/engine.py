@@ -197,6 +197,30 @@ def _size_before(global_shape: tuple[int, ...], layout: list[Any], axis: int, di
     return size
 
 
+def prepare_rank_module(step: CompiledStep, rank: int, target: str = "torch") -> tuple[Operation, Any]:
+    """The rank's program for a codegen ``target``; with ``"triton"`` also fused into
+    ``kernel.fused`` regions, returning the kernel statistics (else ``None``)."""
+    if target not in ("torch", "triton"):
+        raise ValueError(f"unknown codegen target '{target}' (choices: torch, triton)")
+    module = step.rank_module(rank)
+    if target != "triton":
+        return module, None
+    from spmdc.codegen.kernel_stats import kernel_stats
+    from spmdc.passes.manager import PassManager
+    from spmdc.passes.registry import parse_pipeline
+
+    unfused = module.clone()
+    PassManager(parse_pipeline(KERNEL_PIPELINE)).run(module)
+    return module, kernel_stats(module, before=unfused)
+
+
+def default_target() -> str:
+    """Triton on GPUs, aten (torch) on CPUs, where Triton only runs in its slow interpreter."""
+    import torch
+
+    return "triton" if torch.cuda.is_available() else "torch"
+
+
 def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codegen",
                 target: str = "torch") -> dict[str, Any]:
     """Run the rank's program; results come back as full tensors plus comm statistics.
@@ -210,16 +234,7 @@ def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codeg
     from spmdc.runtime.interpreter import interpret
     from spmdc.sharding.layouts import SHARDING
 
-    module = step.rank_module(rank)
-    stats = None
-    if target == "triton":
-        from spmdc.codegen.kernel_stats import kernel_stats
-        from spmdc.passes.manager import PassManager
-        from spmdc.passes.registry import parse_pipeline
-
-        unfused = module.clone()
-        PassManager(parse_pipeline(KERNEL_PIPELINE)).run(module)
-        stats = kernel_stats(module, before=unfused)
+    module, stats = prepare_rank_module(step, rank, target)
     func = next(op for op in module.body.ops if isinstance(op, FuncOp))
     args = []
     for i, full in enumerate(step.arguments):

@@ -13,6 +13,10 @@ from typing import Any
 
 def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     """Run one rank of a ``spmdc run`` job; returns losses, step times, collectives and (rank 0) state."""
+    if job.get("target") == "triton":  # before torch imports triton (see spmdc.codegen.cache.prepare_triton)
+        from spmdc.codegen.cache import prepare_triton
+
+        prepare_triton()
     import torch
     import torch.distributed as dist
 
@@ -35,9 +39,11 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         cm = CompiledModule(w.model, (tuple(w.inputs), tuple(w.loss_inputs)), mesh=job["mesh"], plan=job["plan"],
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=(),
-                            optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None)
+                            optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
+                            target=job.get("target"))
         compile_s = time.perf_counter() - t0
-        say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']})", flush=True)
+        say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
+            flush=True)
         if job.get("dump_codegen"):
             from spmdc.codegen.cache import dump_codegen
 
@@ -60,9 +66,11 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             say(f"[rank 0] step {k + 1}/{job['steps']}: {'loss' if job['train'] else '|output|'} "
                 f"{losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
+        prog = cm._train or cm._fwd
+        kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
-                "bytes": nbytes, "state": state if rank == 0 else None}
+                "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels}
     finally:
         if own_group:
             dist.destroy_process_group()

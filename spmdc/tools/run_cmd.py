@@ -33,7 +33,7 @@ class RunConfig:
     dump_ir: str | None = None
     dump_codegen: str | None = None
     timeout: float = 300.0
-    executor: str = "codegen"
+    target: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -56,12 +56,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dump-codegen", default=None, metavar="DIR", help="write each rank's generated Python")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a stuck collective or rendezvous fails the run (default 300)")
-    ap.add_argument("--executor", choices=("codegen", "interpret"), default="codegen")
+    ap.add_argument("--target", choices=("torch", "triton"), default=None,
+                    help="codegen target: aten calls, or fused Triton kernels (default: triton on GPUs, "
+                         "torch on CPUs; on CPU triton runs in the Triton interpreter)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
-                     args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout, args.executor)
+                     args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout, target=args.target)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -138,9 +140,15 @@ def run_main(cfg: RunConfig) -> int:
 
     console = Console()
     mesh, plan = resolve_mesh_and_plan(cfg)
+    if cfg.target == "triton":
+        # Without a GPU, Triton must interpret kernels; the variable has to be set before
+        # anything imports triton (torch does so lazily), so set it here for every rank.
+        from spmdc.codegen.cache import prepare_triton
+
+        prepare_triton()
     job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
-           "dump_codegen": cfg.dump_codegen}
+           "dump_codegen": cfg.dump_codegen, "target": cfg.target}
     plan_name = plan if isinstance(plan, str) else plan.name
     console.print(f"[bold]spmdc run[/bold] {cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")
@@ -175,6 +183,8 @@ def run_main(cfg: RunConfig) -> int:
     comm.add_row("total", f"{sum(r0['counts'].values()) / steps:g}",
                  f"{sum(r0['bytes'].values()) / steps:,.0f}", style="bold")
     console.print(comm)
+    if r0.get("kernels"):
+        console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     if not cfg.check:
         return 0
     ok, rows = compare(eager_reference(cfg), r0)

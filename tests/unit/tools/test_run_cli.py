@@ -30,3 +30,11 @@ def test_failing_rank_aborts_all_ranks_with_its_message():
     assert time.time() - start < 120
     time.sleep(1)
     assert rank_processes() == []  # no rank left behind
+
+
+def test_run_with_triton_target_on_cpu_matches_one_device():
+    res = _run("mlp", "--nproc", "2", "--mesh", "dp=2", "--plan", "fsdp", "--steps", "2", "--target", "triton",
+               "--check")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "target triton" in res.stdout and "kernels launched per step" in res.stdout
+    assert "check passed" in res.stdout
