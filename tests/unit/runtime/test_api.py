@@ -35,6 +35,8 @@ CASES_4 = [
     ("mlp:batch=6,d_hidden=30", "fsdp+tp", {"dp": 2, "tp": 2}),  # uneven shards
 ]
 CASES_2 = [("mlp:batch=5,d_hidden=31", "fsdp", {"dp": 2}), ("gpt2_tiny", "megatron", {"tp": 2})]
+CASES_8 = [("mlp", "fsdp+tp", {"dp": 2, "tp": 4}), ("mlp:batch=16", "dp", {"dp": 8}),
+           ("gpt2_tiny:batch=4", "fsdp+tp", {"dp": 4, "tp": 2}), ("llama_tiny", "fsdp", {"dp": 8})]
 
 
 def _factory(workload: str):
@@ -130,6 +132,11 @@ def runs2():
     return launch(run_api_cases, 2, (CASES_2,))
 
 
+@pytest.fixture(scope="module")
+def runs8():
+    return launch(run_api_cases, 8, (CASES_8,))
+
+
 def max_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want.double()).abs().max()) if got.numel() else 0.0
 
@@ -171,6 +178,11 @@ def test_four_ranks_match_one_device(runs4, case):
 @pytest.mark.parametrize("case", range(len(CASES_2)), ids=[f"{w}-{p}" for w, p, _ in CASES_2])
 def test_two_ranks_match_one_device(runs2, case):
     check_case(runs2, case, CASES_2[case][0])
+
+
+@pytest.mark.parametrize("case", range(len(CASES_8)), ids=[f"{w}-{p}" for w, p, _ in CASES_8])
+def test_eight_ranks_match_one_device(runs8, case):
+    check_case(runs8, case, CASES_8[case][0])
 
 
 def test_parameters_are_local_shards_as_dtensors(runs4):
