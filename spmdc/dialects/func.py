@@ -78,20 +78,31 @@ class FuncOp(Operation):
         dicts = [d.as_dict() for d in a.values] if isinstance(a, ArrayAttr) else []  # type: ignore[attr-defined]
         return dicts + [{} for _ in range(n - len(dicts))]
 
+    def _attrs_at(self, key: str, i: int) -> dict[str, Attribute]:
+        """One entry (a fresh dict): O(size of that entry), not of the whole signature."""
+        a = self.attributes.get(key)
+        if isinstance(a, ArrayAttr) and i < len(a):
+            return a.values[i].as_dict()  # type: ignore[attr-defined]
+        return {}
+
     def arg_attrs(self, i: int) -> dict[str, Attribute]:
-        return self._attrs_list("arg_attrs", len(self.function_type.inputs))[i]
+        return self._attrs_at("arg_attrs", i)
 
     def res_attrs(self, i: int) -> dict[str, Attribute]:
-        return self._attrs_list("res_attrs", len(self.function_type.results))[i]
+        return self._attrs_at("res_attrs", i)
 
     def _set(self, key: str, n: int, i: int, name: str, value: Attribute | None) -> None:
-        lst = self._attrs_list(key, n)
+        a = self.attributes.get(key)
+        entries = list(a.values) if isinstance(a, ArrayAttr) else []  # type: ignore[attr-defined]
+        entries += [DictAttr(()) for _ in range(n - len(entries))]
+        d = entries[i].as_dict()  # type: ignore[attr-defined]
         if value is None:
-            lst[i].pop(name, None)
+            d.pop(name, None)
         else:
-            lst[i][name] = value
-        if any(lst):
-            self.attributes[key] = ArrayAttr(tuple(DictAttr.of(d) for d in lst))
+            d[name] = value
+        entries[i] = DictAttr.of(d)
+        if any(e.entries for e in entries):  # type: ignore[attr-defined]
+            self.attributes[key] = ArrayAttr(tuple(entries))
         else:
             self.attributes.pop(key, None)
 
