@@ -3,6 +3,9 @@
 * ``all_reduce(a) + all_reduce(b)`` (same mesh, axes and op ``sum``; each used only
   there) → ``all_reduce(a + b)``: a deferred reduction, one collective instead of two;
   likewise for ``sub``.
+* ``all_reduce(a) + bias`` followed by an add with another all-reduce: the bias joins
+  the partial sum on the ranks at coordinate 0 of the reduced axes, so both reductions
+  merge into one (a Partial bias add).
 * ``all_reduce`` on one axis followed by ``all_slice`` on that axis (its only use) →
   ``reduce_scatter``.
 
@@ -55,6 +58,67 @@ class DeferAllReduce(RewritePattern):
         return True
 
 
+class DeferPastBiasAdd(RewritePattern):
+    """``all_reduce(a) + b`` (``b`` replicated) feeding an add with another all_reduce →
+    ``all_reduce(a + b')`` where ``b' = b`` on the ranks at coordinate 0 of the reduced
+    axes and nothing elsewhere (a per-rank program knows its coordinates): the sum over
+    ranks is unchanged, and the reduction can then merge with the other one."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: Rewriter) -> bool:
+        if not isinstance(op, AddOp):
+            return False
+        for i in (0, 1):
+            ar = _single_use_all_reduce(op.operand(i), op)
+            other = op.operand(1 - i)
+            if ar is None or _single_use_all_reduce(other, op) is not None:
+                continue
+            if op.result.type != ar.result.type or len(op.result.uses) != 1:
+                continue
+            nxt = op.result.uses[0].owner
+            if not isinstance(nxt, (AddOp, SubOp)) or not any(
+                    _reduced_like(v, nxt, ar) for v in nxt.operands if v is not op.result):
+                continue
+            lead = _leads_reduction(op, ar)
+            if lead is None:
+                continue
+            builder = Builder.before(op)
+            local = builder.create(AddOp, [ar.operand(0), other], location=op.location).result if lead \
+                else ar.operand(0)
+            fused = builder.create(AllReduceOp, [local], dict(ar.attributes), location=op.location)
+            rewriter.replace_op(op, fused.results)
+            rewriter.erase_op(ar)
+            return True
+        return False
+
+
+def _reduced_like(v, user: Operation, ar: AllReduceOp) -> bool:
+    """``v`` is an all-reduce like ``ar`` (or such an all-reduce plus a bias): a merge partner."""
+    r = _single_use_all_reduce(v, user)
+    if r is not None:
+        return r.attributes == ar.attributes
+    op = v.defining_op()
+    return isinstance(op, AddOp) and len(v.uses) == 1 and any(
+        (x := _single_use_all_reduce(w, op)) is not None and x.attributes == ar.attributes for w in op.operands)
+
+
+def _leads_reduction(op: Operation, ar: AllReduceOp) -> bool | None:
+    """Whether this rank is at coordinate 0 on every reduced axis; None outside a per-rank program."""
+    from spmdc.dialects.func import FuncOp
+    from spmdc.dialects.shard import lookup_mesh
+
+    func = op.parent_of_type(FuncOp)
+    rank = func.attr_value("spmdc.rank") if func is not None else None
+    mesh = lookup_mesh(op, ar.mesh_name)
+    if rank is None or mesh is None:
+        return None
+    coords = {}
+    r = int(rank)  # type: ignore[arg-type]
+    for name, size in reversed(list(zip(mesh.axis_names, mesh.shape))):
+        coords[name] = r % size
+        r //= size
+    return all(coords[a] == 0 for a in ar.axes)
+
+
 class AllReduceSliceToReduceScatter(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: Rewriter) -> bool:
         if not isinstance(op, AllSliceOp) or "shard.sharding" in op.attributes:
@@ -74,12 +138,12 @@ class AllReduceSliceToReduceScatter(RewritePattern):
 
 @dataclass
 class FuseCollectives(ModulePass):
-    """Defer and merge all-reduces; all_reduce + all_slice → reduce_scatter."""
+    """Defer and merge all-reduces (also past bias adds); all_reduce + all_slice → reduce_scatter."""
 
     name: ClassVar[str] = "fuse-collectives"
 
     def run(self, module: Operation) -> None:
-        apply_patterns_greedily(module, [DeferAllReduce(), AllReduceSliceToReduceScatter()])
+        apply_patterns_greedily(module, [DeferAllReduce(), DeferPastBiasAdd(), AllReduceSliceToReduceScatter()])
 
 
 PASS = FuseCollectives

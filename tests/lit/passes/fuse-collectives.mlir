@@ -43,3 +43,41 @@ func.func @do_not_defer_max(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>) -> tenso
   %2 = tensor.add %0, %1 : tensor<8x16xf32>
   func.return %2 : tensor<8x16xf32>
 }
+
+// A bias added to one of two reduced branches joins the partial sum on the rank at
+// coordinate 0 (rank 0 here): one all_reduce instead of two.
+// CHECK-LABEL: func.func @partial_bias_add_rank0
+// CHECK: %[[AB:.*]] = tensor.add %a, %b
+// CHECK: %[[S:.*]] = tensor.add %[[AB]], %c
+// CHECK-NEXT: comm.all_reduce %[[S]]
+// CHECK-NOT: comm.all_reduce
+func.func @partial_bias_add_rank0(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> attributes {spmdc.rank = 0} {
+  %0 = comm.all_reduce %a {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x16xf32>
+  %1 = tensor.add %0, %b : tensor<8x16xf32>
+  %2 = comm.all_reduce %c {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x16xf32>
+  %3 = tensor.add %1, %2 : tensor<8x16xf32>
+  func.return %3 : tensor<8x16xf32>
+}
+
+// On the other ranks the bias is not added at all (it must count once).
+// CHECK-LABEL: func.func @partial_bias_add_rank1
+// CHECK-NOT: tensor.add %a, %b
+// CHECK: %[[S:.*]] = tensor.add %a, %c
+// CHECK-NEXT: comm.all_reduce %[[S]]
+func.func @partial_bias_add_rank1(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> attributes {spmdc.rank = 1} {
+  %0 = comm.all_reduce %a {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x16xf32>
+  %1 = tensor.add %0, %b : tensor<8x16xf32>
+  %2 = comm.all_reduce %c {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x16xf32>
+  %3 = tensor.add %1, %2 : tensor<8x16xf32>
+  func.return %3 : tensor<8x16xf32>
+}
+
+// Without a second reduction to merge with, the bias add stays after the all_reduce.
+// CHECK-LABEL: func.func @do_not_move_lone_bias_add
+// CHECK: comm.all_reduce %a
+// CHECK-NEXT: tensor.add
+func.func @do_not_move_lone_bias_add(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>) -> tensor<8x16xf32> attributes {spmdc.rank = 0} {
+  %0 = comm.all_reduce %a {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x16xf32>
+  %1 = tensor.add %0, %b : tensor<8x16xf32>
+  func.return %1 : tensor<8x16xf32>
+}
