@@ -396,10 +396,11 @@ class Block:
         return self.insert(self.index_of(anchor) + 1, op)
 
     def index_of(self, op: Operation) -> int:
-        for i, o in enumerate(self.ops):
-            if o is op:
-                return i
-        raise ValueError(f"'{op.name}' is not in this block")
+        # list.index compares with ==, which for operations is identity (no __eq__): C speed
+        try:
+            return self.ops.index(op)
+        except ValueError:
+            raise ValueError(f"'{op.name}' is not in this block") from None
 
     def remove(self, op: Operation) -> None:
         del self.ops[self.index_of(op)]
