@@ -139,6 +139,11 @@ def run_main(cfg: RunConfig) -> int:
     from spmdc.runtime.run_worker import run_rank
 
     console = Console()
+    # torch's own deprecation notices (pytree, export) would bury the summary; ranks inherit this
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::UserWarning")
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
     mesh, plan = resolve_mesh_and_plan(cfg)
     if cfg.target == "triton":
         # Without a GPU, Triton must interpret kernels; the variable has to be set before
