@@ -86,6 +86,18 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     return mesh, plan
 
 
+def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
+    """Check the workload spec and a preset's name and mesh axes without starting ranks."""
+    from spmdc.frontend.workloads import resolve_factory
+    from spmdc.sharding.plan import preset
+
+    resolve_factory(cfg.workload)
+    if isinstance(plan, str):
+        preset(plan, mesh, {})
+    if cfg.steps < 1:
+        raise ValueError("--steps must be at least 1")
+
+
 def eager_reference(cfg: RunConfig) -> dict[str, Any]:
     """The same workload on one device in eager PyTorch: losses per step and final parameters."""
     import torch
@@ -144,7 +156,12 @@ def run_main(cfg: RunConfig) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
-    mesh, plan = resolve_mesh_and_plan(cfg)
+    try:
+        mesh, plan = resolve_mesh_and_plan(cfg)
+        validate(cfg, mesh, plan)
+    except (ValueError, OSError) as e:  # bad mesh, plan or workload: say so before starting ranks
+        console.print(f"[red]spmdc run: error:[/red] {e}")
+        return 1
     if cfg.target == "triton":
         # Without a GPU, Triton must interpret kernels; the variable has to be set before
         # anything imports triton (torch does so lazily), so set it here for every rank.

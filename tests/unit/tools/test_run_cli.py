@@ -38,3 +38,15 @@ def test_run_with_triton_target_on_cpu_matches_one_device():
     assert res.returncode == 0, res.stdout + res.stderr
     assert "target triton" in res.stdout and "kernels launched per step" in res.stdout
     assert "check passed" in res.stdout
+
+
+def test_bad_arguments_fail_before_starting_ranks():
+    cases = [(("nosuch",), "unknown workload 'nosuch'"),
+             (("mlp", "--plan", "fdsp", "--mesh", "dp=2"), "did you mean 'fsdp'"),
+             (("mlp", "--plan", "megatron", "--mesh", "dp=2"), "needs mesh axis 'tp'"),
+             (("mlp", "--mesh", "dp=x"), "invalid mesh 'dp=x'")]
+    for args, message in cases:
+        res = _run(*args, timeout=60)
+        text = " ".join((res.stdout + res.stderr).split())
+        assert res.returncode == 1 and message in text, text
+        assert "Traceback" not in res.stderr and "rank 0 failed" not in text  # no rank was started
