@@ -86,8 +86,8 @@ def _partition_constant(op: ConstantOp, layout, shape, coords) -> None:
     value = op.value
     if all(isinstance(p, (Replicate,)) for p in layout):
         return
-    if any(isinstance(p, Partial) for p in layout):
-        raise op.emit_error("a constant cannot be Partial")
+    if any(isinstance(p, Partial) for p in layout) and not (len(value.values) == 1 and value.values[0] == 0):
+        raise op.emit_error("only a zero constant can be Partial")
     local = local_shape(value.type.shape, tuple(layout), shape, coords)
     if len(value.values) != 1:
         raise op.emit_error("only splat constants can be sharded")

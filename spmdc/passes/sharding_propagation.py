@@ -42,6 +42,12 @@ from spmdc.sharding.strategy import choose
 from spmdc.ir.diagnostics import DiagnosticError
 
 
+def can_make_partial(v: Value, p: object) -> bool:
+    """Whether ``v``'s producer can make it ``p`` from nothing (a zero constant is any Partial sum)."""
+    prod = v.defining_op()
+    return prod is not None and getattr(p, "op", None) in rule_for(prod).partial_results
+
+
 def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) -> None:
     mesh = func_mesh(module, func)
     if mesh is None:
@@ -168,7 +174,7 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
         if phase == 0 and (any(x is None for x in ins) or all(x is not None for x in outs)):
             push(op, 1)  # forward needs every operand; otherwise wait for the backward phase
             return
-        choice = choose(op, rule_for(op), shape, ins, outs)
+        choice = choose(op, rule_for(op), shape, ins, outs, partial_ok=can_make_partial)
         if choice.is_free and choice.ambiguous:
             conflicts[id(op)] = op  # the known values do not decide: let others speak first
         elif choice.is_free:
@@ -197,7 +203,7 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
             if state is None:
                 conflicts.pop(id(op))
                 continue
-            choice = choose(op, rule_for(op), shape, *state)
+            choice = choose(op, rule_for(op), shape, *state, partial_ok=can_make_partial)
             key2 = (choice.cost, choice.changes, index[id(op)])
             if best is None or key2 < best[0]:
                 best = (key2, op, choice)

@@ -161,7 +161,41 @@ def _constant(op: Operation) -> OpShardingRule:
     b = R.RuleBuilder()
     fs = [b.factor(s) for s in t.shape]  # type: ignore[attr-defined]
     splat = isinstance(v, DenseAttr) and len(v.values) == 1
-    return b.build([], [fs], blocked=frozenset() if splat else frozenset(fs))
+    zero = splat and v.values[0] == 0  # type: ignore[union-attr]
+    return b.build([], [fs], blocked=frozenset() if splat else frozenset(fs),
+                   partial_results=frozenset({"sum"}) if zero else frozenset())
+
+
+def _index_put(op: Operation) -> OpShardingRule:
+    """``index_put(x, i0.., values)`` over the first k dims of x: those stay whole; trailing dims
+    are parallel. With ``accumulate`` the index (batch) dims are a sum: sharding them scatters
+    each rank's part and leaves the result ``P(sum)`` (x must then be ``P(sum)``, e.g. zeros)."""
+    x = op.operands[0].type
+    idx = [v.type for v in op.operands[1:-1]]
+    vals = op.operands[-1].type
+    k = len(idx)
+    b = R.RuleBuilder()
+    fx = [b.factor(s) for s in x.shape]  # type: ignore[attr-defined]
+    blocked = set(fx[:k])
+    bshape: tuple[int, ...] = ()
+    for t in idx:
+        bshape = tuple(max(a, c) for a, c in zip((1,) * (len(t.shape) - len(bshape)) + bshape,  # type: ignore[attr-defined]
+                                                  (1,) * (len(bshape) - len(t.shape)) + tuple(t.shape)))  # type: ignore[attr-defined]
+    g = [b.factor(s) for s in bshape]
+    accumulate = bool(op.attr_value("accumulate", False))
+    if not accumulate:
+        blocked.update(g)
+
+    def align(shape: tuple[int, ...], full: list[int], sizes: tuple[int, ...]) -> list[int | None]:
+        off = len(full) - len(shape)
+        return [None if (s == 1 and sizes[off + i] != 1) else full[off + i] for i, s in enumerate(shape)]
+
+    target = g + fx[k:]
+    tsizes = bshape + tuple(x.shape[k:])  # type: ignore[attr-defined]
+    operands = [fx] + [align(tuple(t.shape), g, bshape) for t in idx] + [align(tuple(vals.shape), target, tsizes)]  # type: ignore[attr-defined]
+    return b.build(operands, [fx], blocked=frozenset(blocked),
+                   reductions=tuple((f, "sum") for f in g) if accumulate else (),
+                   reduce_partial_operands=(0,))
 
 
 RULES: dict[str, RuleFn] = {
@@ -193,6 +227,7 @@ RULES: dict[str, RuleFn] = {
     "tensor.gather": _aligned(_attr_dims("dim")),
     "tensor.scatter": _aligned(_attr_dims("dim")),
     "tensor.embedding": _embedding,
+    "tensor.index_put": _index_put,
 }
 
 

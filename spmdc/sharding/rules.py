@@ -40,6 +40,8 @@ class OpShardingRule:
     partial_all: bool = False
     partial_one: tuple[int, ...] = ()
     partial_kinds: frozenset[str] = frozenset({"sum"})
+    reduce_partial_operands: tuple[int, ...] = ()   # operands that must be P(kind) when a reduction factor is sharded
+    partial_results: frozenset[str] = frozenset()    # P kinds the op can produce from nothing (zero constants)
 
     @property
     def num_factors(self) -> int:

@@ -13,7 +13,7 @@ what the strategy needs; ties go to fewer redistributions, then to declaration o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from spmdc.ir.core import Operation
 from spmdc.ir.sharding import Partial, Placement, Replicate, Shard
@@ -44,7 +44,9 @@ def axis_strategies(rule: OpShardingRule, axis_size: int) -> list[AxisStrategy]:
         kind = rule.reduction_kind(f)
         if kind == "avg" and size % axis_size:
             continue
-        ins = tuple(Shard(dims.index(f)) if f in dims else R for dims in rule.operands)
+        ins = tuple(Shard(dims.index(f)) if f in dims
+                    else Partial(kind) if kind is not None and j in rule.reduce_partial_operands else R
+                    for j, dims in enumerate(rule.operands))
         outs = []
         for dims in rule.results:
             if f in dims:
@@ -54,6 +56,8 @@ def axis_strategies(rule: OpShardingRule, axis_size: int) -> list[AxisStrategy]:
             else:
                 outs.append(R)
         out.append(AxisStrategy(ins, tuple(outs), f"factor {f}", f))
+    for kind in sorted(rule.partial_results):
+        out.append(AxisStrategy((R,) * n_in, (Partial(kind),) * n_out, f"partial {kind} result"))
     for kind in sorted(rule.partial_kinds):
         P = Partial(kind)
         if rule.partial_all and n_in:
@@ -100,7 +104,8 @@ class Choice:
 
 def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
            operand_layouts: Sequence[Layout | None], result_layouts: Sequence[Layout | None],
-           costs: Sequence[AxisCost] | None = None, exact_results: bool = False) -> Choice:
+           costs: Sequence[AxisCost] | None = None, exact_results: bool = False,
+           partial_ok: "Callable[[object, Placement], bool] | None" = None) -> Choice:
     """Best layouts for ``op``'s operands and results given what is known.
 
     ``None`` entries are unknown and cost nothing. With ``exact_results`` the known
@@ -129,7 +134,8 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
             cost, changes = 0.0, 0
             for v, ty, have, want in zip(op.operands, in_types, operand_layouts, s.operands):
                 if have is None:
-                    if isinstance(want, Partial):  # only a producer makes a value Partial
+                    # only a producer makes a value Partial (``partial_ok`` asks it)
+                    if isinstance(want, Partial) and not (partial_ok is not None and partial_ok(v, want)):
                         cost = INF
                         break
                     continue

@@ -82,3 +82,27 @@ func.func @do_not_make_partial_from_replicated(%x: tensor<8xf32> {shard.sharding
   %0 = tensor.add %x, %y : tensor<8xf32>
   func.return %0 : tensor<8xf32>
 }
+
+// Embedding backward: scattering batch-sharded gradients into a zero table leaves each
+// rank a partial table (the zeros are Partial for free): no gather of the activations.
+// CHECK-LABEL: func.func @embedding_backward_is_partial
+// CHECK: tensor.constant {shard.sharding = [#shard<@mesh, [P(sum), R]>], value = dense<0.0>
+// CHECK: tensor.index_put %z, %ids, %g {accumulate = true, shard.sharding = [#shard<@mesh, [P(sum), R]>]}
+func.func @embedding_backward_is_partial(%ids: tensor<8xi64> {shard.sharding = #shard<@mesh, [S(0), R]>},
+                                         %g: tensor<8x16xf32> {shard.sharding = #shard<@mesh, [S(0), R]>})
+    -> (tensor<32x16xf32> {spmdc.grad_of = "wte.weight", shard.sharding = #shard<@mesh, [S(0), R]>}) {
+  %z = tensor.constant {value = dense<0.0> : tensor<32x16xf32>} : tensor<32x16xf32>
+  %0 = tensor.index_put %z, %ids, %g {accumulate = true} : (tensor<32x16xf32>, tensor<8xi64>, tensor<8x16xf32>) -> tensor<32x16xf32>
+  func.return %0 : tensor<32x16xf32>
+}
+
+// Without accumulate the positions are overwritten, not summed: no Partial.
+// CHECK-LABEL: func.func @do_not_make_overwriting_index_put_partial
+// CHECK-NOT: P(sum)
+// CHECK: func.return
+func.func @do_not_make_overwriting_index_put_partial(%ids: tensor<8xi64> {shard.sharding = #shard<@mesh, [S(0), R]>},
+                                                     %g: tensor<8x16xf32> {shard.sharding = #shard<@mesh, [S(0), R]>}) -> tensor<32x16xf32> {
+  %z = tensor.constant {value = dense<0.0> : tensor<32x16xf32>} : tensor<32x16xf32>
+  %0 = tensor.index_put %z, %ids, %g {accumulate = false} : (tensor<32x16xf32>, tensor<8xi64>, tensor<8x16xf32>) -> tensor<32x16xf32>
+  func.return %0 : tensor<32x16xf32>
+}
