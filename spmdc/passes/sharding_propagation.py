@@ -2,12 +2,19 @@
 
 Known layouts come from function argument/result ``shard.sharding`` attributes
 (arguments without one are replicated), ``shard.annotate`` ops and any
-``shard.sharding`` already on op results; they are never changed. Sweeps forward
-then backward over each function, repeating to a fixed point: an op with some known
-and some unknown values picks its cheapest strategy (its factor rule + the α-β cost
-model, :mod:`spmdc.sharding.strategy`) and the unknown values take the layouts that
-strategy needs. Values still unknown at the end are replicated. A value is only ever
-made ``Partial`` by its own producer.
+``shard.sharding`` already on op results; they are never changed. A worklist then
+decides the rest (details and the reasons in docs/passes.md):
+
+1. forward, conflict-free: an op whose operands are all known takes the strategy that
+   redistributes none of them; its results take that strategy's layouts;
+2. backward, conflict-free: an op with known results or some known operands assigns its
+   unknown values when the known ones select a single free strategy;
+3. conflicts: the cheapest (α-β cost of the redistributions it needs) is resolved with
+   its best strategy (:mod:`spmdc.sharding.strategy`), and 1-2 continue;
+4. gradient results' annotated layouts come last; anything still unknown is replicated.
+
+A value is only ever made ``Partial`` by its own producer. ``SPMDC_TRACE_PROPAGATION=1``
+prints every decision.
 
 Before::
 
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp, ReturnOp
-from spmdc.dialects.shard import AnnotateOp, MeshOp, RedistributeOp
+from spmdc.dialects.shard import AnnotateOp, RedistributeOp
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.sharding import Replicate, ShardingAttr
 from spmdc.ir.types import TensorType
@@ -48,7 +55,7 @@ def can_make_partial(v: Value, p: object) -> bool:
     return prod is not None and getattr(p, "op", None) in rule_for(prod).partial_results
 
 
-def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) -> None:
+def propagate_function(module: Operation, func: FuncOp) -> None:
     mesh = func_mesh(module, func)
     if mesh is None:
         return
@@ -56,8 +63,6 @@ def propagate_function(module: Operation, func: FuncOp, max_sweeps: int = 16) ->
     replicated: Layout = tuple(Replicate() for _ in shape)
     known: dict[int, Layout] = {}
     values: dict[int, Value] = {}
-
-    _ = max_sweeps  # kept as an option for compatibility; the worklist runs to a fixed point
 
     def set_(v: Value, lay: Layout) -> bool:
         if id(v) in known or not isinstance(v.type, TensorType):
@@ -235,13 +240,11 @@ class ShardingPropagation(ModulePass):
     """Assign a layout to every tensor value (user annotations win)."""
 
     name: ClassVar[str] = "sharding-propagation"
-    max_sweeps: int = 16
 
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
             if isinstance(op, FuncOp):
-                propagate_function(module, op, self.max_sweeps)
+                propagate_function(module, op)
 
 
 PASS = ShardingPropagation
-_ = MeshOp

@@ -49,7 +49,6 @@ def _last_sharder(layout: Layout, dim: int) -> int:
 
 def _moves(layout: Layout, rank: int) -> list[tuple[Step, Layout]]:
     out: list[tuple[Step, Layout]] = []
-    n_axes = len(layout)
 
     def with_(a: int, p: Placement, lay: Layout = layout) -> Layout:
         return lay[:a] + (p,) + lay[a + 1:]
@@ -84,7 +83,6 @@ def _moves(layout: Layout, rank: int) -> list[tuple[Step, Layout]]:
                 for a in group:
                     nl = with_(a, Replicate(), nl)
                 out.append((Step("all_reduce", tuple(group), op=kinds.pop(), after=nl), nl))
-    _ = n_axes
     return out
 
 
