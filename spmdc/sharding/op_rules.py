@@ -195,7 +195,9 @@ def _index_put(op: Operation) -> OpShardingRule:
     operands = [fx] + [align(tuple(t.shape), g, bshape) for t in idx] + [align(tuple(vals.shape), target, tsizes)]  # type: ignore[attr-defined]
     return b.build(operands, [fx], blocked=frozenset(blocked),
                    reductions=tuple((f, "sum") for f in g) if accumulate else (),
-                   reduce_partial_operands=(0,))
+                   reduce_partial_operands=(0,),
+                   # accumulate is linear in (x, values) together: sum_r (x_r + scatter(v_r)) = x + scatter(v)
+                   partial_group=(0, len(op.operands) - 1) if accumulate else ())
 
 
 RULES: dict[str, RuleFn] = {

@@ -40,6 +40,7 @@ class OpShardingRule:
     partial_all: bool = False
     partial_one: tuple[int, ...] = ()
     partial_kinds: frozenset[str] = frozenset({"sum"})
+    partial_group: tuple[int, ...] = ()   # these operands P(sum) together (the rest R) -> P(sum)
     reduce_partial_operands: tuple[int, ...] = ()   # operands that must be P(kind) when a reduction factor is sharded
     partial_results: frozenset[str] = frozenset()    # P kinds the op can produce from nothing (zero constants)
 

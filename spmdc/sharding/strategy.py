@@ -65,6 +65,9 @@ def axis_strategies(rule: OpShardingRule, axis_size: int) -> list[AxisStrategy]:
         for i in rule.partial_one:
             ins = tuple(P if j == i else R for j in range(n_in))
             out.append(AxisStrategy(ins, (P,) * n_out, f"partial {kind} via #{i}"))
+        if rule.partial_group:
+            ins = tuple(P if j in rule.partial_group else R for j in range(n_in))
+            out.append(AxisStrategy(ins, (P,) * n_out, f"partial {kind} via {list(rule.partial_group)}"))
     return out
 
 
