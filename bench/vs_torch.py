@@ -327,6 +327,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations (default 3, --quick 1)")
     ap.add_argument("--cases", nargs="+", default=["mlp:megatron", "mlp:fsdp", "gpt2:megatron", "gpt2:fsdp"])
     ap.add_argument("--markdown", default=None, metavar="FILE", help="also append the tables to FILE (markdown)")
+    ap.add_argument("--bucket", action="store_true",
+                    help="compile spmdc with bucket-collectives (one all-gather / reduce-scatter per block)")
     args = ap.parse_args()
     iters = args.iters or (5 if args.quick else 20)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
@@ -350,7 +352,7 @@ def main() -> None:
         model, ((x,), (y,)), loss_fn = build(workload)
         t = time.perf_counter()
         step = compile_step(model, (x,), mesh=Mesh(MESHES[plan]), plan=plan, train=True, loss_fn=loss_fn,
-                            loss_inputs=(y,))
+                            loss_inputs=(y,), bucket=args.bucket)
         compile_s[spec] = time.perf_counter() - t
         console.print(f"[dim]compiled {spec}: {compile_s[spec]:.1f}s[/dim]")
         cases.append(dict(step=step, workload=workload, plan=plan))

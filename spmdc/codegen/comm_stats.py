@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_METHODS = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all")
+_METHODS = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all", "all_gather_bucket",
+            "reduce_scatter_bucket")
 
 
 class CountingComm:
@@ -23,6 +24,7 @@ class CountingComm:
         stats = self._comm.stats
 
         def call(x: Any, *args: Any) -> Any:
-            stats.add("comm." + name, x.numel() * x.element_size())
+            xs = x if isinstance(x, list) else [x]  # bucketed collectives take a list
+            stats.add("comm." + name, sum(t.numel() * t.element_size() for t in xs))
             return target(x, *args)
         return call

@@ -227,6 +227,22 @@ def _reduce_scatter(op, ins):
             f"{literal(str(op.attr_value('op')))})")
 
 
+MULTI_RESULT = frozenset({"comm.all_gather_bucket", "comm.reduce_scatter_bucket"})
+
+
+@emitter("comm.all_gather_bucket")
+def _all_gather_bucket(op, ins):
+    shapes = "[" + ", ".join(shape_literal(r.type.shape) for r in op.results) + "]"
+    return (f"comm.all_gather_bucket([{', '.join(ins)}], {literal(str(op.attr_value('axis')))}, "
+            f"{literal(_ints(op, 'dims'))}, {shapes})")
+
+
+@emitter("comm.reduce_scatter_bucket")
+def _reduce_scatter_bucket(op, ins):
+    return (f"comm.reduce_scatter_bucket([{', '.join(ins)}], {literal(str(op.attr_value('axis')))}, "
+            f"{literal(_ints(op, 'dims'))}, {literal(str(op.attr_value('op')))})")
+
+
 @emitter("comm.all_to_all")
 def _all_to_all(op, ins):
     return (f"comm.all_to_all({ins[0]}, {literal(str(op.attr_value('axis')))}, {_int(op, 'split_dim')}, "

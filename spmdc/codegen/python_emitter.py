@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from spmdc.codegen.names import Namer, literal, py_name, shape_literal
-from spmdc.codegen.ops import EMITTERS, dtype
+from spmdc.codegen.ops import EMITTERS, MULTI_RESULT, dtype
 from spmdc.ir.core import Block, Operation, Value
 from spmdc.ir.symbols import lookup_symbol
 
@@ -174,7 +174,7 @@ class PythonEmitter:
                     for k, r in enumerate(op.results)]
             if not outs:
                 out.append(f"    {expr}")
-            elif len(outs) == 1 and op.name not in ("kernel.fused", "func.call"):
+            elif len(outs) == 1 and op.name not in ("kernel.fused", "func.call") and op.name not in MULTI_RESULT:
                 out.append(f"    {outs[0]} = {expr}")
             else:
                 out.append(f"    {', '.join(outs)}, = {expr}")
@@ -199,7 +199,7 @@ class PythonEmitter:
         if op.name == "tensor.constant":
             return self.emit_constant(op)
         emit = EMITTERS.get(op.name)
-        expr = emit(op, ins) if emit is not None and len(op.results) == 1 else None
+        expr = emit(op, ins) if emit is not None and (len(op.results) == 1 or op.name in MULTI_RESULT) else None
         if expr is not None:
             return expr
         if op.name.startswith("comm."):

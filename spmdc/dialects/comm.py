@@ -195,4 +195,10 @@ class AllToAllOp(CollectiveOp):
                                   f"gathered along dim {cd} over {n} ranks")
 
 
-DIALECT = Dialect("comm", [AllGatherOp, AllSliceOp, AllReduceOp, ReduceScatterOp, AllToAllOp])
+def _bucket_ops() -> list[type[Operation]]:
+    from spmdc.dialects.comm_bucket import OPS
+
+    return OPS
+
+
+DIALECT = Dialect("comm", [AllGatherOp, AllSliceOp, AllReduceOp, ReduceScatterOp, AllToAllOp, *_bucket_ops()])

@@ -26,6 +26,7 @@ PASS_MODULES: dict[str, str] = {
     "lower-redistribution": "spmdc.passes.lower_redistribution",
     "partition": "spmdc.passes.partition",
     "fuse-collectives": "spmdc.passes.fuse_collectives",
+    "bucket-collectives": "spmdc.passes.bucket_collectives",
     "fuse-kernels": "spmdc.passes.fuse_kernels",
 }
 

@@ -182,7 +182,7 @@ class CompiledModule:
     def __init__(self, model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp",
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
-                 target: str | None = None):
+                 target: str | None = None, bucket: bool = False):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -211,9 +211,9 @@ class CompiledModule:
         self.comm = Collectives(device_mesh)
 
         model_args, loss_args = _split_example(example_inputs, loss_fn, loss_inputs)
-        jobs = [dict(inputs=model_args, train=False)]
+        jobs = [dict(inputs=model_args, train=False, bucket=bucket)]
         if train:
-            jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args))
+            jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args, bucket=bucket))
         steps = _compile_shared(model, jobs, mesh, plan)
         if target is None:
             from spmdc.runtime.engine import default_target
@@ -423,15 +423,17 @@ class CompiledModule:
 
 def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
-            device_mesh: Any = None, device: str | None = None, target: str | None = None) -> CompiledModule:
+            device_mesh: Any = None, device: str | None = None, target: str | None = None,
+            bucket: bool = False) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
     ``loss_fn(output, *loss_inputs)`` gives the loss for ``train=True``; ``optimizer`` see the
     module doc. ``device_mesh`` reuses an existing DeviceMesh (axis names must match ``mesh``).
     ``target``: ``"torch"`` (aten calls) or ``"triton"`` (fused regions as Triton kernels; on
-    CPU under the Triton interpreter); default Triton on GPUs, aten on CPUs.
+    CPU under the Triton interpreter); default Triton on GPUs, aten on CPUs. ``bucket``: one
+    all-gather / reduce-scatter per model block instead of one per parameter (SimpleFSDP).
     """
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
-                          target=target)
+                          target=target, bucket=bucket)

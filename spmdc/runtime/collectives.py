@@ -49,6 +49,8 @@ class Collectives:
 
     def run(self, op: Operation, x: torch.Tensor) -> torch.Tensor:
         kind = op.name.split(".", 1)[1]
+        if kind.endswith("_bucket"):
+            return self.run_bucket(op, x)  # type: ignore[arg-type]
         self.stats.add(op.name, x.numel() * x.element_size())
         a = op.attributes
         if kind == "all_reduce":
@@ -65,6 +67,72 @@ class Collectives:
             return self.all_to_all(x, axis, a["split_dim"].value, a["concat_dim"].value,  # type: ignore[attr-defined]
                                    out_shape)
         raise op.emit_error("has no runtime implementation")
+
+    def run_bucket(self, op: Operation, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``comm.all_gather_bucket`` / ``comm.reduce_scatter_bucket``: one collective for all of ``xs``."""
+        self.stats.add(op.name, sum(x.numel() * x.element_size() for x in xs))
+        axis = op.attributes["axis"].value  # type: ignore[attr-defined]
+        dims = [d.value for d in op.attributes["dims"]]  # type: ignore[attr-defined]
+        if op.name == "comm.all_gather_bucket":
+            return self.all_gather_bucket(xs, axis, dims, [r.tensor_type.shape for r in op.results])
+        return self.reduce_scatter_bucket(xs, axis, dims, op.attributes["op"].value)  # type: ignore[attr-defined]
+
+    def all_gather_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
+                          out_shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """Pack every piece (padded to its largest torch.chunk piece) into one flat buffer,
+        all-gather it once, unpack."""
+        n = self.size(axis)
+        pads, parts = [], []
+        for x, d, shape in zip(xs, dims, out_shapes):
+            sizes = chunk_sizes(shape[d], n)
+            pad = max(sizes)
+            xt = x.movedim(d, 0)
+            if xt.shape[0] < pad:
+                xt = torch.cat([xt, xt.new_zeros((pad - xt.shape[0],) + tuple(xt.shape[1:]))])
+            pads.append((pad, tuple(xt.shape[1:]), sizes))
+            parts.append(xt.reshape(-1))
+        flat = torch.cat(parts)
+        buf = flat.new_empty((n * flat.numel(),))
+        dist.all_gather_into_tensor(buf, flat, group=self.group(axis))
+        per_rank = buf.view(n, flat.numel())
+        out, offset = [], 0
+        for (pad, rest, sizes), d in zip(pads, dims):
+            numel = pad * int(torch.Size(rest).numel())
+            pieces = [per_rank[r, offset:offset + numel].view((pad,) + rest)[:sizes[r]] for r in range(n)]
+            out.append(torch.cat(pieces).movedim(0, d).contiguous())
+            offset += numel
+        return out
+
+    def reduce_scatter_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
+                              op: str) -> list[torch.Tensor]:
+        """Lay every tensor's padded per-rank chunks out rank-major in one buffer, reduce-scatter
+        it once, unpack this rank's chunks."""
+        n = self.size(axis)
+        me = self.coord(axis)
+        metas, per_rank = [], [[] for _ in range(n)]
+        for x, d in zip(xs, dims):
+            sizes = chunk_sizes(x.shape[d], n)
+            pad = max(sizes)
+            xt = x.movedim(d, 0)
+            start = 0
+            for r, s in enumerate(sizes):
+                p = xt[start:start + s]
+                start += s
+                if s < pad:
+                    p = torch.cat([p, p.new_zeros((pad - s,) + tuple(p.shape[1:]))])
+                per_rank[r].append(p.reshape(-1))
+            metas.append((pad, tuple(xt.shape[1:]), sizes[me], d))
+        buf = torch.cat([t for r in range(n) for t in per_rank[r]]).contiguous()
+        out_flat = buf.new_empty((buf.numel() // n,))
+        dist.reduce_scatter_tensor(out_flat, buf, op=_REDUCE[op], group=self.group(axis))
+        if op == "avg":
+            out_flat = out_flat / n
+        out, offset = [], 0
+        for pad, rest, mine, d in metas:
+            numel = pad * int(torch.Size(rest).numel())
+            out.append(out_flat[offset:offset + numel].view((pad,) + rest)[:mine].movedim(0, d).contiguous())
+            offset += numel
+        return out
 
     # -- primitives ----------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, axes: list[str], op: str) -> torch.Tensor:

@@ -38,6 +38,7 @@ class CompiledStep:
     arg_kinds: list[str]             # "param:<fqn>" or "input:<name>"
     result_kinds: list[str]          # "loss" | "grad:<fqn>" | "output"
     timings: dict[str, float] = field(default_factory=dict)
+    bucket: bool = False             # run bucket-collectives on each rank's program
 
     def rank_module(self, rank: int, dump_dir: str | None = None) -> Operation:
         from spmdc.ir.parser import parse_module
@@ -45,7 +46,8 @@ class CompiledStep:
         from spmdc.passes.registry import parse_pipeline
 
         module = parse_module(self.global_ir, "<global>")
-        PassManager(parse_pipeline(RANK_PIPELINE.format(rank=rank)),
+        pipeline = RANK_PIPELINE.format(rank=rank) + (",bucket-collectives" if self.bucket else "")
+        PassManager(parse_pipeline(pipeline),
                     on_after_pass=ir_dumper(dump_dir, f"rank{rank}-") if dump_dir else None).run(module)
         return module
 
@@ -88,7 +90,7 @@ def ir_dumper(dump_dir: str, prefix: str = "") -> Callable[[Any, Operation, int]
 
 def compile_step(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | Plan, train: bool = False,
                  loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
-                 dump_dir: str | None = None) -> CompiledStep:
+                 dump_dir: str | None = None, bucket: bool = False) -> CompiledStep:
     """Capture, apply the plan and run the global sharding pipeline."""
     import time
 
@@ -133,7 +135,8 @@ def compile_step(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | P
             result_kinds.append("grad:" + attrs["spmdc.grad_of"].value)  # type: ignore[attr-defined]
         else:
             result_kinds.append("output")
-    return CompiledStep(print_module(module, debuginfo=True), mesh, resolved_plan.name, args, arg_kinds, result_kinds, timings)
+    return CompiledStep(print_module(module, debuginfo=True), mesh, resolved_plan.name, args, arg_kinds, result_kinds,
+                        timings, bucket)
 
 
 # -- on a rank ------------------------------------------------------------------------------------

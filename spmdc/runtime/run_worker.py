@@ -40,7 +40,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         cm = CompiledModule(w.model, (tuple(w.inputs), tuple(w.loss_inputs)), mesh=job["mesh"], plan=job["plan"],
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=(),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
-                            target=job.get("target"))
+                            target=job.get("target"), bucket=job.get("bucket", False))
         compile_s = time.perf_counter() - t0
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
             flush=True)

@@ -34,6 +34,7 @@ class RunConfig:
     dump_codegen: str | None = None
     timeout: float = 300.0
     target: str | None = None
+    bucket: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -56,6 +57,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dump-codegen", default=None, metavar="DIR", help="write each rank's generated Python")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a stuck collective or rendezvous fails the run (default 300)")
+    ap.add_argument("--bucket", action="store_true",
+                    help="one all-gather / reduce-scatter per model block instead of per parameter (bucket-collectives)")
     ap.add_argument("--target", choices=("torch", "triton"), default=None,
                     help="codegen target: aten calls, or fused Triton kernels (default: triton on GPUs, "
                          "torch on CPUs; on CPU triton runs in the Triton interpreter)")
@@ -63,7 +66,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
-                     args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout, target=args.target)
+                     args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout, target=args.target, bucket=args.bucket)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -170,7 +173,7 @@ def run_main(cfg: RunConfig) -> int:
         prepare_triton()
     job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
-           "dump_codegen": cfg.dump_codegen, "target": cfg.target}
+           "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket}
     plan_name = plan if isinstance(plan, str) else plan.name
     console.print(f"[bold]spmdc run[/bold] {cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")
@@ -227,7 +230,8 @@ def dump_ir(cfg: RunConfig, mesh: Any, plan: Any, console: Any) -> None:
 
     w = load_workload(cfg.workload)
     step = compile_step(w.model, tuple(w.inputs), mesh=mesh, plan=plan, train=cfg.train, loss_fn=w.loss_fn,
-                        loss_inputs=tuple(w.loss_inputs) if cfg.train else (), dump_dir=cfg.dump_ir)
+                        loss_inputs=tuple(w.loss_inputs) if cfg.train else (), dump_dir=cfg.dump_ir,
+                        bucket=cfg.bucket)
     for rank in range(mesh.size):
         step.rank_module(rank, dump_dir=cfg.dump_ir)
     console.print(f"IR after every pass written to {cfg.dump_ir}/")

@@ -19,11 +19,18 @@ CASES = [("dp", Mesh({"dp": 4}), {}), ("fsdp", Mesh({"dp": 4}), {}), ("megatron"
          ("sp", Mesh({"tp": 4}), {}), ("fsdp+tp", Mesh({"dp": 2, "tp": 2}), {}),
          ("fsdp", Mesh({"dp": 4}), {"batch": 6, "d_hidden": 30, "d_out": 7}),
          ("megatron", Mesh({"tp": 4}), {"batch": 5, "d_hidden": 13}),
-         ("fsdp+tp", Mesh({"dp": 2, "tp": 2}), {"batch": 7, "d_hidden": 14, "d_out": 5})]
+         ("fsdp+tp", Mesh({"dp": 2, "tp": 2}), {"batch": 7, "d_hidden": 14, "d_out": 5}),
+         # bucket-collectives: one all_gather_bucket / reduce_scatter_bucket per block
+         ("fsdp", Mesh({"dp": 4}), {"bucket": True}),
+         ("fsdp", Mesh({"dp": 4}), {"bucket": True, "batch": 6, "d_hidden": 30, "d_out": 7})]
+
+
+def _sizes(sizes):
+    return {k: v for k, v in sizes.items() if k != "bucket"}
 
 
 def eager_reference(sizes):
-    model, ((x,), (y,)), loss_fn = mlp.factory(**sizes)
+    model, ((x,), (y,)), loss_fn = mlp.factory(**_sizes(sizes))
     out = model(x).detach()
     loss = loss_fn(model(x), y)
     loss.backward()
@@ -34,14 +41,17 @@ def eager_reference(sizes):
 def runs():
     steps = []
     for plan, mesh, sizes in CASES:
-        model, ((x,), (y,)), loss_fn = mlp.factory(**sizes)
-        steps.append(compile_step(model, (x,), mesh=mesh, plan=plan))
-        steps.append(compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,)))
+        model, ((x,), (y,)), loss_fn = mlp.factory(**_sizes(sizes))
+        bucket = bool(sizes.get("bucket"))
+        steps.append(compile_step(model, (x,), mesh=mesh, plan=plan, bucket=bucket))
+        steps.append(compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                                  bucket=bucket))
     results = launch(run_steps, 4, (steps,))
     return steps, results
 
 
-@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] + ("-uneven" if c[2] else "") for c in CASES])
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] + ("-bucket" if c[2].get("bucket") else "") + ("-uneven" if _sizes(c[2]) else "")
+                                               for c in CASES])
 def test_mlp_matches_one_device(runs, case):
     steps, results = runs
     out, loss, grads = eager_reference(CASES[case][2])
@@ -58,6 +68,15 @@ def test_collectives_issued_equal_those_in_the_program(runs):
     for rank in range(4):
         for r in results[rank]:
             assert r["issued"] == r["comm_ops"]
+
+
+def test_buckets_replace_per_parameter_collectives(runs):
+    steps, results = runs
+    i = next(k for k, c in enumerate(CASES) if c[2] == {"bucket": True})
+    train = results[0][2 * i + 1]["comm_ops"]
+    # 4 parameters in one block ('fc1', 'fc2' are two blocks by name: one bucket each of weight+bias)
+    assert train.get("comm.all_gather_bucket", 0) >= 2 and train.get("comm.reduce_scatter_bucket", 0) == 2
+    assert "comm.reduce_scatter" not in train
 
 
 def test_failing_rank_ends_the_launch_with_its_message(monkeypatch):

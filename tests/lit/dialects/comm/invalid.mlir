@@ -266,3 +266,30 @@ func.func @two_operands(%x: tensor<2x16xf32>) -> tensor<8x16xf32> {
   %0 = "comm.all_gather"(%x, %x) {axis = "tp", dim = 0, mesh = @mesh} : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<8x16xf32>
   func.return %0 : tensor<8x16xf32>
 }
+
+// -----
+
+shard.mesh @mesh = <["tp" = 4]>
+func.func @bucket_pair_count(%x: tensor<2x16xf32>) -> tensor<8x16xf32> {
+  // expected-error@+1 {{'comm.all_gather_bucket' op 'dims' must list one integer per operand (1)}}
+  %0 = comm.all_gather_bucket %x {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<2x16xf32>) -> tensor<8x16xf32>
+  func.return %0 : tensor<8x16xf32>
+}
+
+// -----
+
+shard.mesh @mesh = <["tp" = 4]>
+func.func @bucket_wrong_piece(%x: tensor<3x16xf32>, %y: tensor<2x4xf32>) -> (tensor<8x16xf32>, tensor<8x4xf32>) {
+  // expected-error@+1 {{'comm.all_gather_bucket' op operand type tensor<3x16xf32> is not a chunk of tensor<8x16xf32> along dim 0 over 4 ranks}}
+  %0:2 = comm.all_gather_bucket %x, %y {axis = "tp", dims = [0, 0], mesh = @mesh} : (tensor<3x16xf32>, tensor<2x4xf32>) -> (tensor<8x16xf32>, tensor<8x4xf32>)
+  func.return %0#0, %0#1 : tensor<8x16xf32>, tensor<8x4xf32>
+}
+
+// -----
+
+shard.mesh @mesh = <["tp" = 4]>
+func.func @bucket_results(%x: tensor<8x16xf32>, %y: tensor<8x4xf32>) -> tensor<2x16xf32> {
+  // expected-error@+1 {{'comm.reduce_scatter_bucket' op needs as many results as operands (>= 1), got 2 operands and 1 results}}
+  %0 = comm.reduce_scatter_bucket %x, %y {axis = "tp", dims = [0, 0], mesh = @mesh, op = "sum"} : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<2x16xf32>
+  func.return %0 : tensor<2x16xf32>
+}

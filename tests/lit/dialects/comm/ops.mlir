@@ -96,3 +96,14 @@ func.func @generic_forms(%x: tensor<4x16xf32>) -> tensor<16x4xf32> {
   %4 = "comm.all_to_all"(%3) {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1} : (tensor<4x16xf32>) -> tensor<16x4xf32>
   func.return %4 : tensor<16x4xf32>
 }
+
+// Bucketed collectives: one collective for several tensors, each with its own dim;
+// uneven pieces (13 over 4: 4, 4, 4, 1) are allowed per pair.
+// CHECK-LABEL: func.func @buckets(
+// CHECK:         %[[B:.*]]:2 = comm.all_gather_bucket %x, %u {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<2x16xf32>, tensor<13x1xf32>) -> (tensor<8x16xf32>, tensor<13x4xf32>)
+// CHECK-NEXT:    %[[S:.*]]:2 = comm.reduce_scatter_bucket %[[B]]#0, %[[B]]#1 {axis = "tp", dims = [0, 0], mesh = @mesh, op = "sum"} : (tensor<8x16xf32>, tensor<13x4xf32>) -> (tensor<2x16xf32>, tensor<4x4xf32>)
+func.func @buckets(%x: tensor<2x16xf32>, %u: tensor<13x1xf32>) -> (tensor<2x16xf32>, tensor<4x4xf32>) {
+  %b:2 = comm.all_gather_bucket %x, %u {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<2x16xf32>, tensor<13x1xf32>) -> (tensor<8x16xf32>, tensor<13x4xf32>)
+  %s:2 = "comm.reduce_scatter_bucket"(%b#0, %b#1) {axis = "tp", dims = [0, 0], mesh = @mesh, op = "sum"} : (tensor<8x16xf32>, tensor<13x4xf32>) -> (tensor<2x16xf32>, tensor<4x4xf32>)
+  func.return %s#0, %s#1 : tensor<2x16xf32>, tensor<4x4xf32>
+}

@@ -1,0 +1,74 @@
+"""Bucketed collectives: several tensors, one collective (SimpleFSDP's bucketing).
+
+Each operand/result pair obeys the single-tensor op's shape rule along its own dim;
+the runtime packs the (padded) pieces into one flat buffer.
+
+    %a, %b = comm.all_gather_bucket %x, %y {axis = "dp", dims = [0, 0], mesh = @mesh}
+        : (tensor<4x16xf32>, tensor<8xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
+    %g, %h = comm.reduce_scatter_bucket %u, %v {axis = "dp", dims = [0, 1], mesh = @mesh, op = "sum"}
+        : (tensor<8x16xf32>, tensor<4x6xf32>) -> (tensor<4x16xf32>, tensor<4x3xf32>)
+"""
+
+from __future__ import annotations
+
+from spmdc.dialects.comm import CollectiveOp
+from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from spmdc.ir.types import TensorType
+
+
+class BucketOp(CollectiveOp):
+    """Shared checks: as many results as operands, one dim per pair, local shapes per pair."""
+
+    num_operands = None
+    num_results = None
+    required_attrs = {"mesh": SymbolRefAttr, "axis": StringAttr, "dims": ArrayAttr}
+
+    @property
+    def dims(self) -> list[int]:
+        return [d.value for d in self.attributes["dims"]]  # type: ignore[attr-defined]
+
+    def _pairs(self) -> list[tuple[TensorType, TensorType, int]]:
+        if len(self.operands) != len(self.results) or not self.operands:
+            raise self.emit_error(f"needs as many results as operands (>= 1), got {len(self.operands)} operands "
+                                  f"and {len(self.results)} results")
+        dims = self.attributes["dims"]
+        if not all(isinstance(d, IntegerAttr) for d in dims) or len(dims) != len(self.operands):  # type: ignore[arg-type]
+            raise self.emit_error(f"'dims' must list one integer per operand ({len(self.operands)})")
+        mesh = self.mesh()
+        if self.axes[0] not in mesh.axis_names:
+            raise self.emit_error(f"mesh '@{mesh.sym_name}' has no axis '{self.axes[0]}'")
+        out = []
+        for i, (v, r, d) in enumerate(zip(self.operands, self.results, self.dims)):
+            src, dst = v.type, r.type
+            if not isinstance(src, TensorType) or not isinstance(dst, TensorType) or src.rank != dst.rank \
+                    or src.element_type != dst.element_type:
+                raise self.emit_error(f"operand #{i} {src} and result #{i} {dst} must be tensors of one rank and type")
+            if not 0 <= d < src.rank:
+                raise self.emit_error(f"dim {d} of pair #{i} is out of range for rank-{src.rank} tensor")
+            out.append((src, dst, d))
+        return out
+
+
+class AllGatherBucketOp(BucketOp):
+    """``comm.all_gather`` of several tensors in one collective."""
+
+    name = "comm.all_gather_bucket"
+
+    def verify_(self) -> None:
+        for src, dst, d in self._pairs():
+            self._expect_split(dst, src, d, "operand")
+
+
+class ReduceScatterBucketOp(BucketOp):
+    """``comm.reduce_scatter`` of several tensors in one collective."""
+
+    name = "comm.reduce_scatter_bucket"
+    required_attrs = {**BucketOp.required_attrs, "op": StringAttr}
+
+    def verify_(self) -> None:
+        self._check_reduce_op()
+        for src, dst, d in self._pairs():
+            self._expect_split(src, dst, d, "result")
+
+
+OPS = [AllGatherBucketOp, ReduceScatterBucketOp]

@@ -1,0 +1,128 @@
+"""``bucket-collectives``: one collective per block instead of one per parameter (SimpleFSDP).
+
+On per-rank programs (after ``partition``): the all-gathers of parameters (arguments with
+``spmdc.param``) are grouped by mesh axis, element type, phase (forward / backward re-gather) and model block
+(``h.3``, ``wte``, ... from the op's location), and each group becomes one
+``comm.all_gather_bucket`` placed where its first member was; the reduce-scatters that
+store gradients (results returned as ``spmdc.grad_of``) are grouped by axis, reduction
+and the parameter's block, and each group becomes one ``comm.reduce_scatter_bucket``
+right after its last operand is computed. ``max-bytes`` caps a bucket (local bytes).
+
+Before::
+
+    %w1 = comm.all_gather %h.0.fc1.weight {axis = "dp", dim = 0, mesh = @m} : (tensor<8x16xf32>) -> tensor<16x16xf32>
+    %w2 = comm.all_gather %h.0.fc2.weight {axis = "dp", dim = 0, mesh = @m} : (tensor<8x16xf32>) -> tensor<16x16xf32>
+
+After::
+
+    %b:2 = comm.all_gather_bucket %h.0.fc1.weight, %h.0.fc2.weight {axis = "dp", dims = [0, 0], mesh = @m}
+        : (tensor<8x16xf32>, tensor<8x16xf32>) -> (tensor<16x16xf32>, tensor<16x16xf32>)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spmdc.dialects.comm import AllGatherOp, ReduceScatterOp
+from spmdc.dialects.comm_bucket import AllGatherBucketOp, ReduceScatterBucketOp
+from spmdc.dialects.func import FuncOp, ReturnOp
+from spmdc.ir.attributes import ArrayAttr, IntegerAttr
+from spmdc.ir.core import Operation
+from spmdc.ir.location import NameLoc
+from spmdc.ir.rewriter import Builder, Rewriter
+from spmdc.passes.pass_base import ModulePass
+
+
+def block_of(path: str) -> str:
+    """``h.3.attn.q_proj.weight`` → ``h.3``; ``wte.weight`` → ``wte``."""
+    parts = path.split("/")[0].split(".")
+    if len(parts) > 1 and parts[1].isdigit():
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def _groups(members: list[tuple[tuple, Operation]], max_bytes: int) -> list[list[Operation]]:
+    by_key: dict[tuple, list[list[Operation]]] = {}
+    sizes: dict[tuple, int] = {}
+    for key, op in members:
+        nbytes = op.operand(0).tensor_type.num_bytes
+        buckets = by_key.setdefault(key, [[]])
+        if buckets[-1] and sizes[key] + nbytes > max_bytes:
+            buckets.append([])
+            sizes[key] = 0
+        buckets[-1].append(op)
+        sizes[key] = sizes.get(key, 0) + nbytes
+    return [b for bs in by_key.values() for b in bs if len(b) > 1]
+
+
+def _replace(group: list[Operation], bucket: Operation, rewriter: Rewriter) -> None:
+    for op, res in zip(group, bucket.results):
+        res.name_hint = op.result.name_hint
+        rewriter.replace_op(op, [res])
+
+
+def bucket_function(func: FuncOp, max_bytes: int) -> int:
+    rewriter = Rewriter()
+    entry = func.body
+    gathers = []
+    params = {a for i, a in enumerate(func.args) if "spmdc.param" in func.arg_attrs(i)}
+    for op in entry.ops:
+        if isinstance(op, AllGatherOp) and op.operand(0) in params and "shard.sharding" not in op.attributes:
+            user = min((u.owner for u in op.result.uses), key=entry.index_of, default=op)
+            where = user.location.name if isinstance(user.location, NameLoc) else ""
+            phase = "bwd" if (op.result.name_hint or "").endswith("_bwd") else "fwd"
+            dtype = op.operand(0).tensor_type.element_type  # one flat buffer per element type
+            gathers.append(((op.attributes["mesh"], op.attr_value("axis"), dtype, phase, block_of(where)), op))
+    made = 0
+    for group in _groups(gathers, max_bytes):
+        first = min(group, key=entry.index_of)
+        bucket = Builder.before(first).create(
+            AllGatherBucketOp, [op.operand(0) for op in group],
+            {"mesh": first.attributes["mesh"], "axis": first.attributes["axis"],
+             "dims": ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))},  # type: ignore[arg-type]
+            result_types=[op.result.type for op in group], location=first.location)
+        _replace(group, bucket, rewriter)
+        made += 1
+    ret = func.return_op
+    grads = {}
+    for i, v in enumerate(ret.operands):
+        g = func.res_attrs(i).get("spmdc.grad_of")
+        if g is not None:
+            grads[id(v)] = g.value  # type: ignore[attr-defined]
+    scatters = []
+    for op in entry.ops:
+        if isinstance(op, ReduceScatterOp) and id(op.result) in grads and "shard.sharding" not in op.attributes \
+                and all(isinstance(u.owner, ReturnOp) for u in op.result.uses):
+            key = (op.attributes["mesh"], op.attr_value("axis"), op.attr_value("op"),
+                   op.operand(0).tensor_type.element_type, block_of(grads[id(op.result)]))
+            scatters.append((key, op))
+    for group in _groups(scatters, max_bytes):
+        last_def = max((op.operand(0).defining_op() for op in group),
+                       key=lambda d: entry.index_of(d) if d is not None else -1)
+        anchor = Builder.after(last_def) if last_def is not None else Builder.before(min(group, key=entry.index_of))
+        first = group[0]
+        bucket = anchor.create(
+            ReduceScatterBucketOp, [op.operand(0) for op in group],
+            {"mesh": first.attributes["mesh"], "axis": first.attributes["axis"], "op": first.attributes["op"],
+             "dims": ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))},  # type: ignore[arg-type]
+            result_types=[op.result.type for op in group], location=first.location)
+        _replace(group, bucket, rewriter)
+        made += 1
+    return made
+
+
+@dataclass
+class BucketCollectives(ModulePass):
+    """Merge parameter all-gathers and gradient reduce-scatters per model block."""
+
+    name: ClassVar[str] = "bucket-collectives"
+    max_bytes: int = 25 * 1024 * 1024
+
+    def run(self, module: Operation) -> None:
+        for op in module.body.ops:
+            if isinstance(op, FuncOp) and "spmdc.rank" in op.attributes:
+                bucket_function(op, self.max_bytes)
+
+
+PASS = BucketCollectives
