@@ -69,6 +69,14 @@ class FakeCollectives(Collectives):
         self.calls.append(("reduce_scatter", tuple(x.shape), axis, dim, op))
         return self._piece(x, axis, dim) * 2
 
+    def all_gather_bucket(self, xs, axis, dims, out_shapes):
+        self.calls.append(("all_gather_bucket", [tuple(x.shape) for x in xs], axis, list(dims)))
+        return [self.all_gather(x, axis, d, s) for x, d, s in zip(xs, dims, out_shapes)]
+
+    def reduce_scatter_bucket(self, xs, axis, dims, op):
+        self.calls.append(("reduce_scatter_bucket", [tuple(x.shape) for x in xs], axis, list(dims), op))
+        return [self.reduce_scatter(x, axis, d, op) for x, d in zip(xs, dims)]
+
     def all_to_all(self, x, axis, split_dim, concat_dim, out_shape):
         self.calls.append(("all_to_all", tuple(x.shape), axis, split_dim, concat_dim, tuple(out_shape)))
         return torch.full(tuple(out_shape), float(x.sum()), dtype=x.dtype)
