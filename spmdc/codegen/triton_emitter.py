@@ -55,6 +55,23 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (max(1, n) - 1).bit_length())
 
 
+
+def delinearize(space, dims, flat: str, prefix: str) -> tuple[dict[int, str], list[str]]:
+    """Kernel lines recovering the index of each non-unit dim of ``space`` (row-major) from the
+    flat index ``flat``: ``i1 = (offs // 4) % 8``; returns {dim: variable} and the lines."""
+    index: dict[int, str] = {}
+    lines: list[str] = []
+    inner = 1
+    for d in reversed(list(dims)):
+        if space[d] != 1:
+            e = flat if inner == 1 else f"({flat} // {inner})"
+            if d > 0 and prod(space[:d]) > 1:
+                e = f"{e} % {space[d]}"
+            index[d] = f"{prefix}{d}"
+            lines.append(f"    {prefix}{d} = {e}")
+        inner *= space[d]
+    return index, lines
+
 class TritonEmitter:
     """Emits the kernel and launcher of one region; ``reserved``: names taken at module level."""
 
@@ -158,17 +175,8 @@ class TritonEmitter:
     def elementwise(self) -> tuple[list[str], list[str]]:
         space = self.out_values[0].type.shape  # type: ignore[attr-defined]
         numel = prod(space)
-        index, full = {}, set(range(len(space)))
-        inner = 1
-        idx_lines = []
-        for d in reversed(range(len(space))):
-            if space[d] != 1:
-                e = "offs" if inner == 1 else f"(offs // {inner})"
-                if d > 0 and prod(space[:d]) > 1:
-                    e = f"{e} % {space[d]}"
-                index[d] = f"i{d}"
-                idx_lines.append(f"    i{d} = {e}")
-            inner *= space[d]
+        full = set(range(len(space)))
+        index, idx_lines = delinearize(space, range(len(space)), "offs", "i")
         body = self.body_lines(space, index, full, "offs * 0", "    ")
         block = min(next_pow2(numel), MAX_BLOCK)
         lines = ["@triton.jit", "", f"    # elementwise over {list(space)} ({numel} points), one program per BLOCK points",
@@ -185,16 +193,8 @@ class TritonEmitter:
         space = red.operand(0).type.shape  # type: ignore[attr-defined]
         n = space[-1]
         rows = prod(space[:-1])
-        index: dict[int, str] = {len(space) - 1: "cols"}
-        idx_lines, inner = [], 1
-        for d in reversed(range(len(space) - 1)):
-            if space[d] != 1:
-                e = "row" if inner == 1 else f"(row // {inner})"
-                if d > 0 and prod(space[:d]) > 1:
-                    e = f"{e} % {space[d]}"
-                index[d] = f"r{d}"
-                idx_lines.append(f"    r{d} = {e}")
-            inner *= space[d]
+        index, idx_lines = delinearize(space[:-1], range(len(space) - 1), "row", "r")
+        index[len(space) - 1] = "cols"
         full = {len(space) - 1}
         block = min(next_pow2(n), MAX_BLOCK)
         kind = red.name.split(".", 1)[1]
