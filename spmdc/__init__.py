@@ -4,7 +4,11 @@ The IR lives in :mod:`spmdc.ir`, dialects in :mod:`spmdc.dialects`, passes in
 :mod:`spmdc.passes`, command-line tools in :mod:`spmdc.tools`.
 """
 
+from spmdc.dialects import register_all as _register_dialects
+
 __version__ = "0.1.0"
+
+_register_dialects()  # spmdc's dialects, by name (imported on first use), as mlir-opt registers all
 
 _LAZY = {
     "capture": ("spmdc.frontend.capture", "capture"),
@@ -17,9 +21,9 @@ _LAZY = {
     "Plan": ("spmdc.sharding.plan", "Plan"),
     "ParamLayout": ("spmdc.sharding.plan", "ParamLayout"),
     "preset": ("spmdc.sharding.plan", "preset"),
-    "Replicate": ("spmdc.ir.sharding", "Replicate"),
-    "Shard": ("spmdc.ir.sharding", "Shard"),
-    "Partial": ("spmdc.ir.sharding", "Partial"),
+    "Replicate": ("spmdc.dialects.shard", "Replicate"),
+    "Shard": ("spmdc.dialects.shard", "Shard"),
+    "Partial": ("spmdc.dialects.shard", "Partial"),
     "compile_step": ("spmdc.runtime.engine", "compile_step"),
 }
 

@@ -5,7 +5,7 @@ Textual forms (see docs/ir.md)::
     4   -1   1.5   true   "text"   [1, 2]   {k = v}   @symbol   unit-key
     tensor<4xf32>                              // a type used as an attribute
     dense<[1.0, 2.0]> : tensor<2xf32>          // dense elements
-    #shard<@mesh, [S(0), R]>                   // sharding (spmdc.ir.sharding)
+    #shard<@mesh, [S(0), R]>                   // a dialect attribute (spmdc.dialects.shard)
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """Parser of the textual IR: lark (LALR) builds a tree, a scoped walk builds the IR.
 
+The core grammar (``grammar.lark``) knows generic ops, the default custom form and
+``module``; every registered dialect with custom syntax adds its rules to it
+(``%extend op_body: ...`` / ``%extend attr: ...``) and a builder per rule, which gets this
+:class:`Parser` (its ``type``, ``attr_dict``, ``region``, ``define``, ``symbol_name``,
+``unquote``, ``error`` and ``isolated_scope`` are the API for builders).
+
 Every error, syntactic or semantic, is a :class:`DiagnosticError` at
 ``file:line:col``::
 
@@ -10,7 +16,9 @@ from __future__ import annotations
 
 import gc
 import json
+from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any, Callable, Iterator
 from importlib import resources
 
 from lark import Lark, Token, Tree
@@ -20,19 +28,31 @@ from spmdc.ir import attributes as A
 from spmdc.ir.core import Block, InferError, Operation, Region, UnregisteredOp, Value
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.location import FileLineColLoc, Location, NameLoc, UNKNOWN
-from spmdc.ir.registry import lookup_op
-from spmdc.ir.sharding import Partial, Replicate, Shard, ShardingAttr
+from spmdc.ir.module import ModuleOp
+from spmdc.ir.registry import all_dialects, lookup_op, registered_dialects
 from spmdc.ir.types import ELEMENT_TYPES, INT_TYPES, FunctionType, TensorType, Type
 
 
 _TENSOR_TYPES: dict[str, TensorType] = {}
 
 
-@lru_cache(maxsize=1)
-def _lark() -> Lark:
-    grammar = resources.files("spmdc.ir").joinpath("grammar.lark").read_text()
-    return Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=False,
-                cache=True)
+def _grammar() -> tuple[Lark, dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
+    """The parser for the dialects registered now, and the builders of their custom rules."""
+    return _grammar_for(tuple(registered_dialects()))
+
+
+@lru_cache(maxsize=4)
+def _grammar_for(dialects: tuple[str, ...]) -> tuple[Lark, dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
+    text = [resources.files("spmdc.ir").joinpath("grammar.lark").read_text()]
+    op_rules: dict[str, Callable[..., Any]] = {}
+    attr_rules: dict[str, Callable[..., Any]] = {}
+    for d in all_dialects():
+        if d.syntax is not None:
+            text.append(f"// ---- dialect '{d.name}'\n{d.syntax.grammar}")
+            op_rules.update(d.syntax.ops)
+            attr_rules.update(d.syntax.attributes)
+    lark = Lark("\n".join(text), parser="lalr", lexer="contextual", maybe_placeholders=False, cache=True)
+    return lark, op_rules, attr_rules
 
 
 _TOKEN_NAMES = {
@@ -57,11 +77,10 @@ class Parser:
         self.line_offset = first_line - 1
         self.allow_unregistered = allow_unregistered
         self.scopes: list[dict[str, Value]] = []
+        self._lark, self._op_rules, self._attr_rules = _grammar()
 
     # -- entry point -------------------------------------------------------------------
     def parse_module(self) -> Operation:
-        from spmdc.dialects.builtin import ModuleOp
-
         tree = self._parse_tree()
         self.scopes = [{}]
         ops = [self.operation(t) for t in tree.children]
@@ -74,7 +93,7 @@ class Parser:
 
     def _parse_tree(self) -> Tree:
         try:
-            return _lark().parse(self.text)
+            return self._lark.parse(self.text)
         except UnexpectedInput as e:
             raise self._syntax_error(e) from None
 
@@ -147,6 +166,15 @@ class Parser:
         if not name[0].isdigit():
             values[0].name_hint = name
 
+    @contextmanager
+    def isolated_scope(self) -> Iterator[None]:
+        """Names defined inside do not see (or leak to) the enclosing scopes (``func.func``)."""
+        self.scopes.append({_ISOLATED: True})  # type: ignore[dict-item]
+        try:
+            yield
+        finally:
+            self.scopes.pop()
+
     def lookup(self, tok: Token) -> Value:
         name = str(tok)[1:]
         base, _, idx = name.partition("#")
@@ -192,12 +220,10 @@ class Parser:
             op = self.generic_op(body, num_results, location)
         elif kind == "custom_op":
             op = self.custom_op(body, num_results, location)
-        elif kind == "func_op":
-            op = self.func_op(body, location)
-        elif kind == "mesh_op":
-            op = self.mesh_op(body, location)
-        else:
+        elif kind == "module_op":
             op = self.module_op(body, location)
+        else:  # a dialect's custom form
+            op = self._op_rules[kind](self, body, location)
         if len(op.results) != num_results:
             raise self.error(first_tok, f"operation '{op.name}' defines {len(op.results)} results "
                                         f"but {num_results} names were given")
@@ -315,58 +341,13 @@ class Parser:
                 raise self.error(tok, f"use of value '{tok}' expects different type than prior uses: "
                                       f"'{ty}' vs '{v.type}'")
 
-    def func_op(self, t: Tree, location: Location) -> Operation:
-        from spmdc.dialects.func import FuncOp
-
-        sym = t.children[1]
-        args: list[tuple[Token, Type, dict]] = []
-        results: list[tuple[Type, dict]] = []
-        fattrs: dict[str, A.Attribute] = {}
-        region_tree = None
-        for c in t.children[2:]:
-            if c.data == "func_args":
-                for a in c.children:
-                    ty = self.type(a.children[1])
-                    ad = self.attr_dict(a.children[2]) if len(a.children) > 2 else {}
-                    args.append((a.children[0], ty, ad))
-            elif c.data == "func_result_bare":
-                results.append((self.type(c.children[0]), {}))
-            elif c.data == "func_results":
-                for r in c.children:
-                    ty = self.type(r.children[0])
-                    results.append((ty, self.attr_dict(r.children[1]) if len(r.children) > 1 else {}))
-            elif c.data == "func_attrs":
-                fattrs = self.attr_dict(c.children[1])
-            else:
-                region_tree = c
-        block = Block()
-        self.scopes.append({_ISOLATED: True})  # type: ignore[dict-item]
-        for tok, ty, _ in args:
-            self.define(tok, block.add_argument(ty))
-        region = self.region(region_tree, FuncOp, entry=block, new_scope=False)
-        self.scopes.pop()
-        op = FuncOp.build(self.symbol_name(sym), [a[1] for a in args], [r[0] for r in results],
-                          arg_attrs=[a[2] for a in args], res_attrs=[r[1] for r in results],
-                          region=region, location=location)
-        op.attributes.update(fattrs)
-        return op
-
-    def mesh_op(self, t: Tree, location: Location) -> Operation:
-        from spmdc.dialects.shard import MeshOp
-
-        sym = t.children[1]
-        axes = [(self.unquote(a.children[0]), int(a.children[1])) for a in t.children[2:]]
-        return MeshOp.build(self.symbol_name(sym), [n for n, _ in axes], [s for _, s in axes], location=location)
-
     def module_op(self, t: Tree, location: Location) -> Operation:
-        from spmdc.dialects.builtin import ModuleOp
-
         attrs: dict[str, A.Attribute] = {}
         region_tree = None
         for c in t.children[1:]:
             if isinstance(c, Token):
                 attrs["sym_name"] = A.StringAttr(self.symbol_name(c))
-            elif c.data == "func_attrs":
+            elif c.data == "attrs_clause":
                 attrs.update(self.attr_dict(c.children[1]))
             else:
                 region_tree = c
@@ -468,20 +449,7 @@ class Parser:
             return A.TypeAttr(self.function_type(c[0]))
         if k == "dense_attr":
             return self.dense(c[0], c[1], c[2])
-        if k == "sharding_attr":
-            return ShardingAttr(self.symbol_name(c[1]), tuple(self.placement(p) for p in c[2:]))
-        raise AssertionError(k)  # pragma: no cover
-
-    def placement(self, t: Tree):
-        if t.data == "p_replicate":
-            return Replicate()
-        if t.data == "p_shard":
-            return Shard(int(t.children[1]))
-        op_tok = t.children[1]
-        try:
-            return Partial(str(op_tok))
-        except ValueError as e:
-            raise self.error(op_tok, str(e)) from None
+        return self._attr_rules[k](self, t)  # a dialect's attribute
 
     def dense(self, kw: Token, body, type_tok: Token) -> A.DenseAttr:
         ty = self.tensor_type(type_tok)

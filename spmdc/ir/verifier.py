@@ -1,5 +1,8 @@
 """IR verifier: structure, SSA dominance, types, attributes, then each op's ``verify_``.
 
+Discardable attributes named ``<dialect>.<x>`` (``shard.sharding``) are checked by their
+dialect's ``verify_op_attribute`` hook (:mod:`spmdc.ir.registry`).
+
 Errors are :class:`DiagnosticError` naming the op in MLIR's wording::
 
     t.mlir:4:10: error: 'tensor.add' op result type tensor<4xf32> does not match the
@@ -8,11 +11,8 @@ Errors are :class:`DiagnosticError` naming the op in MLIR's wording::
 
 from __future__ import annotations
 
-from spmdc.ir.attributes import ArrayAttr
 from spmdc.ir.core import Block, InferError, Operation, UnregisteredOp, Value
-from spmdc.ir.sharding import ShardingAttr
-
-SHARDING_KEY = "shard.sharding"
+from spmdc.ir.registry import dialect_of_attribute
 
 
 def verify(root: Operation) -> None:
@@ -25,7 +25,7 @@ def _verify_op(op: Operation, visible: set[int]) -> None:
     if not isinstance(op, UnregisteredOp):
         _verify_attrs(op)
         _verify_inferred_types(op)
-        _verify_result_shardings(op)
+        _verify_dialect_attrs(op)
         op.verify_()
     for region in op.regions:
         inner = set() if op.has_trait("IsolatedFromAbove") else set(visible)
@@ -90,11 +90,10 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
         "IntegerAttr": "an integer", "FloatAttr": "a float", "BoolAttr": "a boolean",
         "StringAttr": "a string", "ArrayAttr": "an array", "DictAttr": "a dictionary",
         "SymbolRefAttr": "a symbol reference (@name)", "TypeAttr": "a type",
-        "DenseAttr": "a dense<...> attribute", "ShardingAttr": "a #shard<...> attribute",
-        "UnitAttr": "a unit attribute",
+        "DenseAttr": "a dense<...> attribute", "UnitAttr": "a unit attribute",
     }
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(names.get(k.__name__, k.__name__) for k in kinds)
+    return " or ".join(names.get(k.__name__) or getattr(k, "description", k.__name__) for k in kinds)
 
 
 def _verify_inferred_types(op: Operation) -> None:
@@ -111,31 +110,9 @@ def _verify_inferred_types(op: Operation) -> None:
         raise op.emit_error(f"result type {a} does not match the inferred type {b}")
 
 
-def _verify_result_shardings(op: Operation) -> None:
-    """``shard.sharding = [#shard<..>, ...]`` on any op: one per result, each valid."""
-    a = op.attributes.get(SHARDING_KEY)
-    if a is None:
-        return
-    from spmdc.dialects.shard import check_sharding
-
-    if not isinstance(a, ArrayAttr) or not all(isinstance(s, ShardingAttr) for s in a):
-        raise op.emit_error(f"'{SHARDING_KEY}' must be an array of #shard<...> attributes")
-    if len(a) != len(op.results):
-        raise op.emit_error(f"'{SHARDING_KEY}' has {len(a)} entries for {len(op.results)} results")
-    for i, (s, r) in enumerate(zip(a, op.results)):
-        check_sharding(op, s, r.type, f"'{SHARDING_KEY}' of result #{i}")
-
-
-def verify_function_shardings(func: Operation) -> None:
-    """Argument/result ``shard.sharding`` attributes of a ``func.func``."""
-    from spmdc.dialects.shard import check_sharding
-
-    fn = func.function_type  # type: ignore[attr-defined]
-    for i, t in enumerate(fn.inputs):
-        s = func.arg_attrs(i).get(SHARDING_KEY)  # type: ignore[attr-defined]
-        if s is not None:
-            check_sharding(func, s, t, f"'{SHARDING_KEY}' of argument #{i}")
-    for i, t in enumerate(fn.results):
-        s = func.res_attrs(i).get(SHARDING_KEY)  # type: ignore[attr-defined]
-        if s is not None:
-            check_sharding(func, s, t, f"'{SHARDING_KEY}' of result #{i}")
+def _verify_dialect_attrs(op: Operation) -> None:
+    """Attributes named ``<dialect>.<x>``: the owning dialect's hook checks them."""
+    for name, attr in op.attributes.items():
+        d = dialect_of_attribute(name)
+        if d is not None and d.verify_op_attribute is not None:
+            d.verify_op_attribute(op, name, attr)

@@ -26,7 +26,7 @@ from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.dialects.shard import AnnotateOp, RedistributeOp
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.rewriter import Builder
-from spmdc.ir.sharding import ShardingAttr
+from spmdc.dialects.shard import ShardingAttr
 from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, require_layout, set_result_layouts

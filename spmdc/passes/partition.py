@@ -29,7 +29,7 @@ from spmdc.dialects.tensor import ConstantOp
 from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Rewriter
-from spmdc.ir.sharding import Partial, Replicate, ShardingAttr
+from spmdc.dialects.shard import Partial, Replicate, ShardingAttr
 from spmdc.ir.types import FunctionType, TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, func_mesh, layout_of

@@ -39,7 +39,7 @@ from typing import ClassVar
 from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.dialects.shard import AnnotateOp, RedistributeOp
 from spmdc.ir.core import Operation, Value
-from spmdc.ir.sharding import Replicate, ShardingAttr
+from spmdc.dialects.shard import Replicate, ShardingAttr
 from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from spmdc.ir.sharding import Partial, Replicate, Shard
+from spmdc.dialects.shard import Partial, Replicate, Shard
 from spmdc.sharding.mesh import Mesh
 from spmdc.sharding.plan import Plan
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from spmdc.ir.core import Operation
-from spmdc.ir.sharding import chunk_sizes
+from spmdc.dialects.shard import chunk_sizes
 
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.SUM}
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from spmdc.ir.core import Operation
-from spmdc.ir.sharding import Partial, Replicate, Shard
+from spmdc.dialects.shard import Partial, Replicate, Shard
 from spmdc.sharding.mesh import Mesh, local_offset, local_shape
 from spmdc.sharding.plan import Plan, preset
 
@@ -188,7 +188,7 @@ def to_full(local: Any, global_shape: tuple[int, ...], layout: Sequence[Any], co
 
 def _size_before(global_shape: tuple[int, ...], layout: list[Any], axis: int, dim: int, comm: Any) -> int:
     """Size of ``dim`` on this rank when ``axis`` no longer shards it (earlier axes still do)."""
-    from spmdc.ir.sharding import chunk_sizes
+    from spmdc.dialects.shard import chunk_sizes
 
     size = global_shape[dim]
     for a, p in enumerate(layout):

@@ -1,6 +1,6 @@
 """Sharding: meshes, placements, plans, factor rules, cost model, strategies, redistribution planner."""
 
-from spmdc.ir.sharding import Partial, Replicate, Shard
+from spmdc.dialects.shard import Partial, Replicate, Shard
 from spmdc.sharding.mesh import Mesh
 from spmdc.sharding.plan import ParamLayout, Plan, PlanError, preset
 

@@ -21,7 +21,7 @@ from spmdc.dialects.shard import AnnotateOp, MeshOp
 from spmdc.ir.attributes import StringAttr, UnitAttr
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.rewriter import Builder
-from spmdc.ir.sharding import ShardingAttr
+from spmdc.dialects.shard import ShardingAttr
 from spmdc.ir.types import TensorType
 from spmdc.sharding.layouts import SHARDING
 from spmdc.sharding.mesh import Mesh
@@ -145,6 +145,6 @@ def is_model_output(func: FuncOp, i: int) -> bool:
 
 
 def resolved_rep(mesh: Mesh):
-    from spmdc.ir.sharding import Replicate
+    from spmdc.dialects.shard import Replicate
 
     return [Replicate() for _ in mesh.axes]

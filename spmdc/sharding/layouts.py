@@ -12,7 +12,7 @@ from spmdc.dialects.shard import MeshOp
 from spmdc.ir.attributes import ArrayAttr
 from spmdc.ir.core import BlockArgument, Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
-from spmdc.ir.sharding import Placement, ShardingAttr
+from spmdc.dialects.shard import Placement, ShardingAttr
 
 SHARDING = "shard.sharding"
 Layout = tuple[Placement, ...]

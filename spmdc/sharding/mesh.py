@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from spmdc.ir.sharding import Partial, Placement, Replicate, Shard, ShardingAttr, chunk_sizes, parse_placement
+from spmdc.dialects.shard import Partial, Placement, Replicate, Shard, ShardingAttr, chunk_sizes, parse_placement
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Callable
 from spmdc.ir.attributes import ArrayAttr, BoolAttr, DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.types import TensorType
-from spmdc.sharding import rules as R
-from spmdc.sharding.rules import OpShardingRule
+from spmdc.dialects.shard import rules as R
+from spmdc.dialects.shard.rules import OpShardingRule
 
 RuleFn = Callable[[Operation], OpShardingRule]
 

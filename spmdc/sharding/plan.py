@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from spmdc.ir.sharding import Placement, Replicate, Shard
+from spmdc.dialects.shard import Placement, Replicate, Shard
 from spmdc.sharding.mesh import Mesh, to_placements
 
 Layout = tuple[Placement, ...]

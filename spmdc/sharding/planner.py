@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Sequence
 
-from spmdc.ir.sharding import Partial, Placement, Replicate, Shard
+from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
 from spmdc.sharding.cost import AxisCost
 
 Layout = tuple[Placement, ...]

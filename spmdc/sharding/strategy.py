@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from spmdc.ir.core import Operation
-from spmdc.ir.sharding import Partial, Placement, Replicate, Shard
+from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
 from spmdc.ir.types import TensorType
 from spmdc.sharding.cost import INF, AxisCost, placement_change_cost
-from spmdc.sharding.rules import OpShardingRule
+from spmdc.dialects.shard.rules import OpShardingRule
 
 Layout = tuple[Placement, ...]  # one placement per mesh axis
 

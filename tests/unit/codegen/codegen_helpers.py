@@ -10,7 +10,7 @@ import torch
 from spmdc.codegen.cache import load_program
 from spmdc.codegen.comm_stats import CountingComm
 from spmdc.dialects.tensor.base import torch_dtype
-from spmdc.ir.sharding import chunk_sizes
+from spmdc.dialects.shard import chunk_sizes
 from spmdc.runtime.collectives import CommStats, Collectives
 from spmdc.runtime.interpreter import interpret
 

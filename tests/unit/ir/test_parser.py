@@ -2,7 +2,7 @@
 
 import pytest
 
-from spmdc.dialects.builtin import ModuleOp
+from spmdc.ir.module import ModuleOp
 from spmdc.ir import (
     DiagnosticError, FileLineColLoc, NameLoc, SourceManager, StringAttr, TensorType, UnknownLoc,
     parse_module, print_module, verify,

@@ -3,10 +3,8 @@
 import pytest
 import torch
 
-from spmdc.ir import (
-    DiagnosticError, Partial, Replicate, Shard, ShardingAttr, TensorType, parse_module, print_module,
-)
-from spmdc.ir.sharding import chunk_sizes, parse_placement
+from spmdc.dialects.shard import Partial, Replicate, Shard, ShardingAttr, chunk_sizes, parse_placement
+from spmdc.ir import DiagnosticError, TensorType, parse_module, print_module
 
 T2 = TensorType((8, 16), "f32")
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from spmdc.ir.sharding import Partial, Replicate, Shard
+from spmdc.dialects.shard import Partial, Replicate, Shard
 from spmdc.sharding.mesh import Mesh, to_placement, to_placements
 from spmdc.sharding.plan import ParamLayout, Plan, PlanError, preset
 

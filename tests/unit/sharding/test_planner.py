@@ -2,7 +2,7 @@
 
 import pytest
 
-from spmdc.ir.sharding import Partial, Replicate, Shard
+from spmdc.dialects.shard import Partial, Replicate, Shard
 from spmdc.sharding.planner import plan_redistribution
 
 R, P = Replicate(), Partial("sum")

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.core import Operation
-from spmdc.ir.registry import Dialect
-from spmdc.ir.sharding import REDUCE_OPS, chunk_sizes
+from spmdc.dialects.shard import REDUCE_OPS, MeshOp, chunk_sizes, lookup_mesh
 from spmdc.ir.types import TensorType
-from spmdc.dialects.shard import MeshOp, lookup_mesh
 
 
 class CollectiveOp(Operation):
@@ -195,10 +193,4 @@ class AllToAllOp(CollectiveOp):
                                   f"gathered along dim {cd} over {n} ranks")
 
 
-def _bucket_ops() -> list[type[Operation]]:
-    from spmdc.dialects.comm_bucket import OPS
-
-    return OPS
-
-
-DIALECT = Dialect("comm", [AllGatherOp, AllSliceOp, AllReduceOp, ReduceScatterOp, AllToAllOp, *_bucket_ops()])
+OPS = [AllGatherOp, AllSliceOp, AllReduceOp, ReduceScatterOp, AllToAllOp]

@@ -1,5 +1,8 @@
 """Sharding rules as data: einsum-like factors per op, declared once per op class.
 
+Each op declares its rule beside its class (``op.sharding_rule()``, Shardy's
+``ShardingRuleOpInterface``); this module is the vocabulary those declarations use.
+
 A rule names the *factors* of an op — the loop dimensions — and maps every operand
 and result dim to one of them (or to none, for a broadcast size-1 dim)::
 

@@ -1,4 +1,4 @@
-"""``shard`` dialect: device meshes and layout annotations on global values.
+"""``shard`` dialect ops: device meshes and layout annotations on global values.
 
     shard.mesh @mesh = <["dp" = 2, "tp" = 4]>          // ranks 0..7, row-major
     %1 = shard.annotate %0 {sharding = #shard<@mesh, [S(0), R]>} : tensor<8x16xf32>
@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING, Sequence
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, format_symbol, quote
 from spmdc.ir.core import Operation
 from spmdc.ir.location import UNKNOWN, Location
-from spmdc.ir.registry import Dialect
-from spmdc.ir.sharding import ShardingAttr
+from spmdc.dialects.shard.placements import ShardingAttr
 from spmdc.ir.symbols import lookup_symbol
 from spmdc.ir.types import TensorType
 
 if TYPE_CHECKING:
+    from spmdc.ir.attributes import Attribute
     from spmdc.ir.printer import Printer
+    from spmdc.ir.types import Type
+
+SHARDING_ATTR = "shard.sharding"   # the layout of a value: on op results, function arguments and results
 
 
 class MeshOp(Operation):
@@ -157,4 +160,28 @@ class RedistributeOp(Operation):
                                   f"'@{self.target.mesh}'; both must use the same mesh")
 
 
-DIALECT = Dialect("shard", [MeshOp, AnnotateOp, RedistributeOp])
+# -- the dialect's hooks for ``shard.*`` attributes on other ops ----------------------------
+
+def verify_op_attribute(op: Operation, name: str, attr: "Attribute") -> None:
+    """``shard.sharding = [#shard<..>, ...]`` on any op: one valid sharding per result."""
+    if name != SHARDING_ATTR:
+        raise op.emit_error(f"unknown attribute '{name}' of the 'shard' dialect (known: '{SHARDING_ATTR}')")
+    if not isinstance(attr, ArrayAttr) or not all(isinstance(s, ShardingAttr) for s in attr):
+        raise op.emit_error(f"'{SHARDING_ATTR}' must be an array of #shard<...> attributes")
+    if len(attr) != len(op.results):
+        raise op.emit_error(f"'{SHARDING_ATTR}' has {len(attr)} entries for {len(op.results)} results")
+    for i, (s, r) in enumerate(zip(attr, op.results)):
+        check_sharding(op, s, r.type, f"'{SHARDING_ATTR}' of result #{i}")
+
+
+def _value_attribute_verifier(what: str):
+    def verify(op: Operation, index: int, name: str, attr: "Attribute", ty: "Type") -> None:
+        if name != SHARDING_ATTR:
+            raise op.emit_error(f"unknown {what} attribute '{name}' of the 'shard' dialect "
+                                f"(known: '{SHARDING_ATTR}')")
+        check_sharding(op, attr, ty, f"'{SHARDING_ATTR}' of {what} #{index}")
+    return verify
+
+
+verify_arg_attribute = _value_attribute_verifier("argument")
+verify_result_attribute = _value_attribute_verifier("result")

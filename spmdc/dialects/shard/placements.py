@@ -1,4 +1,4 @@
-"""Placements and the sharding attribute ``#shard<@mesh, [R, S(1), P(sum)]>``.
+"""Placements and the ``shard`` dialect's attribute ``#shard<@mesh, [R, S(1), P(sum)]>``.
 
 One placement per mesh axis, in the mesh's axis order (PyTorch DTensor convention):
 
@@ -98,6 +98,8 @@ def chunk_sizes(size: int, parts: int) -> list[int]:
 @dataclass(frozen=True)
 class ShardingAttr(Attribute):
     """``#shard<@mesh, [S(0), R]>``: the layout of one tensor over mesh ``@mesh``."""
+
+    description = "a #shard<...> attribute"
 
     mesh: str
     placements: tuple[Placement, ...]

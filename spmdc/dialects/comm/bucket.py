@@ -11,7 +11,7 @@ the runtime packs the (padded) pieces into one flat buffer.
 
 from __future__ import annotations
 
-from spmdc.dialects.comm import CollectiveOp
+from spmdc.dialects.comm.collectives import CollectiveOp
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.types import TensorType
 

@@ -1,4 +1,4 @@
-"""``builtin`` dialect: the top-level ``module``.
+"""The top-level ``module`` (``builtin.module``): part of the core IR, as in MLIR.
 
     module {
       shard.mesh @mesh = <["tp" = 2]>

@@ -1,4 +1,4 @@
-"""``func`` dialect: functions, returns and calls.
+"""``func`` dialect ops: functions, returns and calls.
 
     func.func @main(%x: tensor<8x16xf32> {shard.sharding = #shard<@mesh, [S(0), R]>},
                     %w: tensor<16x32xf32> {spmdc.param = "fc.weight"})
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 from spmdc.ir.attributes import ArrayAttr, Attribute, DictAttr, StringAttr, SymbolRefAttr, TypeAttr, format_attr_dict, format_symbol
 from spmdc.ir.core import Block, Operation, Region
 from spmdc.ir.location import UNKNOWN, Location
-from spmdc.ir.registry import Dialect
+from spmdc.ir.registry import dialect_of_attribute
 from spmdc.ir.symbols import lookup_symbol
 from spmdc.ir.types import FunctionType, Type
 
@@ -173,9 +173,22 @@ class FuncOp(Operation):
                     raise self.emit_error(f"'{key}' must be an array of {n} dictionaries")
         if not self.body.ops or not isinstance(self.body.ops[-1], ReturnOp):
             raise self.emit_error("body must end with 'func.return'")
-        from spmdc.ir.verifier import verify_function_shardings
+        self._verify_value_attributes()
 
-        verify_function_shardings(self)
+    def _verify_value_attributes(self) -> None:
+        """Argument/result attributes named ``<dialect>.<x>`` are checked by their dialect
+        (``shard.sharding`` by ``shard``), as MLIR's ``verifyRegionArgAttribute`` does."""
+        fn = self.function_type
+        for i, t in enumerate(fn.inputs):
+            for name, attr in self.arg_attrs(i).items():
+                d = dialect_of_attribute(name)
+                if d is not None and d.verify_arg_attribute is not None:
+                    d.verify_arg_attribute(self, i, name, attr, t)
+        for i, t in enumerate(fn.results):
+            for name, attr in self.res_attrs(i).items():
+                d = dialect_of_attribute(name)
+                if d is not None and d.verify_result_attribute is not None:
+                    d.verify_result_attribute(self, i, name, attr, t)
 
 
 class ReturnOp(Operation):
@@ -214,6 +227,3 @@ class CallOp(Operation):
         outs = tuple(r.type for r in self.results)
         if ins != fn.inputs or outs != fn.results:
             raise self.emit_error(f"types {FunctionType(ins, outs)} do not match callee type {fn}")
-
-
-DIALECT = Dialect("func", [FuncOp, ReturnOp, CallOp])

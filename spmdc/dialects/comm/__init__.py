@@ -1,0 +1,19 @@
+"""``comm`` dialect: collectives on per-rank values (:mod:`.collectives`) and their bucketed
+forms (:mod:`.bucket`, SimpleFSDP's one-collective-for-several-tensors).
+
+    %1 = comm.all_gather %0 {axis = "tp", dim = 0, mesh = @mesh} : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %a, %b = comm.all_gather_bucket %x, %y {axis = "dp", dims = [0, 0], mesh = @mesh}
+        : (tensor<4x16xf32>, tensor<8xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
+"""
+
+from spmdc.dialects.comm import bucket, collectives
+from spmdc.dialects.comm.bucket import AllGatherBucketOp, BucketOp, ReduceScatterBucketOp
+from spmdc.dialects.comm.collectives import (
+    AllGatherOp, AllReduceOp, AllSliceOp, AllToAllOp, CollectiveOp, ReduceScatterOp,
+)
+from spmdc.ir.registry import Dialect
+
+DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS])
+
+__all__ = ["DIALECT", "AllGatherBucketOp", "AllGatherOp", "AllReduceOp", "AllSliceOp", "AllToAllOp", "BucketOp",
+           "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp"]

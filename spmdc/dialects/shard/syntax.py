@@ -1,0 +1,65 @@
+"""Custom syntax of the ``shard`` dialect: the mesh op and the ``#shard<...>`` attribute.
+
+    shard.mesh @mesh = <["dp" = 2, "tp" = 4]>
+    #shard<@mesh, [S(0), R, P(sum)]>
+
+The grammar fragment extends the core grammar (:mod:`spmdc.ir.parser`); the builders turn
+its trees into a :class:`MeshOp` and a :class:`ShardingAttr`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spmdc.dialects.shard.ops import MeshOp
+from spmdc.dialects.shard.placements import Partial, Placement, Replicate, Shard, ShardingAttr
+from spmdc.ir.registry import DialectSyntax
+
+if TYPE_CHECKING:
+    from lark import Tree
+
+    from spmdc.ir.location import Location
+    from spmdc.ir.parser import Parser
+
+GRAMMAR = r"""
+%extend op_body: mesh_op
+mesh_op: MESH_KW SYMBOL "=" "<" "[" (mesh_axis ("," mesh_axis)*)? "]" ">"
+mesh_axis: STRING "=" INT
+
+%extend attr: sharding_attr
+sharding_attr: SHARD_KW "<" SYMBOL "," "[" (placement ("," placement)*)? "]" ">"
+placement: PLACEMENT_R                 -> p_replicate
+         | PLACEMENT_S "(" INT ")"     -> p_shard
+         | PLACEMENT_P "(" OP_NAME ")" -> p_partial
+
+MESH_KW.3: /shard\.mesh(?![\w$.])/
+SHARD_KW.3: "#shard"
+PLACEMENT_R.3: /R(?![\w$.])/
+PLACEMENT_S.3: /S(?=\()/
+PLACEMENT_P.3: /P(?=\()/
+"""
+
+
+def build_mesh(parser: "Parser", t: "Tree", location: "Location") -> MeshOp:
+    sym = t.children[1]
+    axes = [(parser.unquote(a.children[0]), int(a.children[1])) for a in t.children[2:]]
+    return MeshOp.build(parser.symbol_name(sym), [n for n, _ in axes], [s for _, s in axes], location=location)
+
+
+def build_sharding(parser: "Parser", t: "Tree") -> ShardingAttr:
+    return ShardingAttr(parser.symbol_name(t.children[1]), tuple(_placement(parser, p) for p in t.children[2:]))
+
+
+def _placement(parser: "Parser", t: "Tree") -> Placement:
+    if t.data == "p_replicate":
+        return Replicate()
+    if t.data == "p_shard":
+        return Shard(int(t.children[1]))
+    op_tok = t.children[1]
+    try:
+        return Partial(str(op_tok))
+    except ValueError as e:
+        raise parser.error(op_tok, str(e)) from None
+
+
+SYNTAX = DialectSyntax(GRAMMAR, ops={"mesh_op": build_mesh}, attributes={"sharding_attr": build_sharding})
