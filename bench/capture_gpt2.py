@@ -62,7 +62,9 @@ def main() -> None:
         print(f"{name.ljust(width)}  {sec:7.3f}")
     if args.check:
         t = time.perf_counter()
-        outs = cap.run(*w.inputs, *w.loss_inputs)
+        from spmdc.runtime.interpreter import interpret
+
+        outs = interpret(cap.module, cap.arguments(*w.inputs, *w.loss_inputs))
         interp = time.perf_counter() - t
         w.model.zero_grad()
         loss = w.loss_fn(w.model(*w.inputs), *w.loss_inputs)

@@ -12,17 +12,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from spmdc.ir.core import Operation
+
+if TYPE_CHECKING:  # importing the data model imports torch; keep `import spmdc` light
+    from spmdc.frontend.program import ExportedProgramInfo
 
 
 @dataclass
 class Captured:
-    """The spmdc module plus what is needed to call it like the model."""
+    """The spmdc module plus what is needed to call it like the model.
+
+    To run it, pass :meth:`arguments` to an executor, e.g. the reference interpreter
+    ``spmdc.runtime.interpreter.interpret(cap.module, cap.arguments(*user_inputs))``
+    (the frontend itself does not import the runtime).
+    """
 
     module: Operation
-    info: Any  # spmdc.frontend.export.ExportedProgramInfo
+    info: ExportedProgramInfo
     num_model_inputs: int
     timings: dict[str, float] = field(default_factory=dict)
     stats: Any = None  # TranslationStats
@@ -39,12 +47,6 @@ class Captured:
                 continue
             args.append(user_inputs[inp.user_index] if inp.kind == "user_input" else st[inp.fqn])
         return args
-
-    def run(self, *user_inputs: Any, state: Mapping[str, Any] | None = None) -> list[Any]:
-        """Run ``@main`` with the reference interpreter."""
-        from spmdc.runtime.interpreter import interpret
-
-        return interpret(self.module, self.arguments(*user_inputs, state=state))
 
 
 def _split_inputs(example_inputs: Any, loss_fn: Callable | None) -> tuple[tuple, tuple]:

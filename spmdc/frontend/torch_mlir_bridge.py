@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from torch_mlir import ir
-from torch_mlir.dialects import torch as torch_d
-from torch_mlir.extras.fx_importer import ContextCache, FxImporter
+from spmdc.frontend import torch_compat
+from spmdc.frontend.program import ExportedProgramInfo, InputInfo, OutputInfo
 
-from .export import ExportedProgramInfo, InputInfo, OutputInfo
+torch_compat.check_torch_mlir_version()
+
+from torch_mlir import ir  # noqa: E402  (after the version check)
+from torch_mlir.dialects import torch as torch_d  # noqa: E402
+from torch_mlir.extras.fx_importer import FxImporter  # noqa: E402
 
 __all__ = [
     "BridgeMapping",
@@ -85,28 +88,23 @@ class OpRecord:
 # ---------------------------------------------------------------------------------
 
 
-class _NamedLocContextCache(ContextCache):
-    """ContextCache whose node locations are NameLocs "<node>@<module path>"."""
+def _node_locator(ctx: Any, module_paths: Dict[str, str]):
+    """Location callback for the importer: NameLocs ``"<node>@<module path>"``.
 
-    __slots__ = ["_module_paths"]
+    ``default`` is torch-mlir's file:line callsite for the node (None without a stack
+    trace); it becomes the child location.
+    """
 
-    def __init__(self, context, module_paths: Dict[str, str], **kw):
-        super().__init__(context, **kw)
-        self._module_paths = module_paths
-
-    def get_node_location(self, node):  # noqa: D401
-        try:
-            child = super().get_node_location(node)
-        except Exception:  # pragma: no cover
-            child = None
-        if child is None:
-            child = ir.Location.unknown(context=self._c)
+    def locate(node: torch.fx.Node, default: Any) -> Any:
+        child = default if default is not None else ir.Location.unknown(context=ctx)
         if node.op == "output":
-            return ir.Location.name("output", childLoc=child, context=self._c)
+            return ir.Location.name("output", childLoc=child, context=ctx)
         if node.op != "call_function":
             return child
-        path = self._module_paths.get(node.name, "")
-        return ir.Location.name(f"{node.name}@{path}", childLoc=child, context=self._c)
+        path = module_paths.get(node.name, "")
+        return ir.Location.name(f"{node.name}@{path}", childLoc=child, context=ctx)
+
+    return locate
 
 
 def _graph_for_import(info: ExportedProgramInfo) -> torch.fx.Graph:
@@ -145,7 +143,7 @@ def import_to_torch_mlir(
     torch_d.register_dialect(ctx)
     importer = FxImporter(context=ctx)
     module_paths = {name: n.module_path for name, n in info.nodes.items()}
-    importer._cc = _NamedLocContextCache(ctx, module_paths, py_attr_tracker=importer._py_attr_tracker)
+    torch_compat.install_node_locations(importer, _node_locator(ctx, module_paths))
 
     graph = _graph_for_import(info)
     n_ph = sum(1 for n in graph.nodes if n.op == "placeholder")

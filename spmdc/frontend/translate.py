@@ -25,19 +25,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spmdc.frontend.aten import TranslationError, UnsupportedOpError, handler_table
-from spmdc.frontend.aten.base import ELEMENT_TYPES, Emitter, Uninitialized, torch_op_label
+from spmdc.frontend.aten.base import Emitter, Uninitialized, torch_op_label
 from spmdc.ir.attributes import ArrayAttr, DenseAttr, DictAttr, StringAttr, UnitAttr
 from spmdc.ir.core import Value
 from spmdc.ir.location import NameLoc
 from spmdc.ir.printer import _HINT_OK
 from spmdc.ir.rewriter import Builder
-from spmdc.ir.types import TensorType
+from spmdc.ir.types import TensorType, element_type_of_torch
 
 __all__ = ["TranslationStats", "UnsupportedOpError", "check_supported", "fx_op_name", "supported_ops",
            "translate"]
-
-_TORCH_DTYPES = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64",
-                 "int32": "i32", "int16": "i16", "int8": "i8", "bool": "i1"}
 
 
 @dataclass
@@ -55,11 +52,12 @@ def supported_ops() -> list[str]:
 
 def fx_op_name(target: Any) -> str:
     """torch-mlir's name for an FX call target: ``aten.add.Tensor`` -> ``torch.aten.add.Tensor``."""
-    ns = getattr(target, "namespace", None)
-    if ns is None:
+    from spmdc.frontend.torch_compat import op_overload_parts
+
+    parts = op_overload_parts(target)
+    if parts is None:
         return f"torch.operator {getattr(target, '__name__', str(target))}"
-    packet = target._schema.name.split("::", 1)[1]  # type: ignore[attr-defined]
-    overload = target._overloadname  # type: ignore[attr-defined]
+    ns, packet, overload = parts
     return f"torch.{ns}.{packet}" + ("" if overload == "default" else f".{overload}")
 
 
@@ -91,7 +89,7 @@ def check_supported(info: Any) -> None:
 
 
 def _tensor_type(shape: tuple[int, ...], dtype: Any) -> TensorType:
-    elt = _TORCH_DTYPES.get(str(dtype).replace("torch.", ""))
+    elt = element_type_of_torch(dtype)
     if elt is None:
         raise TranslationError(f"unsupported element type {dtype}")
     return TensorType(tuple(shape), elt)

@@ -20,15 +20,10 @@ from spmdc.ir.core import Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.location import Location, NameLoc
 from spmdc.ir.rewriter import Builder
-from spmdc.ir.types import FLOAT_TYPES, TensorType
+from spmdc.ir.types import FLOAT_TYPES, TensorType, element_type_of_torch_mlir
 
 Handler = Callable[["Emitter"], list]
 HANDLERS: dict[str, Handler] = {}
-
-# torch-mlir element types -> spmdc element types
-ELEMENT_TYPES = {"f64": "f64", "f32": "f32", "f16": "f16", "bf16": "bf16", "si64": "i64", "si32": "i32",
-                 "si16": "i16", "si8": "i8", "i1": "i1"}
-
 
 def handles(*names: str) -> Callable[[Handler], Handler]:
     """Register a handler for the given torch-mlir op names (``torch.aten.mm`` ...)."""
@@ -142,7 +137,7 @@ class Emitter:
         shape, dtype = self.rec.result_types[j]
         if shape is None or any(d < 0 for d in shape):
             raise self.unsupported(f"result #{j} has no static tensor type ({dtype})")
-        elt = ELEMENT_TYPES.get(dtype)
+        elt = element_type_of_torch_mlir(dtype) if dtype else None
         if elt is None:
             raise self.unsupported(f"produces element type {dtype}, which spmdc does not support")
         return TensorType(tuple(shape), elt)

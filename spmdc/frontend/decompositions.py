@@ -1,0 +1,43 @@
+"""The decomposition table used to lower exported graphs to (near-)core ATen."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict
+
+import torch
+
+from spmdc.frontend import torch_compat
+
+__all__ = ["addmm_decomposition", "default_decomposition_table"]
+
+
+def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
+    """``addmm`` -> ``mm`` (+ ``mul`` only when alpha/beta != 1) + ``add``.
+
+    The stock decomposition always emits ``mul(x, 1)`` for both terms, which adds two
+    useless elementwise ops per linear layer.
+    """
+    out = torch.ops.aten.mm.default(mat1, mat2)
+    if alpha != 1:
+        out = torch.ops.aten.mul.Tensor(out, alpha)
+    if beta == 0:
+        return out
+    bias = self if beta == 1 else torch.ops.aten.mul.Tensor(self, beta)
+    return torch.ops.aten.add.Tensor(out, bias)
+
+
+def default_decomposition_table() -> Dict[Any, Callable]:
+    """Core-ATen decompositions plus the extra overloads torch-mlir wants decomposed.
+
+    torch-mlir's table = ``core_aten_decompositions()`` minus a few ops whose decomps it
+    cannot lower (FFT, norm, ...) plus e.g. ``native_layer_norm``, ``addmm``,
+    ``_log_softmax``, ``_to_copy``, ``full`` and SDPA, which keeps the op set small.
+    """
+    try:
+        from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+        table = dict(get_decomposition_table())
+    except ImportError:  # pragma: no cover - torch-mlir missing
+        table = torch_compat.core_aten_decompositions()
+    table[torch.ops.aten.addmm.default] = addmm_decomposition
+    return table

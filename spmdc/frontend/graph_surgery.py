@@ -1,0 +1,180 @@
+"""General FX graph rewrites applied around the decomposition (none model-specific).
+
+* :func:`merge_aliased_and_unused` (before decomposing): tied parameters become one
+  placeholder, unused trainable parameters are dropped.  torch.export lists every alias
+  of a tied weight (``lm_head.weight is wte.weight``) as its own PARAMETER input but
+  routes all uses through one of them, so the others get no gradient and AOTAutograd
+  asserts ("Found a parameter that did not receive a gradient").
+* :func:`cleanup_graph` (after): drop metadata asserts and forward ``aten.alias``.
+* :func:`make_views_safe` (after): ``aten.clone`` before an ``aten.view`` that cannot
+  be a view of its FakeTensor input, so ``graph_module`` stays runnable eagerly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Sequence, Set, Tuple
+
+import torch
+import torch.nn as nn
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from spmdc.frontend import torch_compat
+
+__all__ = ["cleanup_graph", "make_views_safe", "merge_aliased_and_unused", "viewable"]
+
+# Node meta copied from a view onto the clone inserted before it.
+_SOURCE_META = ("nn_module_stack", "stack_trace", "source_fn_stack", "from_node")
+
+
+def _named_tensors(root: nn.Module) -> Dict[str, torch.Tensor]:
+    """Every parameter and buffer of ``root`` by FQN, aliases included."""
+    named: Dict[str, torch.Tensor] = dict(root.named_parameters(remove_duplicate=False))
+    for n, b in root.named_buffers(remove_duplicate=False):
+        named.setdefault(n, b)
+    return named
+
+
+def _find_aliases_and_unused(ep: ExportedProgram, root: nn.Module, train: bool
+                             ) -> Tuple[Dict[str, str], List[str], Set[int]]:
+    """Reroute uses of tied aliases to the first FQN; returns (tied, unused, drop_specs)."""
+    named = _named_tensors(root)
+    specs = ep.graph_signature.input_specs
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    canonical_by_id: Dict[int, Tuple[str, torch.fx.Node]] = {}
+    tied: Dict[str, str] = {}
+    drop: Set[int] = set()
+    for idx, spec in enumerate(specs):
+        t = named.get(spec.target) if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) else None
+        if t is None:
+            continue
+        node = placeholders[spec.arg.name]
+        if id(t) in canonical_by_id:
+            cfqn, cnode = canonical_by_id[id(t)]
+            node.replace_all_uses_with(cnode)
+            tied[spec.target] = cfqn
+            drop.add(idx)
+        else:
+            canonical_by_id[id(t)] = (spec.target, node)
+    unused: List[str] = []
+    if train:
+        for idx, spec in enumerate(specs):
+            if idx not in drop and spec.kind == InputKind.PARAMETER \
+                    and not placeholders[spec.arg.name].users:
+                unused.append(spec.target)
+                drop.add(idx)
+    return tied, unused, drop
+
+
+def merge_aliased_and_unused(
+    ep: ExportedProgram, root: nn.Module, train: bool
+) -> Tuple[ExportedProgram, Dict[str, str], List[str]]:
+    """Merge placeholders of tied parameters/buffers and drop unused parameters.
+
+    We keep the first FQN of each tied group (the one ``named_parameters()`` yields).
+    Returns ``(program, tied alias -> kept FQN, unused parameter FQNs)``.
+    """
+    tied, unused, drop = _find_aliases_and_unused(ep, root, train)
+    if not drop:
+        return ep, tied, unused
+    gm, sig = ep.graph_module, ep.graph_signature
+    placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    new_specs = []
+    state_dict = dict(ep.state_dict)
+    for idx, spec in enumerate(sig.input_specs):
+        if idx not in drop:
+            new_specs.append(spec)
+            continue
+        node = placeholders[spec.arg.name]
+        assert not node.users, node
+        gm.graph.erase_node(node)
+        if spec.target in tied:
+            state_dict.pop(spec.target, None)
+    gm.graph.lint()
+    gm.recompile()
+    new_sig = dataclasses.replace(sig, input_specs=new_specs)
+    ep = torch_compat.update_exported_program(ep, gm, new_sig, state_dict=state_dict)
+    return ep, tied, unused
+
+
+def viewable(val: torch.Tensor, shape: Sequence[int]) -> bool:
+    """Whether ``val`` (a FakeTensor) can be ``view``-ed to ``shape`` with its strides."""
+    shape = [int(s) for s in shape]
+    if val.is_contiguous():
+        return True
+    with torch_compat.real_tensors():
+        probe = torch.empty_strided(tuple(val.shape), tuple(val.stride()), device="meta",
+                                    dtype=val.dtype)
+        try:
+            probe.view(shape)
+            return True
+        except RuntimeError:
+            return False
+
+
+def make_views_safe(gm: torch.fx.GraphModule) -> int:
+    """Insert ``clone(contiguous)`` before ``aten.view`` nodes that cannot be views.
+
+    Decompositions (notably in backward graphs) emit ``aten.view.default`` on tensors
+    that are not contiguous in the traced FakeTensor layout.  Eagerly that raises
+    "view size is not compatible with input tensor's size and stride"; we make the
+    graph runnable and layout-agnostic (a no-op in torch-mlir, where tensors have no
+    strides).  Returns the number of rewritten nodes.
+    """
+    count = 0
+    g = gm.graph
+    for node in list(g.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.view.default:
+            continue
+        src = node.args[0]
+        val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        try:
+            ok = viewable(val, node.args[1])
+        except Exception:
+            ok = False
+        if ok:
+            continue
+        with g.inserting_before(node):
+            c = g.call_function(
+                torch.ops.aten.clone.default, (src,), {"memory_format": torch.contiguous_format}
+            )
+        c.meta = dict(src.meta)
+        c.meta.update({k: v for k, v in node.meta.items() if k in _SOURCE_META})
+        c.meta["val"] = val.clone(memory_format=torch.contiguous_format)
+        node.replace_input_with(src, c)
+        count += 1
+    if count:
+        g.lint()
+        gm.recompile()
+    return count
+
+
+def cleanup_graph(gm: torch.fx.GraphModule) -> int:
+    """Drop ops with no value semantics: metadata asserts and ``aten.alias``.
+
+    The asserts (:func:`~spmdc.frontend.torch_compat.no_op_check_targets`) come from
+    ``Tensor.to`` in training IR and survive decomposition; ``alias`` comes from ``detach``/saved tensors in joint graphs.  Neither
+    means anything for value-semantics tensors.  Aliases feeding the output node are kept
+    so output names in the graph signature stay valid.  Returns the number of removals.
+    """
+    checks = torch_compat.no_op_check_targets()
+    g = gm.graph
+    count = 0
+    output = g.output_node()
+    for node in list(g.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in checks and not node.users:
+            g.erase_node(node)
+            count += 1
+        elif node.target is torch.ops.aten.alias.default and output not in node.users:
+            node.replace_all_uses_with(node.args[0])
+            g.erase_node(node)
+            count += 1
+    if count:
+        g.lint()
+        gm.recompile()
+    return count

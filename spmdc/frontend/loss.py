@@ -1,0 +1,80 @@
+"""The loss wrapper exported for a training capture, and loss extraction.
+
+A training capture exports :class:`LossWrapper` (model + loss) instead of the model: its
+``forward(*inputs)`` returns ``(loss,)`` or ``(loss, *model_outputs)``, which is what the
+joint decomposition needs (output 0 is the loss).  The model is registered as the
+submodule ``model``; :data:`WRAP_PREFIX` is stripped from every recorded FQN and
+module path (:func:`strip_wrapper`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn as nn
+
+from spmdc.frontend import torch_compat
+from spmdc.frontend.program import ExportError
+
+__all__ = ["WRAP_PREFIX", "LossWrapper", "extract_loss", "strip_wrapper"]
+
+WRAP_PREFIX = "model."
+
+
+class LossWrapper(nn.Module):
+    """``forward(*model_inputs, *loss_inputs, **model_kwargs) -> (loss, [outputs...])``.
+
+    ``loss_fn(model_output, *loss_inputs)`` gives the loss; without ``loss_fn`` the model
+    must return it (see :func:`extract_loss`).  ``return_outputs`` also returns the
+    model's tensor outputs (flattened) after the loss, when ``loss_fn`` is given.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Optional[Callable], n_model_inputs: int,
+                 return_outputs: bool):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+        self.n_model_inputs = n_model_inputs
+        self.return_outputs = return_outputs
+
+    def forward(self, *args: Any, **kwargs: Any) -> tuple:
+        model_args, loss_args = args[: self.n_model_inputs], args[self.n_model_inputs:]
+        out = self.model(*model_args, **kwargs)
+        if self.loss_fn is not None:
+            loss, rest = self.loss_fn(out, *loss_args), out
+        else:
+            loss, rest = extract_loss(out), None
+        if self.return_outputs and rest is not None:
+            leaves = torch_compat.tree_leaves(rest)
+            return (loss, *[t for t in leaves if isinstance(t, torch.Tensor)])
+        return (loss,)
+
+
+def extract_loss(out: Any) -> torch.Tensor:
+    """The scalar loss a model returned: a tensor, a tuple starting with it, or ``.loss``."""
+    loss = None
+    if isinstance(out, torch.Tensor):
+        loss = out
+    elif isinstance(getattr(out, "loss", None), torch.Tensor):  # HuggingFace ModelOutput
+        loss = out.loss
+    elif isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        loss = out[0]
+    if loss is None or loss.numel() != 1:
+        raise ExportError(
+            "train=True without loss_fn requires the model to return a scalar loss "
+            "(a tensor, a tuple starting with it, or an object with .loss); got "
+            f"{type(out).__name__}{tuple(loss.shape) if loss is not None else ''}"
+        )
+    return loss
+
+
+def strip_wrapper(path: Optional[str], strip: bool) -> Optional[str]:
+    """Remove the wrapper's ``model.`` prefix from an FQN / module path (when ``strip``)."""
+    if path is None or not strip:
+        return path
+    if path == "model":
+        return ""
+    if path.startswith(WRAP_PREFIX):
+        return path[len(WRAP_PREFIX):]
+    return path

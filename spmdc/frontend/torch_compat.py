@@ -1,0 +1,212 @@
+"""The one place where spmdc names private torch / torch-mlir symbols.
+
+Everything else in :mod:`spmdc.frontend` goes through the small functions below, so a
+torch upgrade that moves a private name breaks one function here, with one message,
+instead of a capture somewhere in the middle of a graph rewrite.
+
+Rules kept by this module:
+
+* At import it only checks ``torch.__version__`` (:func:`check_torch_version`); a wrong
+  version raises :class:`UnsupportedTorchError`, one sentence naming found and needed
+  versions.  The torch-mlir build is checked by :func:`check_torch_mlir_version`, which
+  the torch-mlir bridge calls when it is imported.
+* No private module, op or attribute is touched at import time: every function resolves
+  what it needs when it is called, so a missing name fails that call only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import re
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+__all__ = [
+    "SUPPORTED_TORCH",
+    "TESTED_TORCH_MLIR",
+    "UnsupportedTorchError",
+    "check_torch_version",
+    "check_torch_mlir_version",
+    "tree_leaves",
+    "core_aten_decompositions",
+    "no_op_check_targets",
+    "real_tensors",
+    "op_overload_parts",
+    "update_exported_program",
+    "decompose_joint",
+    "wrapped_aot_export_function",
+    "install_node_locations",
+]
+
+SUPPORTED_TORCH: Tuple[int, int] = (2, 13)  # any 2.13.x (pyproject pins torch==2.13.0)
+TESTED_TORCH_MLIR = "20261001"  # the torch-mlir wheel pinned in pyproject.toml
+
+
+class UnsupportedTorchError(ImportError):
+    """torch or torch-mlir is not the version the spmdc frontend was written against."""
+
+
+# ---------------------------------------------------------------------------------
+# Version checks
+# ---------------------------------------------------------------------------------
+
+
+def check_torch_version(found: str) -> None:
+    """Raise :class:`UnsupportedTorchError` unless ``found`` is a torch 2.13.x version."""
+    m = re.match(r"(\d+)\.(\d+)", str(found))
+    if m and (int(m.group(1)), int(m.group(2))) == SUPPORTED_TORCH:
+        return
+    major, minor = SUPPORTED_TORCH
+    raise UnsupportedTorchError(
+        f"spmdc's frontend needs torch {major}.{minor}.x (it relies on private torch APIs "
+        f"of that release) but found torch {found}; install torch=={major}.{minor}.0."
+    )
+
+
+def check_torch_mlir_version(found: Optional[str] = None) -> None:
+    """Raise :class:`UnsupportedTorchError` unless torch-mlir is the tested build.
+
+    ``found`` defaults to the installed distribution's version; when no distribution
+    metadata exists (e.g. a source build on ``PYTHONPATH``) nothing is checked.
+    """
+    if found is None:
+        try:
+            found = importlib.metadata.version("torch-mlir")
+        except importlib.metadata.PackageNotFoundError:
+            return
+    if str(found).split("+")[0] == TESTED_TORCH_MLIR:
+        return
+    raise UnsupportedTorchError(
+        f"spmdc's torch-mlir bridge needs torch-mlir {TESTED_TORCH_MLIR} (it sets private "
+        f"FxImporter state) but found torch-mlir {found}; install "
+        f"torch-mlir=={TESTED_TORCH_MLIR}."
+    )
+
+
+check_torch_version(torch.__version__)
+
+
+# ---------------------------------------------------------------------------------
+# Small wrappers
+# ---------------------------------------------------------------------------------
+
+
+def tree_leaves(tree: Any) -> List[Any]:
+    """Leaves of a pytree (tuples, lists, dicts, HF ``ModelOutput``...), in order."""
+    from torch.utils import _pytree
+
+    return list(_pytree.tree_leaves(tree))
+
+
+def core_aten_decompositions() -> Dict[Any, Callable]:
+    """torch's core-ATen decomposition table (used when torch-mlir is not installed)."""
+    from torch._decomp import core_aten_decompositions as table
+
+    return dict(table())
+
+
+def no_op_check_targets() -> Tuple[Any, ...]:
+    """Op overloads that only assert tensor metadata (``aten._assert_tensor_metadata``).
+
+    Empty when this torch has no such op.
+    """
+    packet = getattr(torch.ops.aten, "_assert_tensor_metadata", None)
+    overload = getattr(packet, "default", None) if packet is not None else None
+    return (overload,) if overload is not None else ()
+
+
+@contextlib.contextmanager
+def real_tensors() -> Iterator[None]:
+    """Context in which new tensors are real (meta/CPU) even inside FakeTensor tracing."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        yield
+
+
+def op_overload_parts(target: Any) -> Optional[Tuple[str, str, str]]:
+    """``aten.add.Tensor`` -> ``("aten", "add", "Tensor")``; None if not an op overload."""
+    from torch._ops import OpOverload
+
+    if not isinstance(target, OpOverload):
+        return None
+    packet = target._schema.name.split("::")[-1]
+    return target.namespace, packet, target._overloadname
+
+
+def update_exported_program(ep: Any, graph_module: torch.fx.GraphModule, signature: Any,
+                            state_dict: Optional[Dict[str, Any]] = None) -> Any:
+    """A copy of ``ep`` with a new graph module / signature (and optionally state)."""
+    return ep._update(graph_module, signature, state_dict=state_dict)
+
+
+def decompose_joint(ep: Any, table: Dict[Any, Callable]) -> Any:
+    """Joint forward+backward decomposition of ``ep`` (whose output 0 is the loss).
+
+    Same as torch's private ``_export_forward_backward`` but with our ``table``
+    instead of ``core_aten_decompositions()``: decompose with ``joint_loss_index=0``,
+    then a rename-preserving copy and removal of detach chains.
+    """
+    from torch.export.experimental import _copy_graph_module_and_signature, _remove_detach_pass
+    from torch.export.exported_program import _decompose_exported_program
+
+    ep = _decompose_exported_program(
+        ep,
+        cia_to_decomp={},
+        python_decomp_table=table,
+        joint_loss_index=0,
+        decompose_custom_triton_ops=False,
+    )
+    gm, sig = _copy_graph_module_and_signature(ep)
+    _remove_detach_pass(gm, sig)
+    return update_exported_program(ep, gm, sig)
+
+
+@contextlib.contextmanager
+def wrapped_aot_export_function(wrap: Callable[[Callable], Callable]) -> Iterator[None]:
+    """Replace AOTAutograd's private ``_aot_export_function`` by ``wrap(original)``.
+
+    The original is restored on exit, whatever happens.  Raises ``AttributeError`` /
+    ``ImportError`` on entry when this torch no longer has the function.
+    """
+    import torch._functorch.aot_autograd as aot_autograd
+
+    original = aot_autograd._aot_export_function
+    aot_autograd._aot_export_function = wrap(original)
+    try:
+        yield
+    finally:
+        aot_autograd._aot_export_function = original
+
+
+@functools.lru_cache(maxsize=None)
+def _hooked_context_cache() -> type:
+    """torch-mlir ``ContextCache`` subclass whose node locations come from a callback."""
+    from torch_mlir.extras.fx_importer import ContextCache
+
+    class HookedContextCache(ContextCache):
+        __slots__ = ["spmdc_locate"]
+
+        def get_node_location(self, node):  # noqa: D401
+            try:
+                default = super().get_node_location(node)
+            except Exception:  # pragma: no cover - keep importing without a location
+                default = None
+            return self.spmdc_locate(node, default)
+
+    return HookedContextCache
+
+
+def install_node_locations(importer: Any, locate: Callable[[Any, Any], Any]) -> None:
+    """Make a torch-mlir ``FxImporter`` locate each FX node with ``locate(node, default)``.
+
+    ``default`` is torch-mlir's own location for the node (a file:line callsite built
+    from its stack trace, or None); ``locate`` returns the ``ir.Location`` to use.
+    """
+    cache = _hooked_context_cache()(importer.module.context,
+                                    py_attr_tracker=importer._py_attr_tracker)
+    cache.spmdc_locate = locate
+    importer._cc = cache
