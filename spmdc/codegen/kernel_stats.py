@@ -7,9 +7,9 @@
   one — ops outside regions plus the ops inside each ``kernel.fused`` region (the splat
   constants cloned into regions are literals, not ops).
 * ``kernels``: launches per execution: one per ``kernel.fused`` region, plus every ``tensor``
-  op left outside that launches a kernel in aten. Pure views (``permute``, ``broadcast``,
-  ``slice``, and a ``reshape`` of a value that is not a permuted/sliced view) launch nothing;
-  a ``reshape`` of such a view is a copy and counts.
+  op left outside that launches a kernel in aten. Ops with the ``View`` trait launch
+  nothing (``permute``, ``broadcast``, ``slice``: ``StridedView``s always; a ``reshape`` unless
+  its operand is a strided view, then it copies and counts).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 
 from spmdc.ir.core import Operation
 
-VIEW_OPS = frozenset({"tensor.permute", "tensor.broadcast", "tensor.slice", "tensor.reshape"})
-_STRIDED_VIEWS = frozenset({"tensor.permute", "tensor.broadcast", "tensor.slice"})
 
 
 @dataclass
@@ -37,14 +35,14 @@ class KernelStats:
 
 def launches(op: Operation) -> bool:
     """Whether a ``tensor`` op outside any region launches a kernel under aten."""
-    if op.name not in VIEW_OPS:
+    if not op.has_trait("View"):
         return True
-    if op.name != "tensor.reshape":
+    if op.has_trait("StridedView"):
         return False
-    src = op.operand(0).defining_op()
-    while src is not None and src.name == "tensor.reshape":
+    src = op.operand(0).defining_op()   # a reshape: a copy when its operand is a strided view
+    while src is not None and src.has_trait("View") and not src.has_trait("StridedView"):
         src = src.operand(0).defining_op()
-    return src is not None and src.name in _STRIDED_VIEWS
+    return src is not None and src.has_trait("StridedView")
 
 
 def kernel_stats(module: Operation, func_name: str | None = None, before: Operation | None = None) -> KernelStats:

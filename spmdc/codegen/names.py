@@ -3,7 +3,8 @@
 Nothing read from an IR file (value hints, symbol names, mesh axis names, string
 attributes) reaches generated source except through :func:`py_name` (reduced to
 ``[A-Za-z][A-Za-z0-9_]*``, never a keyword, builtin or dunder) or :func:`literal`
-(``repr`` of a plain ``int``/``float``/``bool``/``str``), so an IR file cannot inject code.
+(:mod:`spmdc.dialects.pyexpr`: ``repr`` of a plain ``int``/``float``/``bool``/``str``), so an IR
+file cannot inject code.
 
     >>> Namer().fresh("fc1.weight"), Namer().fresh("__import__('os')"), Namer().fresh("class")
     ('fc1_weight', 'v___import____os__', 'v_class')
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import builtins
 import keyword
-import math
 import re
+
+from spmdc.dialects.pyexpr import literal, shape_literal  # noqa: F401  (the one way attribute values reach source)
 
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_]")
 _SAFE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -50,32 +52,3 @@ class Namer:
             name = f"{base}_{n}"
         self.used.add(name)
         return name
-
-
-def literal(value: object) -> str:
-    """Python source for a plain value from an attribute (numbers, bools, strings, lists, None)."""
-    if value is None:
-        return "None"
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, int):
-        return str(int(value))
-    if isinstance(value, float):
-        v = float(value)
-        if math.isnan(v):
-            return "float('nan')"
-        if math.isinf(v):
-            return "float('inf')" if v > 0 else "float('-inf')"
-        return repr(v)
-    if isinstance(value, str):
-        return repr(str(value))
-    if isinstance(value, (list, tuple)):
-        items = ", ".join(literal(v) for v in value)
-        if isinstance(value, tuple):
-            return f"({items},)" if len(value) == 1 else f"({items})"
-        return f"[{items}]"
-    raise TypeError(f"no Python literal for {type(value).__name__}")
-
-
-def shape_literal(shape: tuple[int, ...] | list[int]) -> str:
-    return literal(tuple(int(s) for s in shape))

@@ -28,27 +28,28 @@ What the source looks like::
 
     ENTRY = main
 
-Compute ops with a dedicated emitter (:mod:`spmdc.codegen.ops`) become torch calls; any
-other op calls its ``reference`` through ``_REF[i]`` (``i``: the op's index in
-``module.walk()``), a table :func:`bind_tables` fills from the IR when the module is
-loaded. ``kernel.fused`` regions become module-level functions (:meth:`PythonEmitter.emit_fused`
-is the seam where a Triton emitter replaces the body with a kernel launch).
+Every op is written as its own torch expression (``op.torch_expr``, declared beside the
+op's class: :mod:`spmdc.dialects.pyexpr`), the very text the reference interpreter
+evaluates; an expression that is just an operand (``shard.annotate``) is an alias. A
+constant too large to inline comes from ``_CONST[i]`` and an op with a ``reference`` but no
+expression calls it through ``_REF[i]`` (``i``: the op's index in ``module.walk()``);
+:func:`bind_tables` fills both from the IR when the module is loaded. ``kernel.fused``
+regions become module-level functions (:meth:`PythonEmitter.emit_fused` is the seam where
+the Triton emitter replaces the body with a kernel launch).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from spmdc.codegen.names import Namer, literal, py_name, shape_literal
-from spmdc.codegen.ops import EMITTERS, MULTI_RESULT, dtype
+from spmdc.codegen.names import Namer, py_name
+from spmdc.dialects.pyexpr import literal
 from spmdc.ir.core import Block, Operation, Value
 from spmdc.ir.symbols import lookup_symbol
 
-EMITTER_VERSION = "2"
+EMITTER_VERSION = "3"
 TARGETS = ("torch", "triton")
-INLINE_CONSTANT_MAX = 16          # non-splat constants up to this many elements are inlined
 _MODULE_NAMES = frozenset({"torch", "ENTRY", "args", "comm", "triton", "tl"})
-_ALIASES = ("shard.annotate", "shard.redistribute")
 
 
 def emit_python(module: Operation, func_name: str = "main", target: str = "torch") -> str:
@@ -98,10 +99,12 @@ class PythonEmitter:
             "import torch", "",
         ]
         if self.target == "triton" and self.n_fused:
-            from spmdc.codegen.triton_ops import TANH_HELPER
+            from spmdc.codegen.triton_emitter import helpers_used
 
             # the caller sets TRITON_INTERPRET=1 before loading this module when there is no GPU
-            head[-1:] = ["import triton", "import triton.language as tl", "", "", TANH_HELPER, "", ""]
+            head[-1:] = ["import triton", "import triton.language as tl", "", ""]
+            for helper in helpers_used(self.kernels):
+                head += [helper, "", ""]
         head += [
             "# Filled from the IR at load time (spmdc.codegen.python_emitter.bind_tables):",
             "# _REF[i] is the reference implementation of op #i in module.walk() order,",
@@ -166,15 +169,15 @@ class PythonEmitter:
             if op.has_trait("Terminator"):
                 out.append(f"    return [{', '.join(ins)}]")
                 continue
-            if op.name in _ALIASES:
-                env[op.results[0]] = ins[0]
-                continue
             expr = self.emit_op(op, ins)
+            if len(op.results) == 1 and expr in ins:  # an alias (shard.annotate on one device)
+                env[op.results[0]] = expr
+                continue
             outs = [self._bind(names, env, r, op.results[0].name_hint if k else None)
                     for k, r in enumerate(op.results)]
             if not outs:
                 out.append(f"    {expr}")
-            elif len(outs) == 1 and op.name not in ("kernel.fused", "func.call") and op.name not in MULTI_RESULT:
+            elif len(outs) == 1 and op.name not in ("kernel.fused", "func.call"):
                 out.append(f"    {outs[0]} = {expr}")
             else:
                 out.append(f"    {', '.join(outs)}, = {expr}")
@@ -196,33 +199,18 @@ class PythonEmitter:
             return self.emit_fused(op, ins)
         if op.name == "func.call":
             return f"{self.fn_names[op.symbol_ref('callee')]}([{', '.join(ins)}], comm)"
-        if op.name == "tensor.constant":
-            return self.emit_constant(op)
-        emit = EMITTERS.get(op.name)
-        expr = emit(op, ins) if emit is not None and (len(op.results) == 1 or op.name in MULTI_RESULT) else None
+        torch_expr = getattr(op, "torch_expr", None)
+        expr = torch_expr(ins) if torch_expr is not None else None
         if expr is not None:
             return expr
-        if op.name.startswith("comm."):
-            raise op.emit_error("has no collective emitter")
         if getattr(op, "reference", None) is None:
-            raise op.emit_error("has neither an emitter nor a reference implementation")
+            raise op.emit_error("has no torch implementation")
         i = self.index[id(op)]
+        if not op.operands:  # a constant too large to write out
+            self.consts.append(i)
+            return f"_CONST[{i}]"
         self.refs.append(i)
         return f"_REF[{i}]({', '.join(ins)})"
 
-    def emit_constant(self, op: Operation) -> str:
-        v = op.attributes["value"]
-        t = v.type  # type: ignore[attr-defined]
-        if t.num_elements > 1 and len(v.values) == 1:  # type: ignore[attr-defined]
-            return f"torch.full({shape_literal(t.shape)}, {literal(v.values[0])}, dtype={dtype(t)})"  # type: ignore[attr-defined]
-        if t.rank == 0:
-            return f"torch.tensor({literal(v.values[0])}, dtype={dtype(t)})"  # type: ignore[attr-defined]
-        if t.num_elements <= INLINE_CONSTANT_MAX:
-            flat = literal(list(v.flat_values()))  # type: ignore[attr-defined]
-            return f"torch.tensor({flat}, dtype={dtype(t)}).reshape({shape_literal(t.shape)})"
-        i = self.index[id(op)]
-        self.consts.append(i)
-        return f"_CONST[{i}]"
 
-
-__all__ = ["EMITTER_VERSION", "PythonEmitter", "bind_tables", "emit_python", "py_name"]
+__all__ = ["EMITTER_VERSION", "PythonEmitter", "bind_tables", "emit_python", "literal", "py_name"]

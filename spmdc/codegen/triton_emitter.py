@@ -36,15 +36,14 @@ from __future__ import annotations
 
 from math import prod
 
-from spmdc.codegen.names import Namer, shape_literal
-from spmdc.codegen.ops import dtype
-from spmdc.codegen.triton_ops import splat_literal, triton_expr
+from spmdc.codegen.names import Namer, literal, shape_literal
+from spmdc.dialects.tensor.base import TRITON_HELPERS, dtype_source, triton_type
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.types import TensorType
 
 MAX_BLOCK = 1024
 # names the templates use inside kernels; inputs and values never take them
-_KERNEL_LOCALS = frozenset({"tl", "triton", "torch", "_tanh", "offs", "mask", "row", "cols", "zero", "acc", "res",
+_KERNEL_LOCALS = frozenset({"tl", "triton", "torch", *TRITON_HELPERS, "offs", "mask", "row", "cols", "zero", "acc", "res",
                             "c0", "k0", "mean", "d", "row_max", "denom", "pid_m", "pid_n", "pid_b", "rm", "rn",
                             "rk", "a", "b", "BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K"}
                            | {f"{p}{i}" for p in "irb" for i in range(16)})
@@ -53,6 +52,36 @@ MATMUL_BLOCK = 32
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (max(1, n) - 1).bit_length())
+
+
+def helpers_used(chunks: list[list[str]]) -> list[str]:
+    """Sources of the Triton helpers (``_tanh``) that the kernels call."""
+    text = "\n".join(line for chunk in chunks for line in chunk)
+    return [src for name, src in TRITON_HELPERS.items() if f"{name}(" in text]
+
+
+def splat_literal(op: Operation) -> str:
+    """A splat ``tensor.constant`` as a kernel scalar: an f32 literal, else a typed ``tl.full``."""
+    v = op.attributes["value"].values[0]  # type: ignore[attr-defined]
+    t = op.result.tensor_type
+    if t.element_type == "i1":
+        v = bool(v)
+    elif t.is_float:
+        v = float(v)
+    else:
+        v = int(v)
+    if t.element_type == "f32":
+        return literal(v)
+    return f"tl.full([], {literal(v)}, {triton_type(t)})"
+
+
+def triton_expr(op: Operation, ins: list[str]) -> str:
+    """``op`` on block values ``ins``: its declared Triton expression (``fuse-kernels`` only
+    puts ops that have one into regions)."""
+    expr = op.triton_expr(ins) if hasattr(op, "triton_expr") else None  # type: ignore[attr-defined]
+    if expr is None:
+        raise op.emit_error("has no Triton lowering")
+    return expr
 
 
 
@@ -158,7 +187,7 @@ class TritonEmitter:
         for name, v in zip(self.outs, self.out_values):
             t = v.type
             device = f", device={first}.device" if first else ""
-            lines.append(f"    {name} = torch.empty({shape_literal(t.shape)}, dtype={dtype(t)}{device})")  # type: ignore[attr-defined]
+            lines.append(f"    {name} = torch.empty({shape_literal(t.shape)}, dtype={dtype_source(t)}{device})")  # type: ignore[arg-type,attr-defined]
         strides = [f"{self.ins[i]}.stride({d})" for i, d in self.strides]
         args = ", ".join(self.ins + self.outs + strides + [f"{k}={v}" for k, v in consts.items()])
         if not skip:
@@ -189,7 +218,7 @@ class TritonEmitter:
 
     # -- row reductions ---------------------------------------------------------------------------
     def reduction(self) -> tuple[list[str], list[str]]:
-        red = next(o for o in self.body.ops if o.name in _ROW)
+        red = next(o for o in self.body.ops if getattr(o, "row_kernel", None) is not None)
         space = red.operand(0).type.shape  # type: ignore[attr-defined]
         n = space[-1]
         rows = prod(space[:-1])
@@ -197,7 +226,7 @@ class TritonEmitter:
         index[len(space) - 1] = "cols"
         full = {len(space) - 1}
         block = min(next_pow2(n), MAX_BLOCK)
-        kind = red.name.split(".", 1)[1]
+        kind = red.row_kernel  # type: ignore[attr-defined]
         lines = ["@triton.jit", "",
                  f"    # {kind} over the last dim of {list(space)}: one program per row ({rows} rows), "
                  f"BLOCK columns at a time, fp32 accumulation",
@@ -313,8 +342,6 @@ class TritonEmitter:
                 lines.append(f"    {self.local(o.result)} = {triton_expr(o, [self.env[v] for v in o.operands])}")
         return lines
 
-
-_ROW = ("tensor.sum", "tensor.max", "tensor.mean", "tensor.var", "tensor.softmax", "tensor.log_softmax")
 
 
 def emit_triton(op: Operation, fname: str, reserved: frozenset[str]) -> tuple[list[str], list[str]]:

@@ -18,7 +18,10 @@ from spmdc.ir.registry import Dialect
 
 
 class FusedOp(Operation):
-    """A group of ``tensor`` ops executed as one kernel; ``kernel.yield`` gives its results."""
+    """A group of ``tensor`` ops executed as one kernel; ``kernel.yield`` gives its results.
+
+    ``%r = kernel.fused %a {kind = "elementwise"} : (tensor<4xf32>) -> tensor<4xf32> { ... }``
+    """
 
     name = "kernel.fused"
     num_regions = 1

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
 
 class ModuleOp(Operation):
-    """A container of symbols (meshes, functions); its body has no terminator."""
+    """A container of symbols (meshes, functions); its body has no terminator.
+
+    ``module @m { ... }``; generic form ``"builtin.module"() ({ ... }) : () -> ()``.
+    """
 
     name = "builtin.module"
     num_operands = 0

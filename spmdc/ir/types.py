@@ -12,11 +12,60 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-ELEMENT_TYPES: tuple[str, ...] = ("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1")
-FLOAT_TYPES = frozenset({"f64", "f32", "f16", "bf16"})
-INT_TYPES = frozenset({"i64", "i32", "i16", "i8", "i1"})
 
-_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1}
+
+@dataclass(frozen=True)
+class ElementType:
+    """One element type and its spellings elsewhere: the one table every layer reads.
+
+    ``torch``: the ``torch.dtype`` attribute name; ``triton``: the ``tl`` type in kernels;
+    ``torch_mlir``: the element type in torch-mlir's ``!torch.vtensor<[..],si64>``.
+    """
+
+    name: str
+    bytes: int
+    is_float: bool
+    torch: str
+    triton: str
+    torch_mlir: str
+
+    @property
+    def torch_dtype_source(self) -> str:
+        """``torch.float32``: how generated code names it."""
+        return f"torch.{self.torch}"
+
+
+ELEMENT_TYPE_INFO: dict[str, ElementType] = {e.name: e for e in (
+    ElementType("f64", 8, True, "float64", "tl.float64", "f64"),
+    ElementType("f32", 4, True, "float32", "tl.float32", "f32"),
+    ElementType("f16", 2, True, "float16", "tl.float16", "f16"),
+    ElementType("bf16", 2, True, "bfloat16", "tl.bfloat16", "bf16"),
+    ElementType("i64", 8, False, "int64", "tl.int64", "si64"),
+    ElementType("i32", 4, False, "int32", "tl.int32", "si32"),
+    ElementType("i16", 2, False, "int16", "tl.int16", "si16"),
+    ElementType("i8", 1, False, "int8", "tl.int8", "si8"),
+    ElementType("i1", 1, False, "bool", "tl.int1", "i1"),
+)}
+ELEMENT_TYPES: tuple[str, ...] = tuple(ELEMENT_TYPE_INFO)
+FLOAT_TYPES = frozenset(n for n, e in ELEMENT_TYPE_INFO.items() if e.is_float)
+INT_TYPES = frozenset(n for n, e in ELEMENT_TYPE_INFO.items() if not e.is_float)
+_BY_TORCH = {e.torch: e.name for e in ELEMENT_TYPE_INFO.values()}
+_BY_TORCH_MLIR = {e.torch_mlir: e.name for e in ELEMENT_TYPE_INFO.values()}
+
+
+def element_type(name: str) -> ElementType:
+    """The table entry of ``f32``, ``i64``, ..."""
+    return ELEMENT_TYPE_INFO[name]
+
+
+def element_type_of_torch(dtype: object) -> str | None:
+    """``torch.float32`` (or ``"float32"``) -> ``"f32"``; None when spmdc has no such type."""
+    return _BY_TORCH.get(str(dtype).removeprefix("torch."))
+
+
+def element_type_of_torch_mlir(name: str) -> str | None:
+    """torch-mlir's ``si64`` -> ``"i64"``; None when spmdc has no such type."""
+    return _BY_TORCH_MLIR.get(name)
 
 
 class Type:
@@ -48,7 +97,7 @@ class TensorType(Type):
 
     @property
     def num_bytes(self) -> int:
-        return self.num_elements * _BYTES[self.element_type]
+        return self.num_elements * ELEMENT_TYPE_INFO[self.element_type].bytes
 
     @property
     def is_float(self) -> bool:
@@ -82,4 +131,4 @@ class FunctionType(Type):
 
 def element_type_bytes(element_type: str) -> int:
     """Bytes per element of ``element_type`` (``i1`` counts as one byte)."""
-    return _BYTES[element_type]
+    return ELEMENT_TYPE_INFO[element_type].bytes

@@ -1,11 +1,12 @@
 """``fuse-collectives`` (first version): fewer, cheaper collectives on per-rank programs.
 
 * ``all_reduce(a) + all_reduce(b)`` (same mesh, axes and op ``sum``; each used only
-  there) → ``all_reduce(a + b)``: a deferred reduction, one collective instead of two;
-  likewise for ``sub``.
-* ``all_reduce(a) + bias`` followed by an add with another all-reduce: the bias joins
-  the partial sum on the ranks at coordinate 0 of the reduced axes, so both reductions
-  merge into one (a Partial bias add).
+  there) → ``all_reduce(a + b)``: a deferred reduction, one collective instead of two.
+  Which ops allow it is read from their sharding rules: ops whose rule takes every
+  operand ``P(sum)`` to a ``P(sum)`` result (``partial_all``: add, sub).
+* ``all_reduce(a) + bias`` (a commutative such op) followed by another such op with an
+  all-reduce: the bias joins the partial sum on the ranks at coordinate 0 of the reduced
+  axes, so both reductions merge into one (a Partial bias add).
 * ``all_reduce`` on one axis followed by ``all_slice`` on that axis (its only use) →
   ``reduce_scatter``.
 
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.comm import AllReduceOp, AllSliceOp, ReduceScatterOp
-from spmdc.dialects.tensor import AddOp, SubOp
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder, RewritePattern, Rewriter, apply_patterns_greedily
 from spmdc.passes.pass_base import ModulePass
@@ -41,20 +41,31 @@ def _single_use_all_reduce(v, user: Operation) -> AllReduceOp | None:
     return None
 
 
+def linear_in_partial_sums(op: Operation | None, commutative: bool = False) -> bool:
+    """Whether ``op``'s declared sharding rule passes ``P(sum)`` through when every operand is
+    one (``sum_r f(x_r, y_r) = f(sum_r x_r, sum_r y_r)``), optionally also commutative."""
+    declared = getattr(op, "sharding_rule", None)
+    if op is None or declared is None or len(op.results) != 1 or (commutative and not op.has_trait("Commutative")):
+        return False
+    rule = declared()
+    return rule.partial_all and "sum" in rule.partial_kinds
+
+
 class DeferAllReduce(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: Rewriter) -> bool:
-        if not isinstance(op, (AddOp, SubOp)):
+        if len(op.operands) < 2 or not linear_in_partial_sums(op):
             return False
-        a = _single_use_all_reduce(op.operand(0), op)
-        b = _single_use_all_reduce(op.operand(1), op)
-        if a is None or b is None or a.attributes != b.attributes or op.operand(0).type != op.operand(1).type:
+        ars = [_single_use_all_reduce(v, op) for v in op.operands]
+        first = ars[0]
+        if first is None or any(a is None or a.attributes != first.attributes for a in ars) \
+                or any(v.type != op.result.type for v in op.operands):
             return False
         builder = Builder.before(op)
-        inner = builder.create(type(op), [a.operand(0), b.operand(0)], location=op.location)
-        fused = builder.create(AllReduceOp, [inner.result], dict(a.attributes), location=op.location)
+        inner = builder.create(type(op), [a.operand(0) for a in ars], location=op.location)  # type: ignore[union-attr]
+        fused = builder.create(AllReduceOp, [inner.result], dict(first.attributes), location=op.location)
         rewriter.replace_op(op, fused.results)
-        rewriter.erase_op(a)
-        rewriter.erase_op(b)
+        for a in ars:
+            rewriter.erase_op(a)  # type: ignore[arg-type]
         return True
 
 
@@ -65,7 +76,7 @@ class DeferPastBiasAdd(RewritePattern):
     ranks is unchanged, and the reduction can then merge with the other one."""
 
     def match_and_rewrite(self, op: Operation, rewriter: Rewriter) -> bool:
-        if not isinstance(op, AddOp):
+        if len(op.operands) != 2 or not linear_in_partial_sums(op, commutative=True):
             return False
         for i in (0, 1):
             ar = _single_use_all_reduce(op.operand(i), op)
@@ -75,14 +86,14 @@ class DeferPastBiasAdd(RewritePattern):
             if op.result.type != ar.result.type or len(op.result.uses) != 1:
                 continue
             nxt = op.result.uses[0].owner
-            if not isinstance(nxt, (AddOp, SubOp)) or not any(
+            if not linear_in_partial_sums(nxt) or not any(
                     _reduced_like(v, nxt, ar) for v in nxt.operands if v is not op.result):
                 continue
             lead = _leads_reduction(op, ar)
             if lead is None:
                 continue
             builder = Builder.before(op)
-            local = builder.create(AddOp, [ar.operand(0), other], location=op.location).result if lead \
+            local = builder.create(type(op), [ar.operand(0), other], location=op.location).result if lead \
                 else ar.operand(0)
             fused = builder.create(AllReduceOp, [local], dict(ar.attributes), location=op.location)
             rewriter.replace_op(op, fused.results)
@@ -97,7 +108,7 @@ def _reduced_like(v, user: Operation, ar: AllReduceOp) -> bool:
     if r is not None:
         return r.attributes == ar.attributes
     op = v.defining_op()
-    return isinstance(op, AddOp) and len(v.uses) == 1 and any(
+    return linear_in_partial_sums(op, commutative=True) and len(v.uses) == 1 and any(
         (x := _single_use_all_reduce(w, op)) is not None and x.attributes == ar.attributes for w in op.operands)
 
 

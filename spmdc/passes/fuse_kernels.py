@@ -41,18 +41,12 @@ from dataclasses import dataclass
 from math import prod
 from typing import ClassVar
 
-from spmdc.codegen.triton_ops import pow_exponent
 from spmdc.dialects.kernel import FusedOp, YieldOp
+from spmdc.dialects.tensor.reduction import ReduceOp
 from spmdc.ir.core import Block, Operation, Region, Value
-from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 
-ELEMENTWISE = frozenset("tensor." + n for n in (
-    "add sub mul div maximum minimum pow neg exp log sqrt rsqrt tanh relu sigmoid sin cos erf gelu "
-    "silu abs sign clamp cast compare select not and or xor").split())
-ROW_REDUCTIONS = frozenset({"tensor.sum", "tensor.max", "tensor.mean", "tensor.var"})
-ROW_OPS = frozenset({"tensor.softmax", "tensor.log_softmax"})
-_FLOATS = ("f64", "f32", "f16", "bf16")
+_ROLES = {"elementwise": "ew", "row": "red", "matmul": "mm"}
 
 
 def is_splat_constant(v: Value) -> bool:
@@ -64,28 +58,10 @@ def is_splat_constant(v: Value) -> bool:
 
 
 def classify(op: Operation) -> str | None:
-    """``"ew"``, ``"red"``, ``"mm"`` or None (not fusable)."""
-    if op.regions or len(op.results) != 1 or not isinstance(op.result.type, TensorType):
-        return None
-    t = op.result.type
-    if op.name in ELEMENTWISE:
-        if any(not isinstance(v.type, TensorType) for v in op.operands):
-            return None
-        if op.name == "tensor.div" and not t.is_float or op.name == "tensor.cast" and t.element_type == "i1":
-            return None
-        if op.name == "tensor.pow" and not (t.is_float and pow_exponent(op) is not None):
-            return None
-        return "ew"
-    src = op.operand(0).type if op.operands else None
-    if not isinstance(src, TensorType) or src.rank == 0 or src.element_type not in _FLOATS:
-        return None
-    if op.name in ROW_REDUCTIONS and list(op.dims) == [src.rank - 1]:  # type: ignore[attr-defined]
-        return "red"
-    if op.name in ROW_OPS and op.attr_value("dim") == src.rank - 1:
-        return "red"
-    if op.name == "tensor.matmul" and t.element_type in _FLOATS:
-        return "mm"
-    return None
+    """``"ew"``, ``"red"``, ``"mm"`` or None (not fusable): what the op declares it can be in a
+    kernel (``kernel_role``, beside its class in :mod:`spmdc.dialects.tensor`)."""
+    role = getattr(op, "kernel_role", None)
+    return _ROLES.get(role()) if role is not None and not op.regions else None  # type: ignore[arg-type]
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -192,7 +168,7 @@ class FuseKernels(ModulePass):
             space = max((o.result.type.shape for o in ops), key=lambda s: (prod(s), len(s)))
         for o in ops:
             shape = o.result.type.shape
-            is_red = o in reds and o.name in ROW_REDUCTIONS
+            is_red = o in reds and isinstance(o, ReduceOp)
             if not is_red and not _broadcasts_to(shape, space):
                 return False
             for u in _users(o):

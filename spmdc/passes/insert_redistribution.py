@@ -30,8 +30,7 @@ from spmdc.dialects.shard import ShardingAttr
 from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, require_layout, set_result_layouts
-from spmdc.sharding.op_rules import rule_for
-from spmdc.sharding.strategy import choose
+from spmdc.sharding.strategy import choose, rule_for
 
 
 def insert_in_function(module: Operation, func: FuncOp) -> int:

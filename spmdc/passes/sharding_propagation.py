@@ -43,9 +43,8 @@ from spmdc.dialects.shard import Replicate, ShardingAttr
 from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
-from spmdc.sharding.op_rules import rule_for
 from spmdc.sharding.cost import INF
-from spmdc.sharding.strategy import choose
+from spmdc.sharding.strategy import choose, rule_for
 from spmdc.ir.diagnostics import DiagnosticError
 
 

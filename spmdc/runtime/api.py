@@ -315,7 +315,7 @@ class CompiledModule:
     def _run(self, prog: _RankProgram, args: list[Any]) -> list[Any]:
         import torch
 
-        from spmdc.codegen.comm_stats import CountingComm
+        from spmdc.runtime.collectives import CountingComm
 
         with torch.no_grad():
             return list(prog.fn(args, CountingComm(self.comm)))

@@ -4,7 +4,9 @@ Uneven shards follow ``torch.chunk``: gathers pad every piece to the largest one
 exchange, and cut the padding off again, so any size works on any backend.
 
     comm = Collectives(device_mesh)          # torch.distributed.device_mesh.DeviceMesh
-    y = comm.run(op, x)                      # op: a comm.* operation, x: the local tensor
+    y = comm.all_gather(x, "tp", 0, (8, 16)) # what a comm.all_gather op's torch expression calls
+
+Programs call these methods through :class:`CountingComm`, which records what they issue.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from spmdc.ir.core import Operation
 from spmdc.dialects.shard import chunk_sizes
 
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.SUM}
@@ -34,6 +35,8 @@ class CommStats:
 
 
 class Collectives:
+    """The collectives of one rank: one method per ``comm`` op, named after it."""
+
     def __init__(self, device_mesh: Any):
         self.mesh = device_mesh
         self.stats = CommStats()
@@ -46,36 +49,6 @@ class Collectives:
 
     def coord(self, axis: str) -> int:
         return self.mesh.get_local_rank(axis)
-
-    def run(self, op: Operation, x: torch.Tensor) -> torch.Tensor:
-        kind = op.name.split(".", 1)[1]
-        if kind.endswith("_bucket"):
-            return self.run_bucket(op, x)  # type: ignore[arg-type]
-        self.stats.add(op.name, x.numel() * x.element_size())
-        a = op.attributes
-        if kind == "all_reduce":
-            return self.all_reduce(x, [s.value for s in a["axes"]], a["op"].value)  # type: ignore[attr-defined]
-        axis = a["axis"].value  # type: ignore[attr-defined]
-        out_shape = op.result.tensor_type.shape
-        if kind == "all_gather":
-            return self.all_gather(x, axis, a["dim"].value, out_shape)  # type: ignore[attr-defined]
-        if kind == "all_slice":
-            return self.all_slice(x, axis, a["dim"].value)  # type: ignore[attr-defined]
-        if kind == "reduce_scatter":
-            return self.reduce_scatter(x, axis, a["dim"].value, a["op"].value)  # type: ignore[attr-defined]
-        if kind == "all_to_all":
-            return self.all_to_all(x, axis, a["split_dim"].value, a["concat_dim"].value,  # type: ignore[attr-defined]
-                                   out_shape)
-        raise op.emit_error("has no runtime implementation")
-
-    def run_bucket(self, op: Operation, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """``comm.all_gather_bucket`` / ``comm.reduce_scatter_bucket``: one collective for all of ``xs``."""
-        self.stats.add(op.name, sum(x.numel() * x.element_size() for x in xs))
-        axis = op.attributes["axis"].value  # type: ignore[attr-defined]
-        dims = [d.value for d in op.attributes["dims"]]  # type: ignore[attr-defined]
-        if op.name == "comm.all_gather_bucket":
-            return self.all_gather_bucket(xs, axis, dims, [r.tensor_type.shape for r in op.results])
-        return self.reduce_scatter_bucket(xs, axis, dims, op.attributes["op"].value)  # type: ignore[attr-defined]
 
     def all_gather_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
                           out_shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
@@ -199,3 +172,29 @@ class Collectives:
                                input_split_sizes=[p.numel() for p in send], group=self.group(axis))
         parts = [t.reshape(s) for t, s in zip(torch.split(flat_out, out_splits), recv_shapes)]
         return torch.cat(parts, dim=concat_dim).contiguous()
+
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all", "all_gather_bucket",
+               "reduce_scatter_bucket")
+
+
+class CountingComm:
+    """What a program runs with: forwards to ``comm``, each collective also recorded into ``comm.stats``.
+
+        outs = fn(args, CountingComm(comm))     # comm.stats then holds the program's collectives
+    """
+
+    def __init__(self, comm: Any):
+        self._comm = comm
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._comm, name)
+        if name not in COLLECTIVES:
+            return target
+        stats = self._comm.stats
+
+        def call(x: Any, *args: Any) -> Any:
+            xs = x if isinstance(x, list) else [x]  # bucketed collectives take a list
+            stats.add("comm." + name, sum(t.numel() * t.element_size() for t in xs))
+            return target(x, *args)
+        return call

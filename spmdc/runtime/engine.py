@@ -234,6 +234,7 @@ def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codeg
     Triton interpreter); the result then also carries ``kernel_stats``.
     """
     from spmdc.dialects.func import FuncOp
+    from spmdc.runtime.collectives import CountingComm
     from spmdc.runtime.interpreter import interpret
     from spmdc.sharding.layouts import SHARDING
 
@@ -248,11 +249,9 @@ def run_on_rank(step: CompiledStep, rank: int, comm: Any, executor: str = "codeg
     with torch.no_grad():
         if executor == "codegen":
             from spmdc.codegen.cache import load_program
-            from spmdc.codegen.comm_stats import CountingComm
-
             outs = load_program(module, "main", target=target)[0](args, CountingComm(comm))
         elif executor == "interpret":
-            outs = interpret(module, args, comm=comm.run)
+            outs = interpret(module, args, comm=CountingComm(comm))
         else:
             raise ValueError(f"unknown executor {executor!r} (choices: 'codegen', 'interpret')")
     full_outs = []

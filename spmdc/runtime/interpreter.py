@@ -4,24 +4,23 @@
     (y,) = interpret(module, [x, w])            # positional, in argument order
     (y,) = interpret(module, {"x": x, "fc.weight": w})   # by name hint or spmdc.param
 
-On global programs ``shard.annotate``/``shard.redistribute`` do not change values.
-A per-rank program additionally needs a :class:`CommHandler` for ``comm`` ops
-(see :mod:`spmdc.runtime.executor`).
+Every op runs through its ``reference`` — the evaluation of the same torch expression
+the generated code contains (:mod:`spmdc.dialects.pyexpr`), so the interpreter and the
+codegen share one semantics. On global programs ``shard.annotate``/``shard.redistribute``
+do not change values. A per-rank program additionally needs ``comm``, the rank's
+collectives (:class:`spmdc.runtime.collectives.Collectives`) for ``comm`` ops.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.symbols import lookup_symbol
 
-CommHandler = Callable[[Operation, Any], Any]
-
-
 class Interpreter:
-    def __init__(self, comm: CommHandler | None = None):
+    def __init__(self, comm: Any = None):
         self.comm = comm
 
     def call(self, module: Operation, func_name: str, args: Sequence[Any]) -> list[Any]:
@@ -47,25 +46,16 @@ class Interpreter:
         return []
 
     def run_op(self, module: Operation, op: Operation, ins: list[Any]) -> list[Any]:
-        name = op.name
-        if name in ("shard.annotate", "shard.redistribute"):
-            return [ins[0]]
-        if name == "kernel.fused":
+        if op.name == "kernel.fused":
             inner = dict(zip(op.body.args, ins))
             return self.run_block(module, op.body, inner)
-        if name == "func.call":
+        if op.name == "func.call":
             return self.call(module, op.attributes["callee"].name, ins)  # type: ignore[attr-defined]
-        if name.startswith("comm."):
-            if self.comm is None:
-                raise op.emit_error("is a per-rank collective; the single-device interpreter cannot run it")
-            if name.endswith("_bucket"):
-                return list(self.comm(op, ins))  # a bucket handler takes and returns lists
-            return [self.comm(op, ins[0])]
         ref = getattr(op, "reference", None)
         if ref is None:
-            raise op.emit_error("has no reference implementation")
-        out = ref(*ins)
-        return list(out) if isinstance(out, (tuple, list)) else [out]
+            raise op.emit_error("has no torch implementation")
+        out = ref(*ins, comm=self.comm)
+        return list(out) if len(op.results) != 1 else [out]
 
 
 def bind_inputs(module: Operation, func_name: str, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
@@ -88,6 +78,6 @@ def bind_inputs(module: Operation, func_name: str, inputs: Sequence[Any] | Mappi
 
 
 def interpret(module: Operation, inputs: Sequence[Any] | Mapping[str, Any], func: str = "main",
-              comm: CommHandler | None = None) -> list[Any]:
+              comm: Any = None) -> list[Any]:
     """Run ``@func`` and return its results as a list of tensors."""
     return Interpreter(comm).call(module, func, bind_inputs(module, func, inputs))

@@ -17,11 +17,11 @@ Forward ops are the ones the loss or the model outputs depend on; the others are
 from __future__ import annotations
 
 from spmdc.dialects.func import FuncOp
-from spmdc.dialects.shard import AnnotateOp, MeshOp
+from spmdc.dialects.shard import AnnotateOp, MeshOp, ShardingAttr
+from spmdc.dialects.tensor import CastOp
 from spmdc.ir.attributes import StringAttr, UnitAttr
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.rewriter import Builder
-from spmdc.dialects.shard import ShardingAttr
 from spmdc.ir.types import TensorType
 from spmdc.sharding.layouts import SHARDING
 from spmdc.sharding.mesh import Mesh
@@ -43,7 +43,9 @@ def forward_ops(func: FuncOp) -> set[int]:
     return seen
 
 
-VIEW_OPS = ("tensor.permute", "tensor.reshape", "tensor.cast", "tensor.broadcast")
+def _recomputed(op: Operation) -> bool:
+    """Ops the backward recomputes from a re-gathered parameter: views and casts of it."""
+    return len(op.operands) == 1 and (op.has_trait("View") or isinstance(op, CastOp))
 
 
 def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[int], mesh: str, compute) -> None:
@@ -56,7 +58,7 @@ def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[i
     chain: list[Value] = [ann.result]
     for v in chain:
         for u in v.uses:
-            if u.owner.name in VIEW_OPS and id(u.owner) in fwd and len(u.owner.operands) == 1:
+            if _recomputed(u.owner) and id(u.owner) in fwd:
                 chain.extend(u.owner.results)
     in_chain = {id(v) for v in chain}
     uses = [(u.owner, u.index) for v in chain for u in v.uses

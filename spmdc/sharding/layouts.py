@@ -8,13 +8,11 @@ carry ``shard.sharding`` in their argument/result attribute dictionaries.
 from __future__ import annotations
 
 from spmdc.dialects.func import FuncOp
-from spmdc.dialects.shard import MeshOp
+from spmdc.dialects.shard import SHARDING_ATTR as SHARDING
+from spmdc.dialects.shard import MeshOp, Placement, ShardingAttr
 from spmdc.ir.attributes import ArrayAttr
 from spmdc.ir.core import BlockArgument, Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
-from spmdc.dialects.shard import Placement, ShardingAttr
-
-SHARDING = "shard.sharding"
 Layout = tuple[Placement, ...]
 
 

@@ -19,9 +19,18 @@ from spmdc.ir.core import Operation
 from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
 from spmdc.ir.types import TensorType
 from spmdc.sharding.cost import INF, AxisCost, placement_change_cost
-from spmdc.dialects.shard.rules import OpShardingRule
+from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule
 
 Layout = tuple[Placement, ...]  # one placement per mesh axis
+
+
+def rule_for(op: Operation) -> OpShardingRule:
+    """The rule ``op`` declares beside its class (``op.sharding_rule()``); ops that declare
+    none (collectives, calls, regions) run replicated — always correct, never fast."""
+    declared = getattr(op, "sharding_rule", None)
+    if declared is not None:
+        return declared()
+    return replicated_rule([v.type for v in op.operands], [r.type for r in op.results])
 
 
 @dataclass(frozen=True)

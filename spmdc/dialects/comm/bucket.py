@@ -11,7 +11,10 @@ the runtime packs the (padded) pieces into one flat buffer.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from spmdc.dialects.comm.collectives import CollectiveOp
+from spmdc.dialects.pyexpr import literal, shape_literal
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.types import TensorType
 
@@ -50,9 +53,17 @@ class BucketOp(CollectiveOp):
 
 
 class AllGatherBucketOp(BucketOp):
-    """``comm.all_gather`` of several tensors in one collective."""
+    """``comm.all_gather`` of several tensors in one collective.
+
+    ``%a, %b = comm.all_gather_bucket %x, %y {axis = "dp", dims = [0, 0], mesh = @mesh}
+    : (tensor<4x16xf32>, tensor<8xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)``
+    """
 
     name = "comm.all_gather_bucket"
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        shapes = "[" + ", ".join(shape_literal(r.tensor_type.shape) for r in self.results) + "]"
+        return f"comm.all_gather_bucket([{', '.join(ins)}], {literal(self.axis)}, {literal(self.dims)}, {shapes})"
 
     def verify_(self) -> None:
         for src, dst, d in self._pairs():
@@ -60,10 +71,18 @@ class AllGatherBucketOp(BucketOp):
 
 
 class ReduceScatterBucketOp(BucketOp):
-    """``comm.reduce_scatter`` of several tensors in one collective."""
+    """``comm.reduce_scatter`` of several tensors in one collective.
+
+    ``%g, %h = comm.reduce_scatter_bucket %u, %v {axis = "dp", dims = [0, 1], mesh = @mesh, op = "sum"}
+    : (tensor<8x16xf32>, tensor<4x6xf32>) -> (tensor<4x16xf32>, tensor<4x3xf32>)``
+    """
 
     name = "comm.reduce_scatter_bucket"
     required_attrs = {**BucketOp.required_attrs, "op": StringAttr}
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return (f"comm.reduce_scatter_bucket([{', '.join(ins)}], {literal(self.axis)}, {literal(self.dims)}, "
+                f"{literal(str(self.attr_value('op')))})")
 
     def verify_(self) -> None:
         self._check_reduce_op()

@@ -13,14 +13,22 @@ verifier accepts any chunk size of the global dim (uneven shards)::
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
+from spmdc.dialects.pyexpr import TorchImpl, literal, shape_literal
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.core import Operation
 from spmdc.dialects.shard import REDUCE_OPS, MeshOp, chunk_sizes, lookup_mesh
 from spmdc.ir.types import TensorType
 
 
-class CollectiveOp(Operation):
-    """Shared base: ``mesh`` symbol, one operand, one result."""
+class CollectiveOp(TorchImpl, Operation):
+    """Shared base: ``mesh`` symbol, one operand, one result.
+
+    The torch implementation is a call of the rank's collectives object ``comm``
+    (:class:`spmdc.runtime.collectives.Collectives`), every argument a literal:
+    ``comm.all_gather(x, 'tp', 0, (8, 16))``.
+    """
 
     num_operands = 1
     num_results = 1
@@ -33,6 +41,15 @@ class CollectiveOp(Operation):
     @property
     def axes(self) -> tuple[str, ...]:
         return (self.attributes["axis"].value,)  # type: ignore[attr-defined]
+
+    def reference(self, *args: Any, comm: Any = None) -> Any:
+        if comm is None:
+            raise self.emit_error("is a per-rank collective; the single-device interpreter cannot run it")
+        return super().reference(*args, comm=comm)
+
+    @property
+    def axis(self) -> str:
+        return str(self.attr_value("axis"))
 
     def mesh(self) -> MeshOp:
         m = lookup_mesh(self, self.mesh_name)
@@ -102,10 +119,17 @@ class CollectiveOp(Operation):
 
 
 class AllGatherOp(CollectiveOp):
-    """Concatenate every rank's chunk along ``dim``: result is the gathered shape."""
+    """Concatenate every rank's chunk along ``dim``: result is the gathered shape.
+
+    ``%r = comm.all_gather %x {axis = "tp", dim = 0, mesh = @mesh} : (tensor<2x16xf32>) -> tensor<8x16xf32>``
+    """
 
     name = "comm.all_gather"
     required_attrs = {**CollectiveOp.required_attrs, "dim": IntegerAttr}
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return (f"comm.all_gather({ins[0]}, {literal(self.axis)}, {self._dim('dim')}, "
+                f"{shape_literal(self.result.tensor_type.shape)})")
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
@@ -115,11 +139,17 @@ class AllGatherOp(CollectiveOp):
 
 
 class AllSliceOp(CollectiveOp):
-    """Keep this rank's ``torch.chunk`` piece along ``dim`` (no traffic)."""
+    """Keep this rank's ``torch.chunk`` piece along ``dim`` (no traffic).
+
+    ``%r = comm.all_slice %x {axis = "tp", dim = 1, mesh = @mesh} : (tensor<8x16xf32>) -> tensor<8x4xf32>``
+    """
 
     name = "comm.all_slice"
     required_attrs = {**CollectiveOp.required_attrs, "dim": IntegerAttr}
     traits = frozenset({"Pure"})
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"comm.all_slice({ins[0]}, {literal(self.axis)}, {self._dim('dim')})"
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
@@ -129,7 +159,10 @@ class AllSliceOp(CollectiveOp):
 
 
 class AllReduceOp(CollectiveOp):
-    """Reduce over the process group of one or more mesh axes; shape unchanged."""
+    """Reduce over the process group of one or more mesh axes; shape unchanged.
+
+    ``%r = comm.all_reduce %x {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x4xf32>``
+    """
 
     name = "comm.all_reduce"
     required_attrs = {"mesh": SymbolRefAttr, "axes": ArrayAttr, "op": StringAttr}
@@ -141,6 +174,9 @@ class AllReduceOp(CollectiveOp):
     @property
     def axes(self) -> tuple[str, ...]:
         return tuple(a.value for a in self.attributes["axes"])  # type: ignore[attr-defined]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"comm.all_reduce({ins[0]}, {literal(list(self.axes))}, {literal(str(self.attr_value('op')))})"
 
     def verify_(self) -> None:
         axes = self.attributes["axes"]
@@ -157,10 +193,17 @@ class AllReduceOp(CollectiveOp):
 
 
 class ReduceScatterOp(CollectiveOp):
-    """Reduce over the group, then keep this rank's chunk along ``dim``."""
+    """Reduce over the group, then keep this rank's chunk along ``dim``.
+
+    ``%r = comm.reduce_scatter %x {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<8x4xf32>) -> tensor<2x4xf32>``
+    """
 
     name = "comm.reduce_scatter"
     required_attrs = {**CollectiveOp.required_attrs, "dim": IntegerAttr, "op": StringAttr}
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return (f"comm.reduce_scatter({ins[0]}, {literal(self.axis)}, {self._dim('dim')}, "
+                f"{literal(str(self.attr_value('op')))})")
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
@@ -171,10 +214,18 @@ class ReduceScatterOp(CollectiveOp):
 
 
 class AllToAllOp(CollectiveOp):
-    """Split along ``split_dim``, exchange, concatenate along ``concat_dim``."""
+    """Split along ``split_dim``, exchange, concatenate along ``concat_dim``.
+
+    ``%r = comm.all_to_all %x {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1}
+    : (tensor<2x4xf32>) -> tensor<8x1xf32>``
+    """
 
     name = "comm.all_to_all"
     required_attrs = {**CollectiveOp.required_attrs, "split_dim": IntegerAttr, "concat_dim": IntegerAttr}
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return (f"comm.all_to_all({ins[0]}, {literal(self.axis)}, {self._dim('split_dim')}, "
+                f"{self._dim('concat_dim')}, {shape_literal(self.result.tensor_type.shape)})")
 
     def verify_(self) -> None:
         src, dst, n = self._check_common()

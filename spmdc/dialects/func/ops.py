@@ -30,6 +30,8 @@ class FuncOp(Operation):
 
     Argument/result attributes (``shard.sharding``, ``spmdc.param``, ``spmdc.grad_of``,
     ``spmdc.loss``) live in ``arg_attrs`` / ``res_attrs`` (arrays of dictionaries).
+
+    ``func.func @f(%x: tensor<4xf32> {spmdc.param = "w"}) -> tensor<4xf32> { func.return %x : tensor<4xf32> }``
     """
 
     name = "func.func"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, format_symbol, quote
 from spmdc.ir.core import Operation
 from spmdc.ir.location import UNKNOWN, Location
+from spmdc.dialects.pyexpr import TorchImpl
 from spmdc.dialects.shard.placements import ShardingAttr
 from spmdc.ir.symbols import lookup_symbol
 from spmdc.ir.types import TensorType
@@ -104,7 +105,7 @@ def check_sharding(op: Operation, sharding: object, ty: object, what: str) -> No
         raise op.emit_error(f"{what}: {reason}")
 
 
-class AnnotateOp(Operation):
+class AnnotateOp(TorchImpl, Operation):
     """Pins the layout of a global value; propagation never overrides it.
 
     ``%1 = shard.annotate %0 {sharding = #shard<@mesh, [S(0), R]>} : tensor<8x16xf32>``
@@ -113,6 +114,7 @@ class AnnotateOp(Operation):
     name = "shard.annotate"
     num_operands = 1
     num_results = 1
+    torch = "{0}"   # on one device a layout is no computation
     required_attrs = {"sharding": ShardingAttr}
     traits = frozenset({"Pure", "SameOperandsAndResultType"})
 
@@ -128,7 +130,7 @@ class AnnotateOp(Operation):
         check_sharding(self, self.sharding, self.result.type, "sharding")
 
 
-class RedistributeOp(Operation):
+class RedistributeOp(TorchImpl, Operation):
     """Changes a global value's layout from one sharding to another (same mesh).
 
     ``%2 = shard.redistribute %1 {from = #shard<@m, [S(0)]>, to = #shard<@m, [R]>} : tensor<8x16xf32>``
@@ -137,6 +139,7 @@ class RedistributeOp(Operation):
     name = "shard.redistribute"
     num_operands = 1
     num_results = 1
+    torch = "{0}"
     required_attrs = {"from": ShardingAttr, "to": ShardingAttr}
     traits = frozenset({"Pure", "SameOperandsAndResultType"})
 

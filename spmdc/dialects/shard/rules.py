@@ -208,3 +208,45 @@ def broadcast_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
     off = dst.rank - src.rank
     ops = [None if (s == 1 and dst.shape[off + i] != 1) else res[off + i] for i, s in enumerate(src.shape)]
     return b.build([ops], [res], partial_one=(0,))
+
+
+def dim_blocked_rule(operand_types: Sequence[TensorType], result_types: Sequence[TensorType], dim: int,
+                     partial_one: tuple[int, ...] = ()) -> OpShardingRule:
+    """Elementwise over every dim except ``dim``, which needs replication (softmax, cumsum, concat)."""
+    out = result_types[0]
+    base = elementwise_rule([t for t in operand_types if t.rank == out.rank], out)
+    fs = base.results[0]
+    blocked = frozenset({fs[dim]}) if 0 <= dim < len(fs) and fs[dim] is not None else frozenset()
+    operands = tuple(base.operands[0] for _ in operand_types) if len(base.operands) == 1 else base.operands
+    if len(operands) != len(operand_types):
+        return replicated_rule(operand_types, result_types)
+    return OpShardingRule(operands, tuple(fs for _ in result_types), base.factor_sizes, blocked=blocked,
+                          partial_one=partial_one)
+
+
+def aligned_rule(operand_types: Sequence[TensorType], result_type: TensorType,
+                 blocked_dims: set[int]) -> OpShardingRule:
+    """Operands of the result's rank map dim-for-dim (where sizes agree) to the result's
+    factors; lower-rank operands broadcast from the right; ``blocked_dims`` of the result
+    and every dim whose sizes differ stay whole (slices, pads, gathers, scatters)."""
+    b = RuleBuilder()
+    res = [b.factor(s) for s in result_type.shape]
+    blocked = {res[d] for d in blocked_dims if 0 <= d < len(res)}
+    ops = []
+    for t in operand_types:
+        off = result_type.rank - t.rank
+        dims: list[int | None] = []
+        for i, size in enumerate(t.shape):
+            j = off + i
+            if 0 <= j < result_type.rank and size == result_type.shape[j]:
+                dims.append(res[j])
+            elif size == 1:
+                dims.append(None)
+            else:
+                f = b.factor(size)
+                blocked.add(f)
+                if 0 <= j < len(res):
+                    blocked.add(res[j])
+                dims.append(f)
+        ops.append(dims)
+    return b.build(ops, [res], blocked=frozenset(blocked))

@@ -1,12 +1,51 @@
-"""Shared pieces of ``tensor`` ops: the base class, inference helpers, lazy torch."""
+"""What every ``tensor`` op declares, in one place beside its class.
+
+A ``tensor`` op class carries everything the compiler needs to know about it:
+
+* shape/dtype inference (``infer_result_types``) and a verifier (``verify_``);
+* its torch implementation: ``torch`` (a template) or ``torch_expr()`` — the one semantics
+  that the interpreter evaluates and the Python codegen writes (:mod:`spmdc.dialects.pyexpr`);
+* its sharding rule: ``sharding_rule()`` returning an einsum-like factor rule
+  (:mod:`spmdc.dialects.shard.rules`), or ``replicated_rule`` said explicitly;
+* how it enters a Triton kernel, ``kernel``: ``"elementwise"`` (then ``triton`` or
+  ``triton_expr()`` gives the expression on blocks), ``"row"`` (a reduction or normaliser
+  along the last dim: ``row_kernel`` names the template), ``"matmul"``, or ``"none"``;
+* traits: ``Pure``, ``Commutative``, ``SameOperandsAndResultType``, ``View`` (moves no data
+  in torch: reshape, permute, broadcast, slice), ``StridedView`` (always a strided view).
+
+Tables elsewhere (fusable ops, Triton lowering, view ops, Partial linearity) are derived
+from these declarations; ``tests/unit/dialects/test_op_definitions.py`` fails when an op
+lacks one.
+
+    %0 = tensor.matmul %x, %w : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+"""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
+from spmdc.dialects.pyexpr import TorchImpl
+from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule as _replicated
 from spmdc.ir.attributes import Attribute
 from spmdc.ir.core import InferError, Operation
-from spmdc.ir.types import TensorType, Type
+from spmdc.ir.types import ELEMENT_TYPE_INFO, TensorType, Type
+
+KERNEL_FORMS = ("elementwise", "row", "matmul", "none")
+TRAITS = frozenset({"Pure", "Commutative", "SameOperandsAndResultType", "View", "StridedView"})
+
+# Triton helper functions that ``triton`` templates may call (emitted once per program when used)
+TRITON_HELPERS: dict[str, str] = {
+    "_tanh": '''@triton.jit
+def _tanh(x):
+    # tanh(x) = sign(x) * (1 - e) / (1 + e), e = exp(-2|x|); a Taylor series near 0 avoids cancellation
+    ax = tl.abs(x)
+    e = tl.exp(-2.0 * ax)
+    big = (1.0 - e) / (1.0 + e)
+    x2 = x * x
+    small = ax * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * -0.05396825396825397)))
+    t = tl.where(ax < 0.125, small, big)
+    return tl.where(x < 0, -t, t)''',
+}
 
 
 def torch_module() -> Any:
@@ -16,27 +55,58 @@ def torch_module() -> Any:
     return torch
 
 
-TORCH_DTYPES = {
-    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
-    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool",
-}
-
-
 def torch_dtype(element_type: str) -> Any:
-    return getattr(torch_module(), TORCH_DTYPES[element_type])
+    return getattr(torch_module(), ELEMENT_TYPE_INFO[element_type].torch)
 
 
-class TensorOp(Operation):
-    """Base of compute ops on tensors (global or local shapes).
+def dtype_source(t: TensorType | str) -> str:
+    """``torch.float32`` for a tensor type or element type name (generated code's spelling)."""
+    name = t if isinstance(t, str) else t.element_type
+    return ELEMENT_TYPE_INFO[name].torch_dtype_source
 
-    ``reference(*tensors)`` computes the op with torch eager ops; the interpreter
-    and the generated code rely on it.
-    """
+
+def triton_type(t: TensorType | str) -> str:
+    """``tl.float32`` for a tensor type or element type name."""
+    name = t if isinstance(t, str) else t.element_type
+    return ELEMENT_TYPE_INFO[name].triton
+
+
+class TensorOp(TorchImpl, Operation):
+    """Base of compute ops on tensors (global or local shapes); see the module doc."""
 
     traits: ClassVar[frozenset[str]] = frozenset({"Pure"})
+    kernel: ClassVar[str] = ""             # one of KERNEL_FORMS; "" means undeclared
+    triton: ClassVar[str | None] = None    # elementwise: template over the operands' block values
+    row_kernel: ClassVar[str | None] = None
 
-    def reference(self, *args: Any) -> Any:
-        raise NotImplementedError(f"'{self.name}' has no reference implementation")
+    def sharding_rule(self) -> OpShardingRule:
+        """The op's factor rule; every concrete op declares it (or ``replicated_rule``)."""
+        raise NotImplementedError(f"'{self.name}' declares no sharding rule")
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        """The op on Triton block values ``ins`` (elementwise kernels); None if not expressible."""
+        return None if self.triton is None else self.triton.format(*ins)
+
+    def kernel_role(self) -> str | None:
+        """``"elementwise"``, ``"row"`` or ``"matmul"`` when this instance can be part of a
+        ``kernel.fused`` region of that kind (types and attributes permitting); else None."""
+        if self.kernel != "elementwise" or len(self.results) != 1:
+            return None
+        if not all(isinstance(v.type, TensorType) for v in (*self.operands, self.result)):
+            return None
+        return "elementwise" if self.triton_expr([f"_{i}" for i in range(len(self.operands))]) else None
+
+    def _row_role(self, dims: Sequence[int]) -> str | None:
+        """Row ops qualify when they work along exactly the last dim of a float tensor."""
+        src = self.operand(0).type
+        if not isinstance(src, TensorType) or src.rank == 0 or not src.is_float:
+            return None
+        return "row" if list(dims) == [src.rank - 1] else None
+
+
+def replicated_rule(op: Operation) -> OpShardingRule:
+    """The explicit "runs replicated" rule: every dim of every value stays whole."""
+    return _replicated([v.type for v in op.operands], [r.type for r in op.results])
 
 
 def tensor_types(types: list[Type], op_name: str) -> list[TensorType]:

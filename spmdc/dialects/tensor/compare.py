@@ -8,19 +8,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Sequence
 
+from spmdc.dialects.tensor.base import broadcast_shapes, same_element_type, tensor_types
+from spmdc.dialects.tensor.elementwise import BinaryOp, ElementwiseOp, UnaryOp
+from spmdc.dialects.tensor.helpers import str_attr
 from spmdc.ir.attributes import StringAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
-from spmdc.dialects.tensor.base import TensorOp, broadcast_shapes, same_element_type, tensor_types, torch_module
-from spmdc.dialects.tensor.elementwise import BinaryOp, UnaryOp
-from spmdc.dialects.tensor.helpers import str_attr
 
-PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+PREDICATES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-class CompareOp(TensorOp):
+class CompareOp(ElementwiseOp):
     """Elementwise comparison of two broadcast operands of one element type; result ``i1``.
 
     ``predicate`` is one of ``eq ne lt le gt ge``.
@@ -30,24 +30,33 @@ class CompareOp(TensorOp):
 
     name = "tensor.compare"
     num_operands = 2
-    num_results = 1
     required_attrs = {"predicate": StringAttr}
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
         a, b = tensor_types(operand_types, cls.name)
         same_element_type([a, b])
-        str_attr(attrs, "predicate", PREDICATES)
+        str_attr(attrs, "predicate", tuple(PREDICATES))
         return [TensorType(broadcast_shapes(a.shape, b.shape), "i1")]
 
-    def reference(self, a: Any, b: Any) -> Any:
-        return getattr(torch_module(), self.attr_value("predicate"))(a, b)
+    @property
+    def predicate(self) -> str:
+        p = str(self.attr_value("predicate"))
+        if p not in PREDICATES:  # unverified IR: never let the text reach generated code
+            raise self.emit_error(f"attribute 'predicate' must be one of {', '.join(PREDICATES)}, got {p!r}")
+        return p
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.{self.predicate}({ins[0]}, {ins[1]})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str:
+        return f"({ins[0]} {PREDICATES[self.predicate]} {ins[1]})"
 
 
 class LogicOp(BinaryOp):
     """Bitwise op on integer tensors; on ``i1`` the logical one."""
 
-    fn: Callable[[Any, Any], Any]
+    traits = BinaryOp.traits | {"Commutative"}
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -61,24 +70,24 @@ class AndOp(LogicOp):
     """``%r = tensor.and %a, %b : tensor<4xi1>`` — a & b."""
 
     name = "tensor.and"
-    traits = LogicOp.traits | {"Commutative"}
-    fn = staticmethod(lambda a, b: torch_module().bitwise_and(a, b))
+    torch = "torch.bitwise_and({0}, {1})"
+    triton = "({0} & {1})"
 
 
 class OrOp(LogicOp):
     """``%r = tensor.or %a, %b : tensor<4xi1>`` — a | b."""
 
     name = "tensor.or"
-    traits = LogicOp.traits | {"Commutative"}
-    fn = staticmethod(lambda a, b: torch_module().bitwise_or(a, b))
+    torch = "torch.bitwise_or({0}, {1})"
+    triton = "({0} | {1})"
 
 
 class XorOp(LogicOp):
     """``%r = tensor.xor %a, %b : tensor<4xi1>`` — a ^ b."""
 
     name = "tensor.xor"
-    traits = LogicOp.traits | {"Commutative"}
-    fn = staticmethod(lambda a, b: torch_module().bitwise_xor(a, b))
+    torch = "torch.bitwise_xor({0}, {1})"
+    triton = "({0} ^ {1})"
 
 
 class NotOp(UnaryOp):
@@ -86,7 +95,7 @@ class NotOp(UnaryOp):
 
     name = "tensor.not"
     float_only = False
-    traits = UnaryOp.traits | {"SameOperandsAndResultType"}
+    torch = "torch.bitwise_not({0})"
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -95,11 +104,11 @@ class NotOp(UnaryOp):
             raise InferError(f"expects an integer or i1 tensor, got {a}")
         return [a]
 
-    def reference(self, a: Any) -> Any:
-        return torch_module().bitwise_not(a)
+    def triton_expr(self, ins: Sequence[str]) -> str:
+        return f"({ins[0]} == 0)" if self.result.tensor_type.element_type == "i1" else f"(~{ins[0]})"
 
 
-class SelectOp(TensorOp):
+class SelectOp(ElementwiseOp):
     """``cond ? a : b`` elementwise (``torch.where``); all three operands broadcast.
 
     ``%r = tensor.select %c, %a, %b : (tensor<8x8xi1>, tensor<8x8xf32>, tensor<f32>) -> tensor<8x8xf32>``
@@ -107,7 +116,8 @@ class SelectOp(TensorOp):
 
     name = "tensor.select"
     num_operands = 3
-    num_results = 1
+    torch = "torch.where({0}, {1}, {2})"
+    triton = "tl.where({0}, {1}, {2})"
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -117,9 +127,6 @@ class SelectOp(TensorOp):
         elt = same_element_type([a, b])
         shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape), b.shape)
         return [TensorType(shape, elt)]
-
-    def reference(self, c: Any, a: Any, b: Any) -> Any:
-        return torch_module().where(c, a, b)
 
 
 OPS = [CompareOp, AndOp, OrOp, XorOp, NotOp, SelectOp]

@@ -1,28 +1,43 @@
-"""Elementwise ``tensor`` ops with torch broadcasting.
+"""Elementwise ``tensor`` ops with torch broadcasting: arithmetic, basic math, casts.
 
     %0 = tensor.add %a, %b : tensor<8x16xf32>
     %1 = tensor.mul %0, %s : (tensor<8x16xf32>, tensor<f32>) -> tensor<8x16xf32>
     %2 = tensor.relu %1 : tensor<8x16xf32>
     %3 = tensor.cast %2 : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+
+An elementwise op's sharding rule maps every operand dim to the result dim it broadcasts
+to; ``partial_all`` (every operand ``P(sum)`` gives ``P(sum)``: add, sub) and
+``partial_one`` (operand ``i`` ``P(sum)`` with the rest ``R``: mul, the numerator of div,
+neg, casts) say where a pending sum may pass through.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import ClassVar, Sequence
 
+from spmdc.dialects.shard.rules import OpShardingRule, elementwise_rule
+from spmdc.dialects.tensor.base import TensorOp, broadcast_shapes, dtype_source, same_element_type, tensor_types, triton_type
 from spmdc.ir.core import InferError
-from spmdc.dialects.tensor.base import (
-    TensorOp, broadcast_shapes, same_element_type, tensor_types, torch_dtype, torch_module,
-)
 from spmdc.ir.types import TensorType
 
 
-class BinaryOp(TensorOp):
+class ElementwiseOp(TensorOp):
+    """Base: one result computed point by point from broadcast operands."""
+
+    num_results = 1
+    kernel = "elementwise"
+    partial_all: ClassVar[bool] = False
+    partial_one: ClassVar[tuple[int, ...]] = ()
+
+    def sharding_rule(self) -> OpShardingRule:
+        return elementwise_rule([v.type for v in self.operands], self.result.type,  # type: ignore[misc]
+                                partial_all=self.partial_all, partial_one=self.partial_one)
+
+
+class BinaryOp(ElementwiseOp):
     """Two operands, broadcast against each other, same element type."""
 
     num_operands = 2
-    num_results = 1
-    fn: Callable[[Any, Any], Any]
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -30,36 +45,13 @@ class BinaryOp(TensorOp):
         elt = same_element_type([a, b])
         return [TensorType(broadcast_shapes(a.shape, b.shape), elt)]
 
-    def reference(self, a: Any, b: Any) -> Any:
-        return type(self).fn(a, b)
 
-
-def _binary(op_name: str, doc: str, fn: Callable[[Any, Any], Any], commutative: bool) -> type[BinaryOp]:
-    traits = BinaryOp.traits | ({"Commutative"} if commutative else set())
-    cls = type(op_name.split(".")[1].title() + "Op", (BinaryOp,),
-               {"name": op_name, "__doc__": doc, "fn": staticmethod(fn), "traits": frozenset(traits)})
-    return cls  # type: ignore[return-value]
-
-
-AddOp = _binary("tensor.add", "``%r = tensor.add %a, %b : tensor<4xf32>`` — a + b.", lambda a, b: a + b, True)
-SubOp = _binary("tensor.sub", "``%r = tensor.sub %a, %b : tensor<4xf32>`` — a - b.", lambda a, b: a - b, False)
-MulOp = _binary("tensor.mul", "``%r = tensor.mul %a, %b : tensor<4xf32>`` — a * b.", lambda a, b: a * b, True)
-DivOp = _binary("tensor.div", "``%r = tensor.div %a, %b : tensor<4xf32>`` — a / b (integers: truncating).",
-                lambda a, b: a / b if a.is_floating_point() else torch_module().div(a, b, rounding_mode="trunc"),
-                False)
-MaximumOp = _binary("tensor.maximum", "``%r = tensor.maximum %a, %b : tensor<4xf32>`` — elementwise max.",
-                    lambda a, b: torch_module().maximum(a, b), True)
-MinimumOp = _binary("tensor.minimum", "``%r = tensor.minimum %a, %b : tensor<4xf32>`` — elementwise min.",
-                    lambda a, b: torch_module().minimum(a, b), True)
-
-
-class UnaryOp(TensorOp):
-    """One operand, same result type."""
+class UnaryOp(ElementwiseOp):
+    """One operand, same result type (floating point unless ``float_only`` is False)."""
 
     num_operands = 1
-    num_results = 1
-    fn: Callable[[Any], Any]
-    float_only = True
+    float_only: ClassVar[bool] = True
+    traits = ElementwiseOp.traits | {"SameOperandsAndResultType"}
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -68,32 +60,131 @@ class UnaryOp(TensorOp):
             raise InferError(f"expects a floating-point tensor, got {a}")
         return [a]
 
-    def reference(self, a: Any) -> Any:
-        return type(self).fn(a)
+
+class AddOp(BinaryOp):
+    """``%r = tensor.add %a, %b : tensor<4xf32>`` — a + b."""
+
+    name = "tensor.add"
+    traits = BinaryOp.traits | {"Commutative"}
+    torch = "torch.add({0}, {1})"
+    triton = "({0} + {1})"
+    partial_all = True
 
 
-def _unary(op_name: str, doc: str, fn: Callable[[Any], Any], float_only: bool = True) -> type[UnaryOp]:
-    cls = type(op_name.split(".")[1].title() + "Op", (UnaryOp,),
-               {"name": op_name, "__doc__": doc, "fn": staticmethod(fn), "float_only": float_only,
-                "traits": UnaryOp.traits | {"SameOperandsAndResultType"}})
-    return cls  # type: ignore[return-value]
+class SubOp(BinaryOp):
+    """``%r = tensor.sub %a, %b : tensor<4xf32>`` — a - b."""
+
+    name = "tensor.sub"
+    torch = "torch.sub({0}, {1})"
+    triton = "({0} - {1})"
+    partial_all = True
 
 
-def _t() -> Any:
-    return torch_module()
+class MulOp(BinaryOp):
+    """``%r = tensor.mul %a, %b : tensor<4xf32>`` — a * b."""
+
+    name = "tensor.mul"
+    traits = BinaryOp.traits | {"Commutative"}
+    torch = "torch.mul({0}, {1})"
+    triton = "({0} * {1})"
+    partial_one = (0, 1)
 
 
-NegOp = _unary("tensor.neg", "``%r = tensor.neg %a : tensor<4xf32>`` — -a.", lambda a: -a, float_only=False)
-ExpOp = _unary("tensor.exp", "``%r = tensor.exp %a : tensor<4xf32>``.", lambda a: _t().exp(a))
-LogOp = _unary("tensor.log", "``%r = tensor.log %a : tensor<4xf32>``.", lambda a: _t().log(a))
-SqrtOp = _unary("tensor.sqrt", "``%r = tensor.sqrt %a : tensor<4xf32>``.", lambda a: _t().sqrt(a))
-RsqrtOp = _unary("tensor.rsqrt", "``%r = tensor.rsqrt %a : tensor<4xf32>`` — 1/sqrt(a).", lambda a: _t().rsqrt(a))
-TanhOp = _unary("tensor.tanh", "``%r = tensor.tanh %a : tensor<4xf32>``.", lambda a: _t().tanh(a))
-ReluOp = _unary("tensor.relu", "``%r = tensor.relu %a : tensor<4xf32>`` — max(a, 0).",
-                lambda a: _t().relu(a), float_only=False)
+class DivOp(BinaryOp):
+    """``%r = tensor.div %a, %b : tensor<4xf32>`` — a / b (integers: truncating)."""
+
+    name = "tensor.div"
+    partial_one = (0,)
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        if self.result.tensor_type.is_float:
+            return f"torch.div({ins[0]}, {ins[1]})"
+        return f"torch.div({ins[0]}, {ins[1]}, rounding_mode='trunc')"
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        return f"({ins[0]} / {ins[1]})" if self.result.tensor_type.is_float else None
 
 
-class CastOp(TensorOp):
+class MaximumOp(BinaryOp):
+    """``%r = tensor.maximum %a, %b : tensor<4xf32>`` — elementwise max."""
+
+    name = "tensor.maximum"
+    traits = BinaryOp.traits | {"Commutative"}
+    torch = "torch.maximum({0}, {1})"
+    triton = "tl.maximum({0}, {1})"
+
+
+class MinimumOp(BinaryOp):
+    """``%r = tensor.minimum %a, %b : tensor<4xf32>`` — elementwise min."""
+
+    name = "tensor.minimum"
+    traits = BinaryOp.traits | {"Commutative"}
+    torch = "torch.minimum({0}, {1})"
+    triton = "tl.minimum({0}, {1})"
+
+
+class NegOp(UnaryOp):
+    """``%r = tensor.neg %a : tensor<4xf32>`` — -a."""
+
+    name = "tensor.neg"
+    float_only = False
+    torch = "torch.neg({0})"
+    triton = "(-{0})"
+    partial_one = (0,)
+
+
+class ExpOp(UnaryOp):
+    """``%r = tensor.exp %a : tensor<4xf32>``."""
+
+    name = "tensor.exp"
+    torch = "torch.exp({0})"
+    triton = "tl.exp({0})"
+
+
+class LogOp(UnaryOp):
+    """``%r = tensor.log %a : tensor<4xf32>``."""
+
+    name = "tensor.log"
+    torch = "torch.log({0})"
+    triton = "tl.log({0})"
+
+
+class SqrtOp(UnaryOp):
+    """``%r = tensor.sqrt %a : tensor<4xf32>``."""
+
+    name = "tensor.sqrt"
+    torch = "torch.sqrt({0})"
+    triton = "tl.sqrt({0})"
+
+
+class RsqrtOp(UnaryOp):
+    """``%r = tensor.rsqrt %a : tensor<4xf32>`` — 1/sqrt(a)."""
+
+    name = "tensor.rsqrt"
+    torch = "torch.rsqrt({0})"
+    triton = "tl.rsqrt({0})"
+
+
+class TanhOp(UnaryOp):
+    """``%r = tensor.tanh %a : tensor<4xf32>``."""
+
+    name = "tensor.tanh"
+    torch = "torch.tanh({0})"
+    triton = "_tanh({0})"
+
+
+class ReluOp(UnaryOp):
+    """``%r = tensor.relu %a : tensor<4xf32>`` — max(a, 0)."""
+
+    name = "tensor.relu"
+    float_only = False
+    torch = "torch.relu({0})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str:
+        return f"tl.maximum({ins[0]}, {'0.0' if self.result.tensor_type.is_float else '0'})"
+
+
+class CastOp(ElementwiseOp):
     """Element type conversion, shape unchanged.
 
     ``%r = tensor.cast %a : (tensor<4xf32>) -> tensor<4xbf16>``
@@ -101,15 +192,22 @@ class CastOp(TensorOp):
 
     name = "tensor.cast"
     num_operands = 1
-    num_results = 1
+    partial_one = (0,)
 
     def verify_(self) -> None:
         src, dst = self.operand(0).type, self.result.type
         if not isinstance(src, TensorType) or not isinstance(dst, TensorType) or src.shape != dst.shape:
             raise self.emit_error(f"result {dst} must have the shape of operand {src}")
 
-    def reference(self, a: Any) -> Any:
-        return a.to(torch_dtype(self.result.tensor_type.element_type))
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"{ins[0]}.to({dtype_source(self.result.tensor_type)})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        t = self.result.tensor_type
+        if t.element_type == "i1":  # Triton's int1 conversion is not torch's != 0
+            return None
+        x = ins[0] if ins[0].isidentifier() or ins[0].startswith("tl.full(") else f"tl.full([], {ins[0]}, tl.float32)"
+        return f"{x}.to({triton_type(t)})"
 
 
 OPS = [AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, NegOp, ExpOp, LogOp, SqrtOp, RsqrtOp,

@@ -13,15 +13,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
 
+from spmdc.dialects.pyexpr import literal
+from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder, aligned_rule, dim_blocked_rule
+from spmdc.dialects.tensor.base import (
+    TensorOp, broadcast_shapes, check_dims, int_list, replicated_rule, same_element_type, tensor_types,
+)
+from spmdc.dialects.tensor.helpers import bool_attr, check_dim, int_attr, number_attr, require_int, str_attr
 from spmdc.ir.attributes import ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, StringAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
-from spmdc.dialects.tensor.base import (
-    TensorOp, broadcast_shapes, check_dims, int_list, same_element_type, tensor_types, torch_module,
-)
-from spmdc.dialects.tensor.helpers import bool_attr, check_dim, int_attr, number_attr, require_int, str_attr
 
 _SLICE_ATTRS = {"dim": IntegerAttr, "start": IntegerAttr, "end": IntegerAttr, "step": IntegerAttr}
 
@@ -37,7 +39,24 @@ def _slice_len(attrs, t: TensorType) -> tuple[int, int, int, int, int]:
     return dim, start, end, step, (end - start + step - 1) // step
 
 
-class SliceOp(TensorOp):
+class AlignedOp(TensorOp):
+    """Base of ops whose operands line up dim for dim with the result except along the dims
+    they index (``blocked_dims``): those need replication; every other dim is free."""
+
+    kernel = "none"
+
+    def blocked_dims(self) -> set[int]:
+        return {int(self.attr_value("dim"))}  # type: ignore[arg-type]
+
+    def sharding_rule(self) -> OpShardingRule:
+        return aligned_rule([v.type for v in self.operands], self.result.tensor_type,  # type: ignore[misc]
+                            self.blocked_dims())
+
+    def slice_attrs(self) -> tuple[int, int, int, int]:
+        return tuple(int(self.attr_value(k)) for k in ("dim", "start", "end", "step"))  # type: ignore[return-value]
+
+
+class SliceOp(AlignedOp):
     """Elements ``start, start+step, ... < end`` of dim ``dim`` (0 <= start <= end <= size).
 
     ``%r = tensor.slice %x {dim = 0, end = 6, start = 0, step = 2} : (tensor<8xf32>) -> tensor<3xf32>``
@@ -47,6 +66,7 @@ class SliceOp(TensorOp):
     num_operands = 1
     num_results = 1
     required_attrs = _SLICE_ATTRS
+    traits = TensorOp.traits | {"View", "StridedView"}
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -54,14 +74,13 @@ class SliceOp(TensorOp):
         dim, _, _, _, n = _slice_len(attrs, a)
         return [a.with_shape(a.shape[:dim] + (n,) + a.shape[dim + 1:])]
 
-    def reference(self, a: Any) -> Any:
-        d, s, e, st = (self.attr_value(k) for k in ("dim", "start", "end", "step"))
-        idx = [slice(None)] * a.dim()
-        idx[d] = slice(s, e, st)
-        return a[tuple(idx)]
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        dim, start, end, step = self.slice_attrs()
+        idx = [":"] * dim + [f"{start}:{end}" + (f":{step}" if step != 1 else "")]
+        return f"{ins[0]}[{', '.join(idx)}]"
 
 
-class InsertSliceOp(TensorOp):
+class InsertSliceOp(AlignedOp):
     """``dest`` with the slice ``{dim, start, end, step}`` replaced by ``src`` (``slice_scatter``).
 
     ``%r = tensor.insert_slice %d, %s {dim = 1, end = 4, start = 0, step = 1}
@@ -83,12 +102,12 @@ class InsertSliceOp(TensorOp):
             raise InferError(f"source {s} does not match the slice shape {list(want)}")
         return [d]
 
-    def reference(self, d: Any, s: Any) -> Any:
-        dim, st, e, step = (self.attr_value(k) for k in ("dim", "start", "end", "step"))
-        return torch_module().slice_scatter(d, s, dim, st, e, step)
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        dim, start, end, step = self.slice_attrs()
+        return f"torch.slice_scatter({ins[0]}, {ins[1]}, {dim}, {start}, {end}, {step})"
 
 
-class ReverseOp(TensorOp):
+class ReverseOp(AlignedOp):
     """Reverse the order of elements along ``dims`` (``torch.flip``).
 
     ``%r = tensor.reverse %x {dims = [1]} : tensor<2x8xf32>``
@@ -106,8 +125,11 @@ class ReverseOp(TensorOp):
         check_dims(int_list(attrs, "dims"), a.rank, "reversed dim")
         return [a]
 
-    def reference(self, a: Any) -> Any:
-        return torch_module().flip(a, self.attr_value("dims"))
+    def blocked_dims(self) -> set[int]:
+        return set(self.attr_value("dims"))  # type: ignore[arg-type]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.flip({ins[0]}, {literal(list(self.attr_value('dims')))})"  # type: ignore[arg-type]
 
 
 class ConcatOp(TensorOp):
@@ -119,6 +141,7 @@ class ConcatOp(TensorOp):
     name = "tensor.concat"
     num_results = 1
     required_attrs = {"dim": IntegerAttr}
+    kernel = "none"
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -135,11 +158,15 @@ class ConcatOp(TensorOp):
         shape[dim] = sum(t.shape[dim] for t in ts)
         return [TensorType(tuple(shape), elt)]
 
-    def reference(self, *xs: Any) -> Any:
-        return torch_module().cat(xs, dim=self.attr_value("dim"))
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.cat([{', '.join(ins)}], dim={literal(self.attr_value('dim'))})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        return dim_blocked_rule([v.tensor_type for v in self.operands], [self.result.tensor_type],
+                                int(self.attr_value("dim")))  # type: ignore[arg-type]
 
 
-class PadOp(TensorOp):
+class PadOp(AlignedOp):
     """Pad (or, with negative amounts, crop) each dim by ``low``/``high`` elements of ``value``.
 
     ``%r = tensor.pad %x {high = [0, 1], low = [0, 0], value = -100} : (tensor<2x8xi64>) -> tensor<2x9xi64>``
@@ -164,12 +191,15 @@ class PadOp(TensorOp):
             raise InferError(f"padding gives a negative size {list(shape)}")
         return [a.with_shape(shape)]
 
-    def reference(self, a: Any) -> Any:
+    def blocked_dims(self) -> set[int]:
         low, high = self.attr_value("low"), self.attr_value("high")
+        return {d for d, (lo, hi) in enumerate(zip(low, high)) if lo or hi}  # type: ignore[arg-type]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
         pad: list[int] = []
-        for lo, hi in reversed(list(zip(low, high))):
-            pad += [lo, hi]
-        return torch_module().nn.functional.pad(a, pad, value=self.attr_value("value"))
+        for lo, hi in reversed(list(zip(self.attr_value("low"), self.attr_value("high")))):  # type: ignore[arg-type]
+            pad += [int(lo), int(hi)]
+        return f"torch.nn.functional.pad({ins[0]}, {literal(pad)}, value={literal(self.attr_value('value'))})"
 
 
 class EmbeddingOp(TensorOp):
@@ -181,6 +211,8 @@ class EmbeddingOp(TensorOp):
     name = "tensor.embedding"
     num_operands = 2
     num_results = 1
+    torch = "torch.nn.functional.embedding({1}, {0})"
+    kernel = "none"
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -190,11 +222,16 @@ class EmbeddingOp(TensorOp):
         require_int(ids, "indices")
         return [TensorType(ids.shape + w.shape[1:], w.element_type)]
 
-    def reference(self, w: Any, ids: Any) -> Any:
-        return torch_module().nn.functional.embedding(ids, w)
+    def sharding_rule(self) -> OpShardingRule:
+        """``table[V, D]``, ``ids[...]`` -> ``[..., D]``: ids dims and D are parallel; V stays whole."""
+        table, ids = self.operand(0).tensor_type, self.operand(1).tensor_type
+        b = RuleBuilder()
+        fid = [b.factor(s) for s in ids.shape]
+        v, d = b.factor(table.shape[0]), b.factor(table.shape[1])
+        return b.build([[v, d], fid], [fid + [d]], blocked=frozenset({v}))
 
 
-class GatherOp(TensorOp):
+class GatherOp(AlignedOp):
     """``torch.gather``: ``r[i][j] = x[i][index[i][j]]`` for ``dim = 1``; result has the index's shape.
 
     ``%r = tensor.gather %x, %i {dim = 1} : (tensor<16x64xf32>, tensor<16x1xi64>) -> tensor<16x1xf32>``
@@ -215,11 +252,11 @@ class GatherOp(TensorOp):
             raise InferError(f"index {idx} does not fit {x} outside dim {dim}")
         return [TensorType(idx.shape, x.element_type)]
 
-    def reference(self, x: Any, idx: Any) -> Any:
-        return torch_module().gather(x, self.attr_value("dim"), idx)
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.gather({ins[0]}, {literal(self.attr_value('dim'))}, {ins[1]})"
 
 
-class ScatterOp(TensorOp):
+class ScatterOp(AlignedOp):
     """``torch.scatter``: ``x`` with ``x[i][index[i][j]] = src[i][j]`` (``dim = 1``); ``src`` has the
     index's shape. ``reduce = "add"`` accumulates instead of overwriting.
 
@@ -246,11 +283,9 @@ class ScatterOp(TensorOp):
             raise InferError(f"index {idx} does not fit {x} outside dim {dim}")
         return [x]
 
-    def reference(self, x: Any, idx: Any, src: Any) -> Any:
-        dim = self.attr_value("dim")
-        if self.attr_value("reduce") == "add":
-            return x.scatter_add(dim, idx, src)
-        return x.scatter(dim, idx, src)
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        fn = "scatter_add" if self.attr_value("reduce") == "add" else "scatter"
+        return f"{ins[0]}.{fn}({literal(self.attr_value('dim'))}, {ins[1]}, {ins[2]})"
 
 
 def _index_shape(x: TensorType, idx: list[TensorType]) -> tuple[int, ...]:
@@ -273,6 +308,8 @@ class IndexOp(TensorOp):
 
     name = "tensor.index"
     num_results = 1
+    kernel = "none"
+    sharding_rule = replicated_rule   # data-dependent reads of the indexed dims: runs replicated
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -281,8 +318,8 @@ class IndexOp(TensorOp):
             raise InferError("needs a tensor and at least one index tensor")
         return [TensorType(_index_shape(ts[0], ts[1:]), ts[0].element_type)]
 
-    def reference(self, x: Any, *idx: Any) -> Any:
-        return x[tuple(idx)]
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"{ins[0]}[{', '.join(ins[1:])}]"
 
 
 class IndexPutOp(TensorOp):
@@ -296,6 +333,7 @@ class IndexPutOp(TensorOp):
     name = "tensor.index_put"
     num_results = 1
     optional_attrs = {"accumulate": BoolAttr}
+    kernel = "none"
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -313,8 +351,44 @@ class IndexPutOp(TensorOp):
             raise InferError(f"values {v} do not broadcast to the indexed shape {list(target)}")
         return [x]
 
-    def reference(self, x: Any, *rest: Any) -> Any:
-        return x.index_put(tuple(rest[:-1]), rest[-1], accumulate=bool_attr(self.attributes, "accumulate"))
+    @property
+    def accumulate(self) -> bool:
+        return bool_attr(self.attributes, "accumulate")
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        idx = ins[1:-1]
+        tup = f"({idx[0]},)" if len(idx) == 1 else f"({', '.join(idx)})"
+        return f"{ins[0]}.index_put({tup}, {ins[-1]}, accumulate={literal(self.accumulate)})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        """``index_put(x, i0.., values)`` over the first k dims of x: those stay whole; trailing
+        dims are parallel. With ``accumulate`` the index (batch) dims are a sum: sharding them
+        scatters each rank's part and leaves the result ``P(sum)`` (x must then be ``P(sum)``,
+        e.g. zeros); it is linear in (x, values) together."""
+        x = self.operand(0).tensor_type
+        idx = [v.tensor_type for v in self.operands[1:-1]]
+        vals = self.operands[-1].tensor_type
+        k = len(idx)
+        b = RuleBuilder()
+        fx = [b.factor(s) for s in x.shape]
+        blocked = set(fx[:k])
+        bshape: tuple[int, ...] = ()
+        for t in idx:
+            bshape = broadcast_shapes(bshape, t.shape)
+        g = [b.factor(s) for s in bshape]
+        if not self.accumulate:
+            blocked.update(g)
+
+        def align(shape: tuple[int, ...], full: list[int], sizes: tuple[int, ...]) -> list[int | None]:
+            off = len(full) - len(shape)
+            return [None if (s == 1 and sizes[off + i] != 1) else full[off + i] for i, s in enumerate(shape)]
+
+        target, tsizes = g + fx[k:], bshape + tuple(x.shape[k:])
+        operands = [fx] + [align(t.shape, g, bshape) for t in idx] + [align(vals.shape, target, tsizes)]
+        return b.build(operands, [fx], blocked=frozenset(blocked),
+                       reductions=tuple((f, "sum") for f in g) if self.accumulate else (),
+                       reduce_partial_operands=(0,),
+                       partial_group=(0, len(self.operands) - 1) if self.accumulate else ())
 
 
 OPS = [SliceOp, InsertSliceOp, ReverseOp, ConcatOp, PadOp, EmbeddingOp, GatherOp, ScatterOp, IndexOp, IndexPutOp]

@@ -6,19 +6,25 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from spmdc.dialects.shard.rules import OpShardingRule, matmul_rule
+from spmdc.dialects.tensor.base import TensorOp, broadcast_shapes, same_element_type, tensor_types
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
-from spmdc.dialects.tensor.base import TensorOp, broadcast_shapes, same_element_type, tensor_types, torch_module
 
 
 class MatmulOp(TensorOp):
-    """``torch.matmul`` on operands of rank >= 2; batch dims broadcast."""
+    """``torch.matmul`` on operands of rank >= 2; batch dims broadcast:
+    ``%r = tensor.matmul %a, %b : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>``.
+
+    Sharding: ``([..., m, k], [..., k, n]) -> ([..., m, n])``, ``k`` a sum (sharding it
+    leaves ``P(sum)``); a ``P(sum)`` operand passes through when the other is replicated.
+    """
 
     name = "tensor.matmul"
     num_operands = 2
     num_results = 1
+    torch = "torch.matmul({0}, {1})"
+    kernel = "matmul"
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -32,8 +38,11 @@ class MatmulOp(TensorOp):
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
         return [TensorType(batch + (a.shape[-2], b.shape[-1]), elt)]
 
-    def reference(self, a: Any, b: Any) -> Any:
-        return torch_module().matmul(a, b)
+    def sharding_rule(self) -> OpShardingRule:
+        return matmul_rule(self.operand(0).tensor_type, self.operand(1).tensor_type, self.result.tensor_type)
+
+    def kernel_role(self) -> str | None:
+        return "matmul" if self.result.tensor_type.is_float else None
 
 
 OPS = [MatmulOp]

@@ -8,17 +8,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
 
-from spmdc.ir.attributes import FloatAttr, IntegerAttr
-from spmdc.ir.core import InferError
-from spmdc.dialects.tensor.base import TensorOp, tensor_types, torch_module
+from spmdc.dialects.pyexpr import literal
+from spmdc.dialects.shard.rules import OpShardingRule, dim_blocked_rule
+from spmdc.dialects.tensor.base import TensorOp, tensor_types
 from spmdc.dialects.tensor.helpers import check_dim, int_attr, number_attr, require_float
 from spmdc.dialects.tensor.reduction import ReduceOp
+from spmdc.ir.attributes import FloatAttr, IntegerAttr
+from spmdc.ir.core import InferError
 
 
 class DimOp(TensorOp):
-    """One operand, same result type, an op along dimension ``dim``."""
+    """One operand, same result type, an op along dimension ``dim`` (which needs replication)."""
 
     num_operands = 1
     num_results = 1
@@ -34,6 +36,16 @@ class DimOp(TensorOp):
         check_dim(int_attr(attrs, "dim"), a.rank)
         return [a]
 
+    @property
+    def dim(self) -> int:
+        return int(self.attr_value("dim"))  # type: ignore[arg-type]
+
+    def sharding_rule(self) -> OpShardingRule:
+        return dim_blocked_rule([self.operand(0).tensor_type], [self.result.tensor_type], self.dim)
+
+    def kernel_role(self) -> str | None:
+        return self._row_role([self.dim]) if self.kernel == "row" else None
+
 
 class SoftmaxOp(DimOp):
     """``exp(x) / sum(exp(x))`` along ``dim``.
@@ -42,9 +54,11 @@ class SoftmaxOp(DimOp):
     """
 
     name = "tensor.softmax"
+    kernel = "row"
+    row_kernel = "softmax"
 
-    def reference(self, a: Any) -> Any:
-        return torch_module().softmax(a, self.attr_value("dim"))
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.softmax({ins[0]}, {literal(self.dim)})"
 
 
 class LogSoftmaxOp(DimOp):
@@ -54,9 +68,11 @@ class LogSoftmaxOp(DimOp):
     """
 
     name = "tensor.log_softmax"
+    kernel = "row"
+    row_kernel = "log_softmax"
 
-    def reference(self, a: Any) -> Any:
-        return torch_module().log_softmax(a, self.attr_value("dim"))
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.log_softmax({ins[0]}, {literal(self.dim)})"
 
 
 class CumsumOp(DimOp):
@@ -67,10 +83,11 @@ class CumsumOp(DimOp):
 
     name = "tensor.cumsum"
     float_only = False
+    kernel = "none"
 
-    def reference(self, a: Any) -> Any:
+    def torch_expr(self, ins: Sequence[str]) -> str:
         # keep the element type (torch would promote integer scans to int64)
-        return torch_module().cumsum(a, self.attr_value("dim"), dtype=a.dtype)
+        return f"torch.cumsum({ins[0]}, {literal(self.dim)}, dtype={ins[0]}.dtype)"
 
 
 class VarOp(ReduceOp):
@@ -81,6 +98,7 @@ class VarOp(ReduceOp):
 
     name = "tensor.var"
     required_attrs = {**ReduceOp.required_attrs, "correction": (IntegerAttr, FloatAttr)}
+    row_kernel = "var"   # reduce_kind None: the reduced dims need replication
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -90,11 +108,11 @@ class VarOp(ReduceOp):
             raise InferError("requires attribute 'correction'")
         return out
 
-    def reference(self, a: Any) -> Any:
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        c = literal(self.attr_value("correction"))
         if not self.dims:  # no dims reduced: each element is its own sample (torch would reduce all dims)
-            return torch_module().var(a.unsqueeze(-1), dim=-1, correction=self.attr_value("correction"))
-        return torch_module().var(a, dim=self.dims, correction=self.attr_value("correction"),
-                                  keepdim=self.keepdim)
+            return f"torch.var({ins[0]}.unsqueeze(-1), dim=-1, correction={c})"
+        return f"torch.var({ins[0]}, dim={literal(self.dims)}, correction={c}, keepdim={literal(self.keepdim)})"
 
 
 OPS = [SoftmaxOp, LogSoftmaxOp, CumsumOp, VarOp]

@@ -8,21 +8,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
+from spmdc.dialects.pyexpr import literal, shape_literal
+from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder, broadcast_rule, permute_rule, reshape_rule
+from spmdc.dialects.tensor.base import TensorOp, check_dims, dtype_source, int_list, tensor_types, torch_dtype, torch_module
 from spmdc.ir.attributes import ArrayAttr, DenseAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
-from spmdc.dialects.tensor.base import TensorOp, check_dims, int_list, tensor_types, torch_dtype, torch_module
+
+INLINE_CONSTANT_MAX = 16   # non-splat constants up to this many elements are written into generated code
 
 
 class PermuteOp(TensorOp):
-    """Reorder dims: result dim ``i`` is operand dim ``perm[i]``."""
+    """Reorder dims: result dim ``i`` is operand dim ``perm[i]``.
+
+    ``%r = tensor.permute %x {perm = [1, 0]} : (tensor<8x16xf32>) -> tensor<16x8xf32>``
+    """
 
     name = "tensor.permute"
     num_operands = 1
     num_results = 1
     required_attrs = {"perm": ArrayAttr}
+    traits = TensorOp.traits | {"View", "StridedView"}
+    kernel = "none"
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -37,16 +46,24 @@ class PermuteOp(TensorOp):
     def perm(self) -> list[int]:
         return [p.value for p in self.attributes["perm"]]  # type: ignore[attr-defined]
 
-    def reference(self, a: Any) -> Any:
-        return a.permute(*self.perm)
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"{ins[0]}.permute({literal(tuple(self.perm))})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        return permute_rule(self.operand(0).tensor_type, self.perm)
 
 
 class ReshapeOp(TensorOp):
-    """Same elements in row-major order, new shape (given by the result type)."""
+    """Same elements in row-major order, new shape (given by the result type).
+
+    ``%r = tensor.reshape %x : (tensor<16x8xf32>) -> tensor<2x8x8xf32>``
+    """
 
     name = "tensor.reshape"
     num_operands = 1
     num_results = 1
+    traits = TensorOp.traits | {"View"}   # a copy when its operand is a strided view
+    kernel = "none"
 
     def verify_(self) -> None:
         src, dst = self.operand(0).type, self.result.type
@@ -58,16 +75,24 @@ class ReshapeOp(TensorOp):
             raise self.emit_error(f"cannot reshape {src} ({src.num_elements} elements) to {dst} "
                                   f"({dst.num_elements} elements)")
 
-    def reference(self, a: Any) -> Any:
-        return a.reshape(self.result.tensor_type.shape)
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"{ins[0]}.reshape({shape_literal(self.result.tensor_type.shape)})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        return reshape_rule(self.operand(0).tensor_type, self.result.tensor_type)
 
 
 class BroadcastOp(TensorOp):
-    """Broadcast to the result shape with torch's rules (trailing dims aligned)."""
+    """Broadcast to the result shape with torch's rules (trailing dims aligned).
+
+    ``%r = tensor.broadcast %b : (tensor<16xf32>) -> tensor<8x16xf32>``
+    """
 
     name = "tensor.broadcast"
     num_operands = 1
     num_results = 1
+    traits = TensorOp.traits | {"View", "StridedView"}
+    kernel = "none"
 
     def verify_(self) -> None:
         src, dst = self.operand(0).type, self.result.type
@@ -80,17 +105,27 @@ class BroadcastOp(TensorOp):
         if not ok:
             raise self.emit_error(f"cannot broadcast {src} to {dst}")
 
-    def reference(self, a: Any) -> Any:
-        return a.expand(self.result.tensor_type.shape)
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"{ins[0]}.expand({shape_literal(self.result.tensor_type.shape)})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        return broadcast_rule(self.operand(0).tensor_type, self.result.tensor_type)
 
 
 class ConstantOp(TensorOp):
-    """A dense constant; its type is the value's type."""
+    """A dense constant; its type is the value's type:
+    ``%c = tensor.constant {value = dense<1.0> : tensor<4xf32>} : tensor<4xf32>``.
+
+    Splats are the same on every rank, so any layout is free (a zero splat may also be
+    ``P(sum)``); other constants stay whole. Generated code writes splats and small
+    constants inline; larger ones are materialised from the IR when the program loads.
+    """
 
     name = "tensor.constant"
     num_operands = 0
     num_results = 1
     required_attrs = {"value": DenseAttr}
+    kernel = "none"   # splats are cloned into kernel regions as scalars by fuse-kernels
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -103,10 +138,33 @@ class ConstantOp(TensorOp):
     def value(self) -> DenseAttr:
         return self.attributes["value"]  # type: ignore[return-value]
 
-    def reference(self) -> Any:
+    @property
+    def is_splat(self) -> bool:
+        return len(self.value.values) == 1
+
+    def torch_expr(self, ins: Sequence[str]) -> str | None:
+        v = self.value
+        t, dt = v.type, dtype_source(v.type)
+        if t.rank == 0:
+            return f"torch.tensor({literal(v.values[0])}, dtype={dt})"
+        if self.is_splat:
+            return f"torch.full({shape_literal(t.shape)}, {literal(v.values[0])}, dtype={dt})"
+        if t.num_elements <= INLINE_CONSTANT_MAX:
+            return f"torch.tensor({literal(list(v.flat_values()))}, dtype={dt}).reshape({shape_literal(t.shape)})"
+        return None
+
+    def reference(self, *args: Any, comm: Any = None) -> Any:
         v = self.value
         torch = torch_module()
         return torch.tensor(v.flat_values(), dtype=torch_dtype(v.type.element_type)).reshape(v.type.shape)
+
+    def sharding_rule(self) -> OpShardingRule:
+        t = self.result.tensor_type
+        b = RuleBuilder()
+        fs = [b.factor(s) for s in t.shape]
+        zero = self.is_splat and self.value.values[0] == 0
+        return b.build([], [fs], blocked=frozenset() if self.is_splat else frozenset(fs),
+                       partial_results=frozenset({"sum"}) if zero else frozenset())
 
 
 OPS = [PermuteOp, ReshapeOp, BroadcastOp, ConstantOp]

@@ -8,10 +8,9 @@ from typing import Any
 import torch
 
 from spmdc.codegen.cache import load_program
-from spmdc.codegen.comm_stats import CountingComm
 from spmdc.dialects.tensor.base import torch_dtype
 from spmdc.dialects.shard import chunk_sizes
-from spmdc.runtime.collectives import CommStats, Collectives
+from spmdc.runtime.collectives import CommStats, Collectives, CountingComm
 from spmdc.runtime.interpreter import interpret
 
 
@@ -86,7 +85,7 @@ def run_both(module: Any, func_name: str, args: list[Any], sizes: dict[str, int]
              coords: dict[str, int] | None = None):
     """(interpreter results, generated-code results, interpreter comm, codegen comm)."""
     ci, cg = FakeCollectives(sizes or {}, coords), FakeCollectives(sizes or {}, coords)
-    want = interpret(module, [a.clone() for a in args], func=func_name, comm=ci.run)
+    want = interpret(module, [a.clone() for a in args], func=func_name, comm=CountingComm(ci))
     fn, _ = load_program(module, func_name)
     got = fn([a.clone() for a in args], CountingComm(cg))
     return want, got, ci, cg
