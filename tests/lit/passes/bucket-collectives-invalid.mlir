@@ -1,0 +1,19 @@
+// RUN: not %spmdc-opt %s -p 'bucket-collectives{max-bytes=25MB}' 2>&1 | FileCheck %s --check-prefix=BAD-VALUE
+// RUN: not %spmdc-opt %s -p 'bucket-collectives{max-bytes}' 2>&1 | FileCheck %s --check-prefix=NO-VALUE
+// RUN: not %spmdc-opt %s -p 'bucket-collectives{bucket-size=1048576}' 2>&1 | FileCheck %s --check-prefix=UNKNOWN-OPTION
+
+// bucket-collectives emits no diagnostics of its own: ops it cannot bucket are left
+// alone. Its option mistakes are reported before the input is read.
+
+// A size with a unit: max-bytes is a plain number of bytes.
+// BAD-VALUE: spmdc-opt: error: option 'max-bytes' of pass 'bucket-collectives' expects int, got '25MB'
+
+// The option without a value.
+// NO-VALUE: spmdc-opt: error: option 'max-bytes' of pass 'bucket-collectives' expects int
+
+// The option under another name; the message lists the real one.
+// UNKNOWN-OPTION: spmdc-opt: error: pass 'bucket-collectives' has no option 'bucket-size' (options: max-bytes)
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  func.return %x : tensor<4xf32>
+}
