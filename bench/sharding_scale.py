@@ -3,15 +3,16 @@
     python bench/sharding_scale.py [--quick] [--layers 2 4 8 12 16] [--profile N]
 
 For each layer count: capture the training step (timed separately: torch.export and
-import are not sharding work), then time what ``spmdc.runtime.engine.compile_step`` and
-``CompiledStep.rank_module(0)`` do after capture, pass by pass:
+import are not sharding work), then time what ``spmdc.compiler.compile_global`` and
+``spmdc.compiler.rank_module(step, 0)`` do after capture, stage by stage
+(:mod:`spmdc.compiler.pipeline`), pass by pass:
 
 * prepare: ``canonicalize,cse`` and ``apply_plan`` (plan → annotations), fsdp+tp on a 2x2 mesh;
 * global: ``sharding-propagation``, ``insert-redistribution``, ``lower-redistribution``;
 * rank 0: ``partition{rank=0}``, ``fuse-collectives``, ``cse``, ``dce``, ``canonicalize``.
 
 The pass manager verifies the module after every pass; verification is reported in its own
-column (it is part of the sharding seconds). The engine hands the global program to ranks
+column (it is part of the sharding seconds). The compiler hands the global program to ranks
 as text; that print + parse is reported separately and is *not* in the sharding seconds.
 
 ``--profile N`` runs cProfile over the sharding work of the N-layer step and prints the top
@@ -66,29 +67,32 @@ def shard(cap, mesh, plan_name: str) -> dict:
     from spmdc.ir.printer import print_module
     from spmdc.passes.manager import PassManager
     from spmdc.passes.registry import parse_pipeline
-    from spmdc.runtime.engine import GLOBAL_PIPELINE, PREPARE_PIPELINE, RANK_PIPELINE, plan_for
+    from spmdc.compiler import PipelineOptions, plan_for, stages
     from spmdc.sharding.apply import apply_plan
+
+    prepare, *global_stages = [s.passes for s in stages() if not s.per_rank]
+    rank_stages = [s.passes for s in stages(PipelineOptions(rank=0)) if s.per_rank]
 
     module = cap.module
     func = next(op for op in module.body.ops if isinstance(op, FuncOp))
     res: dict = {"ops_captured": count_ops(module), "pass": {}, "verify": 0.0}
     t0, c0 = time.perf_counter(), time.process_time()
     plan = plan_for(plan_name, mesh, func)
-    PassManager(parse_pipeline(PREPARE_PIPELINE)).run(module)
+    PassManager(parse_pipeline(prepare)).run(module)
     apply_plan(module, mesh, plan)
     res["prepare"] = time.perf_counter() - t0
-    gpm = PassManager(parse_pipeline(GLOBAL_PIPELINE))
+    gpm = PassManager(parse_pipeline(",".join(global_stages)))
     t = time.perf_counter()
     gpm.run(module)
     global_wall = time.perf_counter() - t
     global_done, cpu_global = time.perf_counter(), time.process_time() - c0
     res["ops_global"] = count_ops(module)
-    # hand-off as in the engine: print the global program, each rank parses its copy
+    # hand-off as in the compiler: print the global program, each rank parses its copy
     t = time.perf_counter()
     text = print_module(module, debuginfo=True)
     rank_mod = parse_module(text, "<global>")
     res["handoff"] = time.perf_counter() - t
-    rpm = PassManager(parse_pipeline(RANK_PIPELINE.format(rank=0)))
+    rpm = PassManager(parse_pipeline(",".join(rank_stages)))
     t, c = time.perf_counter(), time.process_time()
     rpm.run(rank_mod)
     rank_wall = time.perf_counter() - t
@@ -185,7 +189,7 @@ def main() -> None:
     console.print(table)
     console.print("prepare+plan: canonicalize,cse + apply_plan; r0: rank 0's cleanup passes; verify: the pass "
                   "manager's verification after each pass; hand-off: print the global program + parse it for a rank "
-                  "(the engine's CompiledStep.rank_module does this per rank).")
+                  "(spmdc.compiler does this per rank).")
 
     # verdicts
     by = {r["layers"]: r for r in rows}

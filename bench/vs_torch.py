@@ -152,11 +152,9 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.debug import CommDebugMode
 
-    from spmdc.codegen.cache import load_program
-    from spmdc.dialects.func import FuncOp
+    from spmdc.compiler import compile_rank
     from spmdc.runtime.collectives import Collectives
-    from spmdc.runtime.engine import _global_result_types, local_piece, to_full
-    from spmdc.sharding.layouts import SHARDING
+    from spmdc.runtime.executor import RankRunner
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -170,15 +168,12 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
 
             # spmdc: this rank's program, generated code, local argument pieces (set-up not timed)
             t = time.perf_counter()
-            module = step.rank_module(rank)
-            fn = load_program(module, "main")[0]
+            prog = compile_rank(step, rank)
+            fn = prog.fn
             setup_spmdc = time.perf_counter() - t
-            func = next(op for op in module.body.ops if isinstance(op, FuncOp))
-            args = []
-            for i, full in enumerate(step.arguments):
-                s = func.arg_attrs(i).get(SHARDING)
-                args.append(local_piece(full, s.placements, step.mesh, rank) if s is not None else full)
             comm = Collectives(dmesh)
+            runner = RankRunner(prog, comm)
+            args = runner.local_arguments(step.arguments)
 
             timing = TimedComm(comm)
 
@@ -229,12 +224,7 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
             cdm_counts = {str(k): v for k, v in cdm.get_comm_counts().items()}
 
             # results: spmdc loss/gradients as full tensors, PyTorch's likewise
-            gshapes = _global_result_types(step)
-            spmdc_res = {}
-            for i, (kind, o) in enumerate(zip(step.result_kinds, outs)):
-                s = func.res_attrs(i).get(SHARDING)
-                full = to_full(o, gshapes[i], s.placements, comm) if s is not None else o
-                spmdc_res[kind] = full
+            spmdc_res = dict(zip(step.result_kinds, runner.full_results(outs)))
             loss_t = loss_t.detach()
             if plan == "fsdp":  # each rank's loss is the mean over its quarter of the batch
                 dist.all_reduce(loss_t)
@@ -267,7 +257,7 @@ class TimedComm:
     """spmdc's CountingComm plus the wall time spent inside collective calls (``seconds``)."""
 
     def __init__(self, comm: Any):
-        from spmdc.codegen.comm_stats import CountingComm
+        from spmdc.runtime.collectives import CountingComm
 
         self._inner = CountingComm(comm)
         self.seconds = 0.0
@@ -338,7 +328,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from spmdc.runtime.engine import compile_step
+    from spmdc.compiler import compile_step
     from spmdc.runtime.launcher import launch
     from spmdc.sharding.mesh import Mesh
 

@@ -24,7 +24,7 @@ _LAZY = {
     "Replicate": ("spmdc.dialects.shard", "Replicate"),
     "Shard": ("spmdc.dialects.shard", "Shard"),
     "Partial": ("spmdc.dialects.shard", "Partial"),
-    "compile_step": ("spmdc.runtime.engine", "compile_step"),
+    "compile_step": ("spmdc.compiler", "compile_step"),
 }
 
 

@@ -49,7 +49,7 @@ class Captured:
         return args
 
 
-def _split_inputs(example_inputs: Any, loss_fn: Callable | None) -> tuple[tuple, tuple]:
+def split_inputs(example_inputs: Any, loss_fn: Callable | None) -> tuple[tuple, tuple]:
     """``example_inputs`` may be ``(model_args, loss_args)`` when a loss_fn takes targets."""
     if not isinstance(example_inputs, (tuple, list)):
         return (example_inputs,), ()
@@ -91,7 +91,7 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     from spmdc.frontend.translate import TranslationStats, check_supported, translate
     from spmdc.ir.verifier import verify
 
-    model_args, extra = _split_inputs(example_inputs, loss_fn)
+    model_args, extra = split_inputs(example_inputs, loss_fn)
     loss_inputs = tuple(loss_inputs) + extra
     if not train:  # a forward capture ignores the loss
         loss_fn, loss_inputs = None, ()

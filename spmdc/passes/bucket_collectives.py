@@ -119,6 +119,10 @@ class BucketCollectives(ModulePass):
     name: ClassVar[str] = "bucket-collectives"
     max_bytes: int = 25 * 1024 * 1024
 
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1:
+            raise ValueError(f"max-bytes must be positive, got {self.max_bytes}")
+
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
             if isinstance(op, FuncOp) and "spmdc.rank" in op.attributes:

@@ -169,6 +169,10 @@ class Canonicalize(ModulePass):
     name: ClassVar[str] = "canonicalize"
     max_iterations: int = 10
 
+    def __post_init__(self) -> None:
+        if self.max_iterations < 1:
+            raise ValueError(f"max-iterations must be at least 1, got {self.max_iterations}")
+
     def run(self, module: Operation) -> None:
         apply_patterns_greedily(module, PATTERNS, self.max_iterations)
         for region in module.regions:

@@ -85,6 +85,10 @@ class FuseKernels(ModulePass):
     matmul_epilogue: bool = False      # fuse matmul + elementwise epilogue into one region
     min_ops: int = 1                   # smallest group that becomes a region
 
+    def __post_init__(self) -> None:
+        if self.min_ops < 1:
+            raise ValueError(f"min-ops must be at least 1, got {self.min_ops}")
+
     def run(self, module: Operation) -> None:
         from spmdc.dialects.func import FuncOp
 

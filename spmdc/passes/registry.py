@@ -1,7 +1,10 @@
 """Lazy registry of passes (kebab-case name → module) and the pipeline text parser.
 
 Pipelines are written like mlir-opt's: ``'canonicalize,cse,partition{rank=0}'``;
-options inside braces are separated by spaces or commas; names may use ``-`` or ``_``.
+options inside braces are separated by spaces or commas; pass and option names may
+use ``-`` or ``_``. Named pipelines with options (``spmd-pipeline{rank=1 target=triton}``)
+are defined by the layers that own them (:mod:`spmdc.compiler`) and handed to
+:func:`parse_pipeline` as :class:`NamedPipeline` entries.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ import dataclasses
 import difflib
 import importlib
 import typing
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Callable, Mapping
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput
@@ -30,21 +35,26 @@ PASS_MODULES: dict[str, str] = {
     "fuse-kernels": "spmdc.passes.fuse_kernels",
 }
 
-# Named pipelines expand to a pipeline string.
-PIPELINES: dict[str, str] = {
-    "spmd-pipeline": "sharding-propagation,insert-redistribution,lower-redistribution,"
-                     "partition,fuse-collectives,cse,dce,canonicalize",
-}
-
 
 class PipelineError(ValueError):
     """A pipeline string that cannot be parsed or names unknown passes/options."""
 
 
-def get_pass_class(name: str) -> type[ModulePass]:
-    module = PASS_MODULES.get(name)
+@dataclass(frozen=True)
+class NamedPipeline:
+    """A pipeline known by name: ``options`` is a dataclass of its options (written
+    ``name{opt=value}``), ``expand(options)`` the pipeline text it stands for."""
+
+    name: str
+    summary: str
+    options: type
+    expand: Callable[[Any], str]
+
+
+def get_pass_class(name: str, pipelines: Mapping[str, NamedPipeline] | None = None) -> type[ModulePass]:
+    module = PASS_MODULES.get(name.replace("_", "-"))
     if module is None:
-        near = difflib.get_close_matches(name, list(PASS_MODULES) + list(PIPELINES), n=3)
+        near = difflib.get_close_matches(name, list(PASS_MODULES) + list(pipelines or {}), n=3)
         hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
         raise PipelineError(f"unknown pass '{name}'{hint}")
     return importlib.import_module(module).PASS
@@ -73,8 +83,8 @@ def _pipeline_parser() -> Lark:
     return Lark(_PIPELINE_GRAMMAR, parser="lalr")
 
 
-def parse_pipeline(text: str) -> list[ModulePass]:
-    """``'a,b{x=1}'`` → pass instances with typed options."""
+def parse_pipeline(text: str, pipelines: Mapping[str, NamedPipeline] | None = None) -> list[ModulePass]:
+    """``'a,b{x=1}'`` → pass instances with typed options; ``pipelines``: named pipelines."""
     text = text.strip()
     if not text:
         return []
@@ -86,33 +96,50 @@ def parse_pipeline(text: str) -> list[ModulePass]:
     passes: list[ModulePass] = []
     for entry in tree.children:
         name = str(entry.children[0])
-        if name in PIPELINES and len(entry.children) == 1:
-            passes.extend(parse_pipeline(PIPELINES[name]))
+        opts = entry.children[1] if len(entry.children) > 1 else None
+        named = (pipelines or {}).get(name)
+        if named is not None:
+            values = named.options(**_options(named.options, opts, f"pipeline '{name}'")) if opts else named.options()
+            passes.extend(parse_pipeline(named.expand(values), pipelines))
             continue
-        cls = get_pass_class(name)
-        kwargs = {}
-        if len(entry.children) > 1:
-            kwargs = _options(cls, entry.children[1])
-        passes.append(cls(**kwargs))
+        cls = get_pass_class(name, pipelines)
+        kwargs = _options(cls, opts, f"pass '{cls.name}'") if opts is not None else {}
+        try:
+            passes.append(cls(**kwargs))
+        except ValueError as e:  # an option value the pass rejects (a range check)
+            raise PipelineError(f"pass '{cls.name}': {e}") from None
     return passes
 
 
-def _options(cls: type[ModulePass], tree: Tree) -> dict[str, object]:
-    fields = {f.name: f for f in cls.option_fields()}
-    hints = cls.option_types()
+def option_fields(cls: type) -> list[dataclasses.Field]:
+    return list(dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else []
+
+
+def _options(cls: type, tree: Tree, what: str) -> dict[str, object]:
+    fields = {f.name: f for f in option_fields(cls)}
+    hints = typing.get_type_hints(cls)
     out: dict[str, object] = {}
     for opt in tree.children:
         key = str(opt.children[0]).replace("-", "_")
         if key not in fields:
             known = ", ".join(f.replace("_", "-") for f in fields) or "none"
-            raise PipelineError(f"pass '{cls.name}' has no option '{opt.children[0]}' (options: {known})")
+            raise PipelineError(f"{what} has no option '{opt.children[0]}' (options: {known})")
+        if key in out:
+            raise PipelineError(f"option '{opt.children[0]}' of {what} is given twice")
         raw = opt.children[1] if len(opt.children) > 1 else None
-        out[key] = _convert(cls.name, key, hints.get(key, str), raw)
+        out[key] = _convert(what, key, hints.get(key, str), raw)
     return out
 
 
-def _convert(pass_name: str, key: str, ty: object, raw: Token | Tree | None) -> object:
+def _convert(what: str, key: str, ty: object, raw: Token | Tree | None) -> object:
     origin = typing.get_origin(ty)
+    tname = getattr(ty, "__name__", str(ty))
+    option = f"option '{key.replace('_', '-')}' of {what}"
+    if raw is None and ty is not bool:
+        raise PipelineError(f"{option} needs a value ({key.replace('_', '-')}=<{tname}>)")
+    if isinstance(raw, Tree) and origin not in (list, tuple):
+        items = ", ".join(str(t) for t in raw.children)
+        raise PipelineError(f"{option} expects one {tname}, got a list [{items}]")
     try:
         if ty is bool:
             if raw is None:
@@ -121,11 +148,9 @@ def _convert(pass_name: str, key: str, ty: object, raw: Token | Tree | None) -> 
             if text not in ("true", "false", "1", "0"):
                 raise ValueError(text)
             return text in ("true", "1")
-        if raw is None:
-            raise ValueError("missing value")
         if origin in (list, tuple):
             (elt,) = typing.get_args(ty)[:1] or (str,)
-            items = [str(t) for t in raw.children] if isinstance(raw, Tree) else str(raw).split(",")
+            items = [str(t) for t in raw.children] if isinstance(raw, Tree) else str(raw).split(",")  # type: ignore[union-attr]
             return [elt(i) for i in items if i]  # type: ignore[operator]
         text = str(raw)
         if text.startswith('"'):
@@ -136,6 +161,4 @@ def _convert(pass_name: str, key: str, ty: object, raw: Token | Tree | None) -> 
             return float(text)
         return text
     except ValueError:
-        tname = getattr(ty, "__name__", str(ty))
-        raise PipelineError(f"option '{key.replace('_', '-')}' of pass '{pass_name}' expects {tname}, "
-                            f"got '{raw}'") from None
+        raise PipelineError(f"{option} expects {tname}, got '{raw}'") from None

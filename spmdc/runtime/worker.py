@@ -1,31 +1,45 @@
-"""Rank entry points for :func:`spmdc.runtime.launcher.launch` (importable, picklable).
+"""Running compiled steps on launched ranks (tests and benchmarks; ``spmdc run`` uses
+:class:`spmdc.runtime.api.CompiledModule`).
 
     results = launch(run_steps, nproc=4, args=([step_a, step_b],))
 
-Every rank runs every compiled step in order (steps must use meshes of ``nproc`` ranks)
-and returns, per step, the full results and the collectives it issued. ``executor``
-("codegen" or "interpret") and ``target`` ("torch" or "triton") are passed to
-:func:`spmdc.runtime.engine.run_on_rank`.
+Every rank runs every step in order (steps must use meshes of ``nproc`` ranks) and
+returns, per step, the full results and the collectives it issued.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 
+def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", target: str = "torch") -> dict[str, Any]:
+    """Compile ``step`` for ``rank``, run it on the single-device arguments' pieces, gather.
+
+    Returns ``outputs`` (global values), ``comm_ops`` (collectives in the program),
+    ``issued`` (collectives the run issued) and, for target ``triton``, ``kernel_stats``.
+    """
+    from spmdc.compiler import compile_rank
+    from spmdc.runtime.executor import RankRunner
+
+    prog = compile_rank(step, rank, target)
+    run = RankRunner(prog, comm, executor)
+    outs = run(run.local_arguments(step.arguments))
+    issued = dict(comm.stats.counts)
+    result = {"outputs": run.full_results(outs), "comm_ops": prog.comm_ops, "issued": issued}
+    if prog.kernel_stats is not None:
+        result["kernel_stats"] = prog.kernel_stats
+    return result
+
+
 def run_steps(steps: list[Any], executor: str = "codegen", target: str = "torch") -> list[dict[str, Any]]:
+    """A launch entry point: every step on this rank (gloo), one DeviceMesh per mesh shape."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     from spmdc.runtime.collectives import Collectives
-    from spmdc.runtime.engine import run_on_rank
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    fail_on = os.environ.get("SPMDC_TEST_FAIL_RANK")
-    if fail_on is not None and int(fail_on) == rank:
-        raise RuntimeError(f"injected failure on rank {rank} (SPMDC_TEST_FAIL_RANK)")
     meshes: dict[tuple, Any] = {}
     out = []
     try:

@@ -20,7 +20,8 @@ from spmdc.ir.parser import parse_module
 from spmdc.ir.printer import print_module
 from spmdc.ir.verifier import verify
 from spmdc.passes.manager import PassManager
-from spmdc.passes.registry import PIPELINES, PipelineError, available_passes, parse_pipeline
+from spmdc.compiler.pipeline import named_pipelines
+from spmdc.passes.registry import PipelineError, available_passes, option_fields, parse_pipeline
 from spmdc.tools import diagnostics_check
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
@@ -80,8 +81,10 @@ def list_passes() -> str:
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         opts = " ".join(f"{f.name.replace('_', '-')}={f.default}" for f in cls.option_fields())
         lines.append(f"  {cls.name:24s} {doc}" + (f"  [{opts}]" if opts else ""))
-    for name, text in sorted(PIPELINES.items()):
-        lines.append(f"  {name:24s} pipeline: {text}")
+    for name, named in sorted(named_pipelines().items()):
+        opts = " ".join(f"{f.name.replace('_', '-')}={f.default}" for f in option_fields(named.options))
+        lines.append(f"  {name:24s} pipeline: {named.summary}  [{opts}]")
+        lines.append(f"  {'':24s}   = {named.expand(named.options())}")
     return "\n".join(lines) + "\n"
 
 
@@ -110,7 +113,7 @@ def process_chunk(chunk: Chunk, filename: str, args: argparse.Namespace, sources
     try:
         module = parse_module(chunk.text, filename, chunk.first_line, args.allow_unregistered_dialect)
         verify(module)
-        pm = PassManager(parse_pipeline(args.pass_pipeline), verify_each=args.verify_each,
+        pm = PassManager(parse_pipeline(args.pass_pipeline, named_pipelines()), verify_each=args.verify_each,
                          print_ir_after_all=args.print_ir_after_all,
                          print_ir_after=_names(args.print_ir_after),
                          print_ir_before=_names(args.print_ir_before),
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.pass_pipeline:
-            parse_pipeline(args.pass_pipeline)  # report pipeline errors before reading input
+            parse_pipeline(args.pass_pipeline, named_pipelines())  # report pipeline errors before reading input
         if args.input == "-":
             text, filename = sys.stdin.read(), "<stdin>"
         else:

@@ -53,8 +53,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--check", action="store_true",
                     help="also run one device in eager PyTorch and compare; exit 1 when over tolerance")
-    ap.add_argument("--dump-ir", default=None, metavar="DIR", help="write the IR after every pass")
-    ap.add_argument("--dump-codegen", default=None, metavar="DIR", help="write each rank's generated Python")
+    ap.add_argument("--dump-ir", default=None, metavar="DIR",
+                    help="write the IR after every pass, as compiled and run: DIR/<train|forward>/global/, .../rank<r>/")
+    ap.add_argument("--dump-codegen", default=None, metavar="DIR",
+                    help="write the module each rank loaded (Python; Triton kernels with --target triton): "
+                         "DIR/<train|forward>/rank<r>.py")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a stuck collective or rendezvous fails the run (default 300)")
     ap.add_argument("--bucket", action="store_true",
@@ -151,7 +154,7 @@ def run_main(cfg: RunConfig) -> int:
     from rich.table import Table
 
     from spmdc.runtime.launcher import LaunchError, launch
-    from spmdc.runtime.run_worker import run_rank
+    from spmdc.tools.run_rank import run_rank
 
     console = Console()
     # torch's own deprecation notices (pytree, export) would bury the summary; ranks inherit this
@@ -173,12 +176,10 @@ def run_main(cfg: RunConfig) -> int:
         prepare_triton()
     job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
-           "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket}
+           "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket}
     plan_name = plan if isinstance(plan, str) else plan.name
     console.print(f"[bold]spmdc run[/bold] {cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")
-    if cfg.dump_ir:
-        dump_ir(cfg, mesh, plan, console)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # already a rank (torchrun)
         results = {int(os.environ["RANK"]): run_rank(job)}
         if int(os.environ["RANK"]) != 0:
@@ -210,6 +211,9 @@ def run_main(cfg: RunConfig) -> int:
     console.print(comm)
     if r0.get("kernels"):
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
+    for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen)):
+        if where:
+            console.print(f"{what} written to {where}/", markup=False, highlight=False)
     if not cfg.check:
         return 0
     ok, rows = compare(eager_reference(cfg), r0)
@@ -221,17 +225,3 @@ def run_main(cfg: RunConfig) -> int:
     console.print(check)
     console.print("[green]check passed[/green]" if ok else "[red]check failed: over tolerance[/red]")
     return 0 if ok else 1
-
-
-def dump_ir(cfg: RunConfig, mesh: Any, plan: Any, console: Any) -> None:
-    """Compile here too, writing the IR after every pass and each rank's program into ``--dump-ir``."""
-    from spmdc.frontend.workloads import load_workload
-    from spmdc.runtime.engine import compile_step
-
-    w = load_workload(cfg.workload)
-    step = compile_step(w.model, tuple(w.inputs), mesh=mesh, plan=plan, train=cfg.train, loss_fn=w.loss_fn,
-                        loss_inputs=tuple(w.loss_inputs) if cfg.train else (), dump_dir=cfg.dump_ir,
-                        bucket=cfg.bucket)
-    for rank in range(mesh.size):
-        step.rank_module(rank, dump_dir=cfg.dump_ir)
-    console.print(f"IR after every pass written to {cfg.dump_ir}/")

@@ -81,10 +81,10 @@ func.func @two_meshes(%x: tensor<8x16xf32> {shard.sharding = #shard<@dp, [S(0)]>
 // BAD-VALUE: spmdc-opt: error: option 'rank' of pass 'partition' expects int, got 'last'
 
 // The option without a value.
-// NO-VALUE: spmdc-opt: error: option 'rank' of pass 'partition' expects int
+// NO-VALUE: spmdc-opt: error: option 'rank' of pass 'partition' needs a value (rank=<int>)
 
 // Several ranks at once (partition makes one rank's program per run).
-// LIST-VALUE: spmdc-opt: error: option 'rank' of pass 'partition' expects int
+// LIST-VALUE: spmdc-opt: error: option 'rank' of pass 'partition' expects one int, got a list [0, 1]
 
 // A misspelt option name; the message lists the real ones.
 // UNKNOWN-OPTION: spmdc-opt: error: pass 'partition' has no option 'ranks' (options: rank)

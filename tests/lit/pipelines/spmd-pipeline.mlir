@@ -1,5 +1,7 @@
 // RUN: %spmdc-opt %s -p 'spmd-pipeline' | FileCheck %s
 // RUN: %spmdc-opt %s -p 'spmd-pipeline' --print-ir-after-all 2>&1 >/dev/null | FileCheck %s --check-prefix=DUMP
+// RUN: %spmdc-opt %s -p 'spmd-pipeline{rank=1 target=triton}' | FileCheck %s --check-prefix=TRITON
+// RUN: %spmdc-opt %s -p 'spmd-pipeline{rank=1 target=triton}' --print-ir-after-all 2>&1 >/dev/null | FileCheck %s --check-prefix=STAGES
 
 // Megatron MLP on 2 ranks, whole pipeline: column-parallel then row-parallel needs one
 // all_reduce and nothing else; rank 0's program has local shapes.
@@ -23,9 +25,26 @@ func.func @megatron_mlp(%x: tensor<8x16xf32>,
   func.return %y : tensor<8x16xf32>
 }
 
+// The stages of spmdc.compiler.pipeline, in order: prepare, global, rank (then
+// bucketing and kernels when asked for).
+// DUMP: // -----// IR Dump After canonicalize //----- //
+// DUMP: // -----// IR Dump After cse //----- //
 // DUMP: // -----// IR Dump After sharding-propagation //----- //
 // DUMP: // -----// IR Dump After insert-redistribution //----- //
 // DUMP: shard.redistribute
 // DUMP: // -----// IR Dump After lower-redistribution //----- //
 // DUMP: // -----// IR Dump After partition //----- //
 // DUMP: // -----// IR Dump After fuse-collectives //----- //
+
+// Rank 1's program for the Triton target: the relu becomes one kernel region.
+// TRITON-LABEL: func.func @megatron_mlp
+// TRITON-SAME: attributes {spmdc.rank = 1}
+// TRITON: kernel.fused %h {kind = "elementwise"}
+// TRITON: tensor.relu
+// TRITON: kernel.yield
+// TRITON: comm.all_reduce
+
+// STAGES: // -----// IR Dump After partition{rank=1} //----- //
+// STAGES: // -----// IR Dump After fuse-collectives //----- //
+// STAGES: // -----// IR Dump After fuse-kernels //----- //
+// STAGES-NOT: IR Dump After bucket-collectives

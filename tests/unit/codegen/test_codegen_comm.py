@@ -62,7 +62,7 @@ def test_partitioned_lit_programs_match_the_interpreter(rank3):
 @pytest.fixture(scope="module")
 def steps():
     from spmdc.examples import mlp
-    from spmdc.runtime.engine import compile_step
+    from spmdc.compiler import compile_step
     from spmdc.sharding.mesh import Mesh
 
     model, ((x,), (y,)), loss_fn = mlp.factory()
@@ -86,7 +86,7 @@ def test_compiled_rank_programs_match_the_interpreter_with_fake_collectives(step
 
 
 def test_unknown_executor_is_rejected(steps):
-    from spmdc.runtime.engine import run_on_rank
+    from spmdc.runtime.worker import run_on_rank
 
     with pytest.raises(ValueError, match="unknown executor 'jit'"):
         run_on_rank(steps[0], 0, FakeCollectives({"tp": 2}), executor="jit")

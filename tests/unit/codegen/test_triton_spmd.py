@@ -14,9 +14,7 @@ import torch  # noqa: E402
 
 from spmdc.codegen.kernel_stats import kernel_stats  # noqa: E402
 from spmdc.examples import gpt2_tiny, llama_tiny  # noqa: E402
-from spmdc.passes.manager import PassManager  # noqa: E402
-from spmdc.passes.registry import parse_pipeline  # noqa: E402
-from spmdc.runtime.engine import KERNEL_PIPELINE, compile_step  # noqa: E402
+from spmdc.compiler import compile_rank, compile_step  # noqa: E402
 from spmdc.runtime.launcher import launch  # noqa: E402
 from spmdc.runtime.worker import run_steps  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
@@ -75,9 +73,7 @@ def test_triton_target_matches_one_device(runs, case):
 def test_gpt2_forward_launches_at_most_half_the_aten_ops():
     model, ((x,), _), _ = gpt2_tiny.factory()
     step = compile_step(model, (x,), mesh=Mesh({"dp": 2}), plan="dp")
-    module = step.rank_module(0)
-    before = module.clone()
-    PassManager(parse_pipeline(KERNEL_PIPELINE)).run(module)
-    stats = kernel_stats(module, before=before)
+    before = step.rank_module(0)
+    stats = compile_rank(step, 0, "triton").kernel_stats
     assert stats.aten_ops == kernel_stats(before).aten_ops
     assert stats.kernels * 2 <= stats.aten_ops, stats.summary()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spmdc.examples import mlp
-from spmdc.runtime.engine import compile_step
+from spmdc.compiler import compile_step
 from spmdc.runtime.launcher import LaunchError, launch
 from spmdc.runtime.worker import run_steps
 from spmdc.sharding.mesh import Mesh
@@ -79,9 +79,8 @@ def test_buckets_replace_per_parameter_collectives(runs):
     assert "comm.reduce_scatter" not in train
 
 
-def test_failing_rank_ends_the_launch_with_its_message(monkeypatch):
-    model, ((x,), _), _ = mlp.factory()
-    step = compile_step(model, (x,), mesh=Mesh({"dp": 2}), plan="dp")
-    monkeypatch.setenv("SPMDC_TEST_FAIL_RANK", "1")
-    with pytest.raises(LaunchError, match="rank 1 failed: .*injected failure on rank 1"):
-        launch(run_steps, 2, ([step],), timeout_s=60)
+def test_failing_rank_ends_the_launch_with_its_message():
+    from failing_rank import fail_on_rank_one
+
+    with pytest.raises(LaunchError, match="rank 1 failed: .*deliberate failure on rank 1"):
+        launch(fail_on_rank_one, 2, (), timeout_s=60)

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from spmdc.examples import mlp
-from spmdc.runtime.engine import compile_step
+from spmdc.compiler import compile_step
 from spmdc.sharding.mesh import Mesh
 
 

@@ -4,8 +4,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rank_procs import rank_processes
+
+WORKLOADS = Path(__file__).with_name("workloads")
 
 
 def _run(*args, env=None, timeout=240):
@@ -24,20 +27,35 @@ def test_run_check_passes_and_prints_summary():
 
 def test_failing_rank_aborts_all_ranks_with_its_message():
     start = time.time()
-    res = _run("mlp", "--nproc", "2", "--mesh", "dp=2", "--plan", "dp", env={"SPMDC_TEST_FAIL_RANK": "1"})
+    res = _run(f"{WORKLOADS / 'fails_on_rank1.py'}:factory", "--nproc", "2", "--mesh", "dp=2", "--plan", "dp")
     assert res.returncode == 1
-    assert "rank 1 failed" in res.stdout and "injected failure on rank 1" in res.stdout
+    text = " ".join(res.stdout.split())
+    assert "rank 1 failed" in text and "deliberate failure in the workload factory on rank 1" in text
     assert time.time() - start < 120
     time.sleep(1)
     assert rank_processes() == []  # no rank left behind
 
 
-def test_run_with_triton_target_on_cpu_matches_one_device():
+def test_run_with_triton_target_on_cpu_matches_one_device_and_dumps_what_ran(tmp_path):
+    ir, gen = tmp_path / "ir", tmp_path / "gen"
     res = _run("mlp", "--nproc", "2", "--mesh", "dp=2", "--plan", "fsdp", "--steps", "2", "--target", "triton",
-               "--check")
+               "--check", "--dump-ir", str(ir), "--dump-codegen", str(gen))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "target triton" in res.stdout and "kernels launched per step" in res.stdout
     assert "check passed" in res.stdout
+    # the code each rank loaded: Triton kernels, not the torch target's aten calls
+    for rank in (0, 1):
+        src = (gen / "train" / f"rank{rank}.py").read_text()
+        assert "@triton.jit" in src and "target triton" in src and "ENTRY = main" in src
+    # the IR after every pass, up to the kernel stage, written by the ranks that ran it
+    glob = sorted(p.name for p in (ir / "train" / "global").iterdir())
+    assert glob[0] == "00-captured.mlir" and any("planned" in n for n in glob)
+    assert glob[-1].endswith("after-lower-redistribution.mlir")
+    for rank in (0, 1):
+        names = sorted(p.name for p in (ir / "train" / f"rank{rank}").iterdir())
+        assert names[0].endswith("after-partition.mlir") and any("after-fuse-kernels" in n for n in names)
+        last = (ir / "train" / f"rank{rank}" / names[-1]).read_text()
+        assert "kernel.fused" in last and f"spmdc.rank = {rank}" in last
 
 
 def test_bad_arguments_fail_before_starting_ranks():

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spmdc.compiler import named_pipelines
 from spmdc.ir.parser import parse_module
 from spmdc.passes.manager import PassManager
 from spmdc.passes.registry import parse_pipeline
@@ -14,7 +15,7 @@ MLP = Path(__file__).parents[2] / "lit" / "pipelines" / "spmd-pipeline.mlir"
 
 def test_comm_table_counts_and_bytes_of_partitioned_program():
     module = parse_module(MLP.read_text(), str(MLP))
-    PassManager(parse_pipeline("spmd-pipeline")).run(module)
+    PassManager(parse_pipeline("spmd-pipeline", named_pipelines())).run(module)
     rows = comm_table(module)
     assert [(r["op"], r["axes"], r["count"], r["bytes"]) for r in rows] == [("comm.all_reduce", "tp", 1, 8 * 16 * 4)]
 

@@ -1,6 +1,9 @@
 """The rank side of ``spmdc run``: compile with :func:`spmdc.compile`, train K steps, report.
 
-Importable and picklable for torch's elastic launcher (spawn start method).
+Importable and picklable for torch's elastic launcher (spawn start method). Dumps
+(``--dump-ir``, ``--dump-codegen``) are written here, by each rank, from the programs it
+runs: the IR after every pass (the global stages by the rank that compiled them) and the
+generated module it loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
+    from spmdc.compiler import Dump
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.api import CompiledModule, Optimizer
 
@@ -31,25 +35,17 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     try:
-        fail = os.environ.get("SPMDC_TEST_FAIL_RANK")
-        if fail is not None and int(fail) == rank:
-            raise RuntimeError(f"injected failure on rank {rank} (SPMDC_TEST_FAIL_RANK)")
         w = load_workload(job["workload"])
         say = print if rank == 0 else (lambda *a, **k: None)
         t0 = time.perf_counter()
         cm = CompiledModule(w.model, (tuple(w.inputs), tuple(w.loss_inputs)), mesh=job["mesh"], plan=job["plan"],
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=(),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
-                            target=job.get("target"), bucket=job.get("bucket", False))
+                            target=job.get("target"), bucket=job.get("bucket", False),
+                            dump=Dump(job.get("dump_ir"), job.get("dump_codegen")))
         compile_s = time.perf_counter() - t0
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
             flush=True)
-        if job.get("dump_codegen"):
-            from spmdc.codegen.cache import dump_codegen
-
-            prog = cm._train or cm._fwd
-            os.makedirs(job["dump_codegen"], exist_ok=True)
-            dump_codegen(prog.step.rank_module(rank), job["dump_codegen"])
         losses, times = [], []
         cm.comm.stats.counts.clear()
         cm.comm.stats.bytes.clear()
@@ -66,7 +62,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             say(f"[rank 0] step {k + 1}/{job['steps']}: {'loss' if job['train'] else '|output|'} "
                 f"{losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
-        prog = cm._train or cm._fwd
+        prog = cm.programs["train" if job["train"] else "forward"]
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,

@@ -1,0 +1,164 @@
+"""The compiler driver: a model and a plan in, one program per rank out.
+
+    step = compile_global(model, (x,), mesh=Mesh({"dp": 2}), plan="fsdp", train=True, loss_fn=F.mse_loss)
+    prog = compile_rank(step, rank, target="triton", dump=Dump("ir", "gen"))
+    outs = prog.fn(local_args, comm)
+
+:func:`compile_global` captures the model (:mod:`spmdc.frontend`), runs the ``prepare``
+stage, applies the plan and runs the ``global`` stage (:mod:`spmdc.compiler.pipeline`);
+:func:`compile_rank` parses the rank's own copy of the global program, runs the per-rank
+stages and generates the code that rank loads. Dumps are written from these very objects.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from spmdc.compiler.dump import Dump, hook, program_name
+from spmdc.compiler.pipeline import TARGETS, PipelineOptions, stages
+from spmdc.compiler.program import CompiledStep, Layout, RankProgram
+from spmdc.dialects.func import FuncOp
+from spmdc.dialects.shard import SHARDING_ATTR, Replicate
+from spmdc.ir.core import Operation
+from spmdc.ir.parser import parse_module
+from spmdc.ir.printer import print_module
+from spmdc.passes.manager import PassManager
+from spmdc.passes.registry import parse_pipeline
+from spmdc.sharding.mesh import Mesh
+from spmdc.sharding.plan import Plan, preset
+
+
+def default_target() -> str:
+    """Triton on GPUs, aten (torch) on CPUs, where Triton only runs in its slow interpreter."""
+    import torch
+
+    return "triton" if torch.cuda.is_available() else "torch"
+
+
+def main_function(module: Operation) -> FuncOp:
+    return next(op for op in module.body.ops if isinstance(op, FuncOp))  # type: ignore[attr-defined]
+
+
+def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
+    """A preset name resolved against the captured function's parameters and inputs."""
+    if isinstance(plan, Plan):
+        return plan
+    from spmdc.sharding.apply import is_model_output
+
+    params, in_ranks = {}, []
+    for i, a in enumerate(func.args):
+        attrs = func.arg_attrs(i)
+        p = attrs.get("spmdc.param")
+        if p is not None and "spmdc.buffer" not in attrs:  # buffers stay replicated
+            params[p.value] = a.type.shape  # type: ignore[attr-defined]
+        else:
+            in_ranks.append(a.type.rank)  # type: ignore[attr-defined]
+    out_ranks = [v.type.rank for i, v in enumerate(func.return_op.operands)  # type: ignore[attr-defined]
+                 if is_model_output(func, i)]
+    return preset(plan, mesh, params, in_ranks, out_ranks)
+
+
+def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | Plan, train: bool = False,
+                   loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = False,
+                   dump: Dump | None = None) -> CompiledStep:
+    """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages."""
+    from spmdc.frontend.capture import capture_program
+    from spmdc.sharding.apply import apply_plan
+
+    cap = capture_program(model, tuple(inputs), train=train, loss_fn=loss_fn, loss_inputs=tuple(loss_inputs))
+    module, name = cap.module, program_name(train)
+    func = main_function(module)
+    resolved = plan_for(plan, mesh, func)
+    t = time.perf_counter()
+    writer = dump.ir_writer(name, "global") if dump else None
+    if writer:
+        writer.write("captured", module)
+    prepare, *global_stages = [s for s in stages() if not s.per_rank]
+    PassManager(parse_pipeline(prepare.passes), on_after_pass=hook(writer)).run(module)
+    apply_plan(module, mesh, resolved)   # between prepare and global: the plan is data, not a pass
+    if writer:
+        writer.write("planned", module)
+    for stage in global_stages:
+        PassManager(parse_pipeline(stage.passes), on_after_pass=hook(writer)).run(module)
+    timings = dict(cap.timings)
+    timings["sharding"] = time.perf_counter() - t
+    user_inputs = list(inputs) + list(loss_inputs) if train else list(inputs)
+    args = [a.detach().clone() if hasattr(a, "detach") else a for a in cap.arguments(*user_inputs)]
+    return CompiledStep(print_module(module, debuginfo=True), mesh, resolved.name, args, *_signature(func),
+                        timings=timings, bucket=bucket, name=name)
+
+
+def _signature(func: FuncOp) -> tuple[list[str], list[str], list[tuple[int, ...]], list[tuple[int, ...]], set[int]]:
+    """Argument kinds, result kinds, global shapes and buffer positions of ``@main``."""
+    arg_kinds = []
+    for i, a in enumerate(func.args):
+        p = func.arg_attrs(i).get("spmdc.param")
+        arg_kinds.append(f"param:{p.value}" if p is not None else f"input:{a.name_hint}")  # type: ignore[attr-defined]
+    result_kinds = []
+    for i in range(len(func.return_op.operands)):
+        attrs = func.res_attrs(i)
+        if "spmdc.loss" in attrs:
+            result_kinds.append("loss")
+        elif "spmdc.grad_of" in attrs:
+            result_kinds.append("grad:" + attrs["spmdc.grad_of"].value)  # type: ignore[attr-defined]
+        else:
+            result_kinds.append("output")
+    fn = func.function_type
+    buffers = {i for i in range(len(func.args)) if "spmdc.buffer" in func.arg_attrs(i)}
+    return (arg_kinds, result_kinds, [tuple(t.shape) for t in fn.inputs],  # type: ignore[attr-defined]
+            [tuple(t.shape) for t in fn.results], buffers)  # type: ignore[attr-defined]
+
+
+def rank_module(step: CompiledStep, rank: int, target: str = "torch",
+                dump: Dump | None = None) -> Operation:
+    """Rank ``rank``'s program: its copy of the global program through the per-rank stages."""
+    return _rank_stages(step, rank, target, dump)[0]
+
+
+def _rank_stages(step: CompiledStep, rank: int, target: str, dump: Dump | None) -> tuple[Operation, Operation | None]:
+    """The rank's program, and (target triton) a copy of it before the kernel stage."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown codegen target '{target}' (choices: {', '.join(TARGETS)})")
+    module = parse_module(step.global_ir, "<global>")
+    writer = dump.ir_writer(step.name, f"rank{rank}") if dump else None
+    unfused = None
+    for stage in stages(PipelineOptions(rank=rank, bucket=step.bucket, target=target)):
+        if not stage.per_rank:
+            continue
+        if stage.name == "kernels":
+            unfused = module.clone()
+        PassManager(parse_pipeline(stage.passes), on_after_pass=hook(writer)).run(module)
+    return module, unfused
+
+
+def compile_rank(step: CompiledStep, rank: int, target: str = "torch", dump: Dump | None = None) -> RankProgram:
+    """Rank ``rank``'s program, its generated code (loaded) and the layouts of its arguments."""
+    from spmdc.codegen.cache import load_program
+    from spmdc.codegen.kernel_stats import kernel_stats
+
+    module, unfused = _rank_stages(step, rank, target, dump)
+    fn, path = load_program(module, "main", target=target)
+    source = path.read_text(encoding="utf-8")
+    if dump:
+        dump.write_code(step.name, rank, source)
+    func = main_function(module)
+    n_axes = len(step.mesh.axes)
+    arg_layouts = [_layout(func.arg_attrs(i), n_axes) for i in range(len(func.args))]
+    res_layouts = [_layout(func.res_attrs(i), n_axes) for i in range(len(step.res_shapes))]
+    stats = kernel_stats(module, before=unfused) if unfused is not None else None
+    return RankProgram(step, rank, target, module, source, path, fn, arg_layouts, res_layouts, stats)
+
+
+def _layout(attrs: dict[str, Any], n_axes: int) -> Layout:
+    s = attrs.get(SHARDING_ATTR)
+    return tuple(s.placements) if s is not None else tuple(Replicate() for _ in range(n_axes))
+
+
+def split_example_inputs(example_inputs: Any, loss_fn: Callable | None,
+                         loss_inputs: Sequence[Any] = ()) -> tuple[tuple, tuple]:
+    """``(model inputs, loss inputs)`` from ``example_inputs`` (which may be ``((x,), (y,))``)."""
+    from spmdc.frontend.capture import split_inputs
+
+    model_args, extra = split_inputs(example_inputs, loss_fn)
+    return model_args, tuple(loss_inputs) + extra

@@ -1,0 +1,73 @@
+"""The one pipeline of spmdc: every stage in order, shared by the driver and ``spmdc-opt``.
+
+    prepare    canonicalize,cse                              tidy the captured graph
+    (plan)     spmdc.sharding.apply.apply_plan               the user's layouts as attributes
+    global     sharding-propagation,insert-redistribution,   every value gets a layout; each
+               lower-redistribution                          change becomes collectives
+    rank       partition{rank=r},fuse-collectives,           one rank's program: local shapes,
+               cse,dce,canonicalize                          fewer collectives
+    bucketing  bucket-collectives                            (bucket=True) one AG/RS per block
+    kernels    fuse-kernels,dce                              (target=triton) Triton regions
+
+The first stages run once on the global program; the rest on each rank's copy. The plan
+is not a pass (it takes a Python :class:`~spmdc.sharding.plan.Plan`); in an IR file it is
+already in the attributes. ``spmdc-opt -p 'spmd-pipeline{rank=1 bucket target=triton}'``
+runs exactly these stages on such a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spmdc.passes.registry import NamedPipeline, PipelineError
+
+TARGETS = ("torch", "triton")
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """``rank``: whose program; ``bucket``: SimpleFSDP bucketing; ``target``: ``torch`` or ``triton``."""
+
+    rank: int = 0
+    bucket: bool = False
+    target: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise PipelineError(f"unknown codegen target '{self.target}' (choices: {', '.join(TARGETS)})")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    passes: str
+    per_rank: bool
+
+
+def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
+    """The whole compiler, in order."""
+    out = [
+        Stage("prepare", "canonicalize,cse", per_rank=False),
+        Stage("global", "sharding-propagation,insert-redistribution,lower-redistribution", per_rank=False),
+        Stage("rank", f"partition{{rank={options.rank}}},fuse-collectives,cse,dce,canonicalize", per_rank=True),
+    ]
+    if options.bucket:
+        out.append(Stage("bucketing", "bucket-collectives", per_rank=True))
+    if options.target == "triton":
+        out.append(Stage("kernels", "fuse-kernels,dce", per_rank=True))
+    return out
+
+
+def pipeline_text(options: PipelineOptions, per_rank: bool | None = None) -> str:
+    """The passes of every stage (or only the global / per-rank ones) as one pipeline string."""
+    return ",".join(s.passes for s in stages(options) if per_rank is None or s.per_rank == per_rank)
+
+
+SPMD_PIPELINE = NamedPipeline(
+    "spmd-pipeline", "the whole compiler on a planned module: prepare, global, rank, bucketing, kernels",
+    PipelineOptions, pipeline_text)
+
+
+def named_pipelines() -> dict[str, NamedPipeline]:
+    """Named pipelines for ``spmdc-opt -p``."""
+    return {SPMD_PIPELINE.name: SPMD_PIPELINE}

@@ -1,0 +1,73 @@
+"""What the compiler hands to ranks: the global program, and one rank's program.
+
+    step = compile_global(model, (x,), mesh=Mesh({"tp": 4}), plan="megatron")   # CompiledStep
+    prog = compile_rank(step, rank=1, target="triton")                          # RankProgram
+    prog.module        # the IR that runs on rank 1 (after partition ... fuse-kernels)
+    prog.source        # the Python/Triton module generated from it, as loaded
+    prog.fn(args, comm)
+
+A :class:`CompiledStep` holds the global program as text (ranks parse their own copy, so
+it travels between processes as a small picklable object) and the per-argument facts a
+rank needs: kinds (``param:<fqn>`` / ``input:<name>``), global shapes, buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from spmdc.dialects.shard import Placement
+from spmdc.ir.core import Operation
+from spmdc.sharding.mesh import Mesh
+
+Layout = tuple[Placement, ...]
+
+
+@dataclass
+class CompiledStep:
+    """A captured program laid out over a mesh, after the global stages."""
+
+    global_ir: str
+    mesh: Mesh
+    plan_name: str
+    arguments: list[Any]             # single-device argument values of @main, in order
+    arg_kinds: list[str]             # "param:<fqn>" or "input:<name>"
+    result_kinds: list[str]          # "loss" | "grad:<fqn>" | "output"
+    arg_shapes: list[tuple[int, ...]] = field(default_factory=list)   # global shapes
+    res_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    buffers: set[int] = field(default_factory=set)                   # arguments that are buffers
+    timings: dict[str, float] = field(default_factory=dict)
+    bucket: bool = False             # run bucket-collectives on each rank's program
+    name: str = "forward"            # "forward" or "train": names the dumps
+
+    def rank_module(self, rank: int, target: str = "torch") -> Operation:
+        """Rank ``rank``'s program as IR (the per-rank stages, no code generation)."""
+        from spmdc.compiler.driver import rank_module
+
+        return rank_module(self, rank, target)
+
+
+@dataclass
+class RankProgram:
+    """One rank's program: its IR, the code generated from it and how to call it."""
+
+    step: CompiledStep
+    rank: int
+    target: str
+    module: Operation
+    source: str
+    source_path: Path
+    fn: Callable[[list[Any], Any], list[Any]]
+    arg_layouts: list[Layout]
+    res_layouts: list[Layout]
+    kernel_stats: Any = None          # spmdc.codegen.kernel_stats.KernelStats for target "triton"
+
+    @property
+    def comm_ops(self) -> dict[str, int]:
+        """Collective ops in the program, by name (what one call issues)."""
+        counts: dict[str, int] = {}
+        for op in self.module.walk():
+            if op.name.startswith("comm."):
+                counts[op.name] = counts.get(op.name, 0) + 1
+        return counts

@@ -1,0 +1,33 @@
+"""spmdc layouts as DTensor placements (the Python API takes and returns DTensors)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from spmdc.dialects.shard import Partial, Replicate, Shard
+
+
+def dtensor_placements(layout: Sequence[Any]) -> tuple[Any, ...]:
+    from torch.distributed.tensor import Partial as TPartial
+    from torch.distributed.tensor import Replicate as TReplicate
+    from torch.distributed.tensor import Shard as TShard
+
+    out = []
+    for p in layout:
+        if isinstance(p, Shard):
+            out.append(TShard(p.dim))
+        elif isinstance(p, Partial):
+            out.append(TPartial(p.op))
+        elif isinstance(p, Replicate):
+            out.append(TReplicate())
+        else:
+            raise TypeError(f"placement {p} has no DTensor equivalent")
+    return tuple(out)
+
+
+def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for s in reversed(tuple(shape)):
+        stride.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(stride))
