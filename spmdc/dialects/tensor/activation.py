@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.tensor.base import tensor_types, triton_type
@@ -51,6 +51,17 @@ class ErfOp(UnaryOp):
     name = "tensor.erf"
     torch = "torch.erf({0})"
     triton = "tl.erf({0})"
+
+
+class Log1pOp(UnaryOp):
+    """``%r = tensor.log1p %a : tensor<4xf32>`` — log(1 + a), exact for small a (softplus, Mish).
+
+    The kernel form is Kahan's: with ``u = 1 + a``, ``log(u) * a / (u - 1)`` (``a`` where ``u == 1``).
+    """
+
+    name = "tensor.log1p"
+    torch = "torch.log1p({0})"
+    triton = "tl.where((1.0 + {0}) == 1.0, {0}, tl.log(1.0 + {0}) * ({0} / ((1.0 + {0}) - 1.0)))"
 
 
 class SiluOp(UnaryOp):
@@ -181,4 +192,4 @@ class ClampOp(UnaryOp):
         return x
 
 
-OPS = [SigmoidOp, SinOp, CosOp, ErfOp, SiluOp, AbsOp, SignOp, GeluOp, PowOp, ClampOp]
+OPS = [SigmoidOp, SinOp, CosOp, ErfOp, Log1pOp, SiluOp, AbsOp, SignOp, GeluOp, PowOp, ClampOp]

@@ -55,7 +55,7 @@ def _div_mode(e: Emitter):
 _UNARY = {
     "neg": T.NegOp, "exp": T.ExpOp, "log": T.LogOp, "sqrt": T.SqrtOp, "rsqrt": T.RsqrtOp, "tanh": T.TanhOp,
     "relu": T.ReluOp, "sigmoid": T.SigmoidOp, "sin": T.SinOp, "cos": T.CosOp, "erf": T.ErfOp,
-    "silu": T.SiluOp, "abs": T.AbsOp, "sign": T.SignOp,
+    "silu": T.SiluOp, "log1p": T.Log1pOp, "abs": T.AbsOp, "sign": T.SignOp,
 }
 for _name, _cls in _UNARY.items():
     handles(A + _name)(lambda e, _cls=_cls: [e.create(_cls, [e.cast(e.tensor(0), e.out_type().element_type)])])

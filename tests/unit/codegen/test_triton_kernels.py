@@ -115,6 +115,16 @@ func.func @main(%x: tensor<{t(3, n)}>) -> tensor<{t(3, n)}> {{
     check(text, [x], kinds=["elementwise"])
 
 
+@pytest.mark.parametrize("scale", [1e-9, 1e-3, 3.0])
+def test_log1p_keeps_small_values_exact(scale):
+    text = f"""
+func.func @main(%x: tensor<{t(4, 33)}>) -> tensor<{t(4, 33)}> {{
+  %0 = tensor.log1p %x : tensor<{t(4, 33)}>
+  func.return %0 : tensor<{t(4, 33)}>
+}}"""
+    check(text, [randn(4, 33).abs() * scale], kinds=["elementwise"])
+
+
 def test_silu_pow_rsqrt_cast():
     text = f"""
 func.func @main(%x: tensor<{t(5, 7)}>) -> tensor<5x7xf16> {{
@@ -154,7 +164,8 @@ func.func @main(%x: tensor<{t(3, n)}>) -> tensor<{t(3, n)}> {{
 
 def _layer_norm(m, n):
     return f"""
-func.func @main(%x: tensor<{t(m, n)}>, %r: tensor<{t(m, n)}>, %w: tensor<{t(n)}>, %b: tensor<{t(n)}>) -> (tensor<{t(m, n)}>, tensor<{t(m, n)}>) {{
+func.func @main(%x: tensor<{t(m, n)}>, %r: tensor<{t(m, n)}>, %w: tensor<{t(n)}>, %b: tensor<{t(n)}>)
+    -> (tensor<{t(m, n)}>, tensor<{t(m, n)}>) {{
   %h = tensor.add %x, %r : tensor<{t(m, n)}>
   %var = tensor.var %h {{correction = 0, dims = [1], keepdim = true}} : (tensor<{t(m, n)}>) -> tensor<{t(m, 1)}>
   %mean = tensor.mean %h {{dims = [1], keepdim = true}} : (tensor<{t(m, n)}>) -> tensor<{t(m, 1)}>
@@ -219,7 +230,8 @@ def test_matmul_with_epilogue(act):
     m, k, n = 7, 40, 129
     attr = ' {approximate = "tanh"}' if act == "gelu" else ""
     text = f"""
-func.func @main(%a: tensor<{t(m, k)}>, %w: tensor<{t(n, k)}>, %bias: tensor<{t(n)}>, %res: tensor<{t(m, n)}>) -> (tensor<{t(m, n)}>, tensor<{t(m, n)}>) {{
+func.func @main(%a: tensor<{t(m, k)}>, %w: tensor<{t(n, k)}>, %bias: tensor<{t(n)}>, %res: tensor<{t(m, n)}>)
+    -> (tensor<{t(m, n)}>, tensor<{t(m, n)}>) {{
   %wt = tensor.permute %w {{perm = [1, 0]}} : (tensor<{t(n, k)}>) -> tensor<{t(k, n)}>
   %0 = tensor.matmul %a, %wt : (tensor<{t(m, k)}>, tensor<{t(k, n)}>) -> tensor<{t(m, n)}>
   %1 = tensor.add %0, %bias : (tensor<{t(m, n)}>, tensor<{t(n)}>) -> tensor<{t(m, n)}>
@@ -265,5 +277,5 @@ def test_cache_key_includes_the_target_and_torch_target_runs_regions():
     fn_torch, path_torch = load_program(module, "main", target="torch")
     fn_triton, path_triton = load_program(module, "main", target="triton")
     assert path_torch != path_triton and "import triton" not in path_torch.read_text()
-    for a, b in zip(fn_torch(args, None), fn_triton(args, None)):
+    for a, b in zip(fn_torch(args, None), fn_triton(args, None), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

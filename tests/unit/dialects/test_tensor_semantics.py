@@ -78,6 +78,7 @@ CASES = [
     ("tensor.sin", [T(2, 3)], {}, None, torch.sin, False),
     ("tensor.cos", [T(2, 3, elt="f64")], {}, None, torch.cos, False),
     ("tensor.erf", [T(2, 3)], {}, None, torch.erf, False),
+    ("tensor.log1p", [T(2, 3)], {}, None, lambda a: torch.log(1 + a.double()).to(a.dtype), True),
     ("tensor.silu", [T(2, 3, elt="bf16")], {}, None, lambda a: a * torch.sigmoid(a), False),
     ("tensor.abs", [T(2, 3)], {}, None, torch.abs, False),
     ("tensor.abs", [T(5, elt="i32")], {}, None, torch.abs, False),

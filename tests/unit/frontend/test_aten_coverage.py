@@ -69,6 +69,20 @@ def test_kitchen_sink_training_step(sink):
     assert {"tensor.sign", "tensor.reverse", "tensor.insert_slice"} <= names, names  # abs', cumsum', slice'
 
 
+@pytest.mark.parametrize("act", [nn.Softplus(), nn.Softplus(beta=2.0, threshold=5.0), nn.Mish()],
+                         ids=["softplus", "softplus-beta2", "mish"])
+def test_softplus_and_mish_capture_and_match_eager(act):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), act, nn.Linear(8, 3))
+    x, target = torch.randn(5, 6) * 4, torch.randn(5, 3)
+    fwd = capture_program(model, (x,))
+    check_ir(fwd.module)
+    check_forward(fwd, model, (x,))
+    assert "tensor.log1p" in {op.name for op in fwd.module.walk()}
+    train = capture_program(model, (x,), train=True, loss_fn=F.mse_loss, loss_inputs=(target,))
+    check_train(train, model, (x,), F.mse_loss, (target,))
+
+
 def test_supported_ops_listed():
     ops = supported_ops()
     assert "torch.aten.mm" in ops and "torch.aten._softmax" in ops and "torch.aten.index_put" in ops

@@ -61,7 +61,8 @@ module @all attributes {spmdc.version = 1} {
     %4 = tensor.erf %3 : tensor<2x8xf32>
     %5 = tensor.silu %4 : tensor<2x8xf32>
     %6 = tensor.abs %5 : tensor<2x8xf32>
-    %7 = tensor.sign %6 : tensor<2x8xf32>
+    %l1p = tensor.log1p %6 : tensor<2x8xf32>
+    %7 = tensor.sign %l1p : tensor<2x8xf32>
     %8 = tensor.pow %7, %e : (tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
     %9 = tensor.clamp %8 {max = 6.0, min = 0.0} : tensor<2x8xf32>
     %10 = tensor.clamp %i {max = 63, min = 0} : tensor<8xi64>

@@ -7,7 +7,8 @@
 // CHECK-NEXT:    %[[ERF:.*]] = tensor.erf %[[COS]] : tensor<8x16xf32>
 // CHECK-NEXT:    %[[SILU:.*]] = tensor.silu %[[ERF]] : tensor<8x16xf32>
 // CHECK-NEXT:    %[[ABS:.*]] = tensor.abs %[[SILU]] : tensor<8x16xf32>
-// CHECK-NEXT:    func.return %[[ABS]] : tensor<8x16xf32>
+// CHECK-NEXT:    %[[LOG1P:.*]] = tensor.log1p %[[ABS]] : tensor<8x16xf32>
+// CHECK-NEXT:    func.return %[[LOG1P]] : tensor<8x16xf32>
 func.func @unary_activations(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
   %0 = tensor.sigmoid %x : tensor<8x16xf32>
   %1 = tensor.sin %0 : tensor<8x16xf32>
@@ -15,7 +16,8 @@ func.func @unary_activations(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
   %3 = tensor.erf %2 : tensor<8x16xf32>
   %4 = tensor.silu %3 : tensor<8x16xf32>
   %5 = tensor.abs %4 : tensor<8x16xf32>
-  func.return %5 : tensor<8x16xf32>
+  %6 = tensor.log1p %5 : tensor<8x16xf32>
+  func.return %6 : tensor<8x16xf32>
 }
 
 // The default approximation ("none", erf) is the absent attribute.
