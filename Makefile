@@ -1,12 +1,12 @@
 # Two commands do everything on a fresh machine (they create .venv and install first):
 #   make run    compile and run the built-in demo
-#   make test   the whole test suite (lit + pytest)
+#   make test   the whole test suite (ruff + lit + pytest)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spmdc-installed
 
-.PHONY: install run test lit unit bench clean
+.PHONY: install run test lint lit unit bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,12 @@ run: $(STAMP)
 	$(BIN)/spmdc run
 
 test: $(STAMP)
+	$(BIN)/ruff check spmdc tests bench
 	$(BIN)/lit -sv tests/lit
 	$(BIN)/python -m pytest -q tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check spmdc tests bench
 
 lit: $(STAMP)
 	$(BIN)/lit -sv tests/lit

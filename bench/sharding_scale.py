@@ -62,12 +62,12 @@ def capture_gpt2(layers: int, args):
 
 def shard(cap, mesh, plan_name: str) -> dict:
     """Run the sharding work on a captured module; return timings and op counts."""
+    from spmdc.compiler import PipelineOptions, plan_for, stages
     from spmdc.dialects.func import FuncOp
     from spmdc.ir.parser import parse_module
     from spmdc.ir.printer import print_module
     from spmdc.passes.manager import PassManager
     from spmdc.passes.registry import parse_pipeline
-    from spmdc.compiler import PipelineOptions, plan_for, stages
     from spmdc.sharding.apply import apply_plan
 
     prepare, *global_stages = [s.passes for s in stages() if not s.per_rank]
@@ -102,7 +102,8 @@ def shard(cap, mesh, plan_name: str) -> dict:
     for x in gpm.timings + rpm.timings:
         name = x.name.split("{")[0]
         res["pass"][name] = res["pass"].get(name, 0.0) + x.seconds
-    res["verify"] = (global_wall - sum(x.seconds for x in gpm.timings)) + (rank_wall - sum(x.seconds for x in rpm.timings))
+    res["verify"] = ((global_wall - sum(x.seconds for x in gpm.timings))
+                     + (rank_wall - sum(x.seconds for x in rpm.timings)))
     res["global"] = global_wall
     res["rank0"] = rank_wall
     return res
@@ -203,7 +204,8 @@ def main() -> None:
     if len(rows) >= 2:
         per_layer = [(b["sharding"] - a["sharding"]) / (b["layers"] - a["layers"]) for a, b in zip(rows, rows[1:])]
         lines.append("marginal seconds per added layer: "
-                     + ", ".join(f"{a['layers']}->{b['layers']}: {p:.3f}" for a, b, p in zip(rows, rows[1:], per_layer)))
+                     + ", ".join(f"{a['layers']}->{b['layers']}: {p:.3f}"
+                                 for a, b, p in zip(rows, rows[1:], per_layer)))
         lines.append("microseconds per captured op: "
                      + ", ".join(f"{r['layers']}L {1e6 * r['sharding'] / r['ops_captured']:.0f}" for r in rows))
         k = slope([r["ops_captured"] for r in rows], [r["sharding"] for r in rows])

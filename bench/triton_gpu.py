@@ -27,10 +27,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from spmdc.codegen.cache import load_program  # noqa: E402
 from spmdc.codegen.kernel_stats import kernel_stats  # noqa: E402
+from spmdc.compiler import compile_step  # noqa: E402
 from spmdc.examples import gpt2_tiny, llama_tiny  # noqa: E402
 from spmdc.passes.manager import PassManager  # noqa: E402
 from spmdc.passes.registry import parse_pipeline  # noqa: E402
-from spmdc.compiler import compile_step  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
 
 SCALES = {

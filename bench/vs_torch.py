@@ -323,7 +323,8 @@ def main() -> None:
     iters = args.iters or (5 if args.quick else 20)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     warnings.filterwarnings("ignore")
-    os.environ["PYTHONPATH"] = os.pathsep.join([BENCH_DIR, REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [BENCH_DIR, REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
     from rich.console import Console
     from rich.table import Table
@@ -354,18 +355,19 @@ def main() -> None:
     title = (f"forward+backward step on 4 CPU ranks (gloo), median of {iters} iterations after {warmup} warm-up "
              f"(slowest rank per iteration)")
     t1 = Table(title="Step time: " + title)
-    for c in ("workload", "plan", "mesh", "PyTorch", "PyTorch ms", "spmdc ms", "spmdc / PyTorch", "spmdc in comm ms", "loss spmdc",
-              "loss PyTorch", "loss eager", "max |grad diff| spmdc", "max |grad diff| PyTorch"):
+    for c in ("workload", "plan", "mesh", "PyTorch", "PyTorch ms", "spmdc ms", "spmdc / PyTorch", "spmdc in comm ms",
+              "loss spmdc", "loss PyTorch", "loss eager", "max |grad diff| spmdc", "max |grad diff| PyTorch"):
         t1.add_column(c, justify="right" if ("ms" in c or "/" in c or "loss" in c or "diff" in c) else "left")
     t2 = Table(title="Collectives per step, per rank (bytes: local input of each collective)")
     for c in ("workload", "plan", "spmdc collectives", "spmdc MB", "PyTorch collectives", "PyTorch MB",
               "CommDebugMode (check)"):
         t2.add_column(c, justify="right" if "MB" in c else "left")
     md = []
-    md.append("| workload | plan | mesh | PyTorch | PyTorch ms | spmdc ms | spmdc / PyTorch | spmdc in comm ms | loss spmdc | loss PyTorch | "
-              "loss eager | max abs grad diff spmdc | max abs grad diff PyTorch |")
+    md.append("| workload | plan | mesh | PyTorch | PyTorch ms | spmdc ms | spmdc / PyTorch | spmdc in comm ms | "
+              "loss spmdc | loss PyTorch | loss eager | max abs grad diff spmdc | max abs grad diff PyTorch |")
     md.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    md2 = ["| workload | plan | spmdc collectives | spmdc MB | PyTorch collectives | PyTorch MB | CommDebugMode (check) |",
+    md2 = ["| workload | plan | spmdc collectives | spmdc MB | PyTorch collectives | PyTorch MB | "
+           "CommDebugMode (check) |",
            "|---|---|---|---:|---|---:|---|"]
     bad = []
     for r in results:
@@ -395,7 +397,7 @@ def main() -> None:
     console.print(t1)
     console.print(t2)
     console.print("workloads: " + "; ".join(f"{w}: {d}" for w, d in desc.items()))
-    console.print(f"spmdc compile (capture + sharding, main process): "
+    console.print("spmdc compile (capture + sharding, main process): "
                   + ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items()) + f"; launch + all runs {launch_s:.0f}s")
     if bad:
         console.print("[red]LOSS MISMATCH:[/red] " + "; ".join(bad))

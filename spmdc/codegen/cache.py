@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from spmdc.codegen.names import py_name
 from spmdc.codegen.python_emitter import EMITTER_VERSION, bind_tables, emit_python

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from spmdc.ir.core import Operation
 
 
-
 @dataclass
 class KernelStats:
     aten_ops: int

@@ -43,8 +43,8 @@ from spmdc.ir.types import TensorType
 
 MAX_BLOCK = 1024
 # names the templates use inside kernels; inputs and values never take them
-_KERNEL_LOCALS = frozenset({"tl", "triton", "torch", *TRITON_HELPERS, "offs", "mask", "row", "cols", "zero", "acc", "res",
-                            "c0", "k0", "mean", "d", "row_max", "denom", "pid_m", "pid_n", "pid_b", "rm", "rn",
+_KERNEL_LOCALS = frozenset({"tl", "triton", "torch", *TRITON_HELPERS, "offs", "mask", "row", "cols", "zero", "acc",
+                            "res", "c0", "k0", "mean", "d", "row_max", "denom", "pid_m", "pid_n", "pid_b", "rm", "rn",
                             "rk", "a", "b", "BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K"}
                            | {f"{p}{i}" for p in "irb" for i in range(16)})
 MATMUL_BLOCK = 32
@@ -208,7 +208,8 @@ class TritonEmitter:
         index, idx_lines = delinearize(space, range(len(space)), "offs", "i")
         body = self.body_lines(space, index, full, "offs * 0", "    ")
         block = min(next_pow2(numel), MAX_BLOCK)
-        lines = ["@triton.jit", "", f"    # elementwise over {list(space)} ({numel} points), one program per BLOCK points",
+        lines = ["@triton.jit", "",
+                 f"    # elementwise over {list(space)} ({numel} points), one program per BLOCK points",
                  "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", f"    mask = offs < {numel}"]
         lines += sorted(idx_lines) + body
         lines += [f"    tl.store({o} + offs, {self.env[v]}, mask=mask)" for o, v in zip(self.outs, self.out_values)]
@@ -305,7 +306,8 @@ class TritonEmitter:
                  f"BLOCK_M x BLOCK_N tiles, fp32 accumulation, epilogue on the tile",
                  "    pid_m = tl.program_id(0)", "    pid_n = tl.program_id(1)", "    pid_b = tl.program_id(2)"]
         lines += sorted(b_lines)
-        lines += ["    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        lines += ["    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+                  "    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
                   "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
                   f"    for k0 in range(0, {k}, BLOCK_K):", "        rk = k0 + tl.arange(0, BLOCK_K)",
                   f"        a = tl.load({operand_base(a_i, 'rm[:, None]', 'rk[None, :]')}, "

@@ -9,7 +9,12 @@ Layering: it uses the frontend, passes and codegen; the runtime uses it and only
 """
 
 from spmdc.compiler.driver import (
-    compile_global, compile_rank, default_target, plan_for, rank_module, split_example_inputs,
+    compile_global,
+    compile_rank,
+    default_target,
+    plan_for,
+    rank_module,
+    split_example_inputs,
 )
 from spmdc.compiler.dump import Dump
 from spmdc.compiler.pipeline import PipelineOptions, Stage, named_pipelines, stages

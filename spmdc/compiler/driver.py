@@ -13,7 +13,8 @@ stages and generates the code that rank loads. Dumps are written from these very
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from spmdc.compiler.dump import Dump, hook, program_name
 from spmdc.compiler.pipeline import TARGETS, PipelineOptions, stages

@@ -17,9 +17,10 @@ Every file is written from the objects that run (no recompilation), with locatio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from spmdc.ir.core import Operation
 from spmdc.ir.printer import print_module
@@ -34,7 +35,7 @@ class Dump:
     ir_dir: str | None = None
     code_dir: str | None = None
 
-    def ir_writer(self, program: str, scope: str) -> "IRWriter | None":
+    def ir_writer(self, program: str, scope: str) -> IRWriter | None:
         if self.ir_dir is None:
             return None
         return IRWriter(Path(self.ir_dir) / program / scope)

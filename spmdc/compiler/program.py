@@ -13,9 +13,10 @@ rank needs: kinds (``param:<fqn>`` / ``input:<name>``), global shapes, buffers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from spmdc.dialects.shard import Placement
 from spmdc.ir.core import Operation

@@ -20,8 +20,9 @@ number, bool or string, or a list of them), so an IR file cannot inject code.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 
 def literal(value: object) -> str:

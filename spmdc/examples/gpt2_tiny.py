@@ -76,7 +76,7 @@ class GPT2(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied
-        for name, p in self.named_parameters():  # GPT-2's init: N(0, 0.02)
+        for _name, p in self.named_parameters():  # GPT-2's init: N(0, 0.02)
             if p.dim() >= 2:
                 nn.init.normal_(p, std=0.02)
 

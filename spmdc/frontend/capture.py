@@ -11,8 +11,9 @@ forward/backward graph for training), ``check`` (every op has a translation), ``
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from spmdc.ir.core import Operation
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -26,7 +27,7 @@ def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
     return torch.ops.aten.add.Tensor(out, bias)
 
 
-def default_decomposition_table() -> Dict[Any, Callable]:
+def default_decomposition_table() -> dict[Any, Callable]:
     """Core-ATen decompositions plus the extra overloads torch-mlir wants decomposed.
 
     torch-mlir's table = ``core_aten_decompositions()`` minus a few ops whose decomps it

@@ -24,7 +24,8 @@ The data model and the decomposition table are re-exported here.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -55,15 +56,15 @@ __all__ = [
 ]
 
 
-def _export(root: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> ExportedProgram:
+def _export(root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ExportedProgram:
     try:
         return torch.export.export(root, args, kwargs, strict=False)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e
 
 
-def _decompose(ep: ExportedProgram, table: Dict[Any, Callable], train: bool
-               ) -> Tuple[ExportedProgram, bool]:
+def _decompose(ep: ExportedProgram, table: dict[Any, Callable], train: bool
+               ) -> tuple[ExportedProgram, bool]:
     """(decomposed program, whether node metadata is complete)."""
     try:
         if not train:
@@ -90,11 +91,11 @@ def export_program(
     example_inputs: Sequence[Any],
     *,
     train: bool = False,
-    loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+    loss_fn: Callable[..., torch.Tensor] | None = None,
     loss_inputs: Sequence[Any] = (),
     return_model_outputs: bool = False,
-    decomposition_table: Optional[Dict[Any, Callable]] = None,
-    example_kwargs: Optional[Mapping[str, Any]] = None,
+    decomposition_table: dict[Any, Callable] | None = None,
+    example_kwargs: Mapping[str, Any] | None = None,
 ) -> ExportedProgramInfo:
     """Export ``model`` with torch.export and decompose it to (near-)core ATen.
 
@@ -120,9 +121,9 @@ def export_program(
     Returns an :class:`ExportedProgramInfo`; its ``metadata_complete`` is False when the
     joint decomposition had to drop module paths (a warning says why).
     """
-    timings: Dict[str, float] = {}
+    timings: dict[str, float] = {}
     example_inputs, loss_inputs = tuple(example_inputs), tuple(loss_inputs)
-    kwargs: Dict[str, Any] = dict(example_kwargs or {})
+    kwargs: dict[str, Any] = dict(example_kwargs or {})
     table = (default_decomposition_table() if decomposition_table is None
              else dict(decomposition_table))
     if not train and (loss_fn is not None or loss_inputs):

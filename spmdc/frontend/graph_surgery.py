@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Sequence, Set, Tuple
+from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
@@ -28,23 +28,23 @@ __all__ = ["cleanup_graph", "make_views_safe", "merge_aliased_and_unused", "view
 _SOURCE_META = ("nn_module_stack", "stack_trace", "source_fn_stack", "from_node")
 
 
-def _named_tensors(root: nn.Module) -> Dict[str, torch.Tensor]:
+def _named_tensors(root: nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter and buffer of ``root`` by FQN, aliases included."""
-    named: Dict[str, torch.Tensor] = dict(root.named_parameters(remove_duplicate=False))
+    named: dict[str, torch.Tensor] = dict(root.named_parameters(remove_duplicate=False))
     for n, b in root.named_buffers(remove_duplicate=False):
         named.setdefault(n, b)
     return named
 
 
 def _find_aliases_and_unused(ep: ExportedProgram, root: nn.Module, train: bool
-                             ) -> Tuple[Dict[str, str], List[str], Set[int]]:
+                             ) -> tuple[dict[str, str], list[str], set[int]]:
     """Reroute uses of tied aliases to the first FQN; returns (tied, unused, drop_specs)."""
     named = _named_tensors(root)
     specs = ep.graph_signature.input_specs
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    canonical_by_id: Dict[int, Tuple[str, torch.fx.Node]] = {}
-    tied: Dict[str, str] = {}
-    drop: Set[int] = set()
+    canonical_by_id: dict[int, tuple[str, torch.fx.Node]] = {}
+    tied: dict[str, str] = {}
+    drop: set[int] = set()
     for idx, spec in enumerate(specs):
         t = named.get(spec.target) if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) else None
         if t is None:
@@ -57,7 +57,7 @@ def _find_aliases_and_unused(ep: ExportedProgram, root: nn.Module, train: bool
             drop.add(idx)
         else:
             canonical_by_id[id(t)] = (spec.target, node)
-    unused: List[str] = []
+    unused: list[str] = []
     if train:
         for idx, spec in enumerate(specs):
             if idx not in drop and spec.kind == InputKind.PARAMETER \
@@ -69,7 +69,7 @@ def _find_aliases_and_unused(ep: ExportedProgram, root: nn.Module, train: bool
 
 def merge_aliased_and_unused(
     ep: ExportedProgram, root: nn.Module, train: bool
-) -> Tuple[ExportedProgram, Dict[str, str], List[str]]:
+) -> tuple[ExportedProgram, dict[str, str], list[str]]:
     """Merge placeholders of tied parameters/buffers and drop unused parameters.
 
     We keep the first FQN of each tied group (the one ``named_parameters()`` yields).
@@ -156,9 +156,10 @@ def cleanup_graph(gm: torch.fx.GraphModule) -> int:
     """Drop ops with no value semantics: metadata asserts and ``aten.alias``.
 
     The asserts (:func:`~spmdc.frontend.torch_compat.no_op_check_targets`) come from
-    ``Tensor.to`` in training IR and survive decomposition; ``alias`` comes from ``detach``/saved tensors in joint graphs.  Neither
-    means anything for value-semantics tensors.  Aliases feeding the output node are kept
-    so output names in the graph signature stay valid.  Returns the number of removals.
+    ``Tensor.to`` in training IR and survive decomposition; ``alias`` comes from
+    ``detach``/saved tensors in joint graphs.  Neither means anything for value-semantics
+    tensors.  Aliases feeding the output node are kept so output names in the graph
+    signature stay valid.  Returns the number of removals.
     """
     checks = torch_compat.no_op_check_targets()
     g = gm.graph

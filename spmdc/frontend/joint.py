@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict
+from typing import Any
 
 import torch
 import torch.fx.traceback as fx_traceback
@@ -53,7 +54,7 @@ def copy_forward_module_stack_to_backward(graph: torch.fx.Graph) -> None:
     In AOTAutograd's joint graph a backward node shares the autograd ``seq_nr`` of its
     forward op (same idea as ``copy_fwd_metadata_to_bw_nodes`` in the compile path).
     """
-    fwd: Dict[int, Any] = {}
+    fwd: dict[int, Any] = {}
     for n in graph.nodes:
         st, seq = n.meta.get("nn_module_stack"), n.meta.get("seq_nr")
         if st and seq is not None and n.meta.get("partitioner_tag") != "is_backward":
@@ -89,7 +90,7 @@ def _interpret_joint_graph(original: Callable) -> Callable:
     return export_fn
 
 
-def _decompose_preserving_metadata(ep: ExportedProgram, table: Dict[Any, Callable]
+def _decompose_preserving_metadata(ep: ExportedProgram, table: dict[Any, Callable]
                                    ) -> ExportedProgram:
     """:func:`torch_compat.decompose_joint` with node metadata preserved (may raise)."""
     gm = ep.graph_module
@@ -105,7 +106,7 @@ def _decompose_preserving_metadata(ep: ExportedProgram, table: Dict[Any, Callabl
             pass
 
 
-def joint_decompose(ep: ExportedProgram, table: Dict[Any, Callable]) -> JointResult:
+def joint_decompose(ep: ExportedProgram, table: dict[Any, Callable]) -> JointResult:
     """Decompose the loss-returning program ``ep`` into a joint forward+backward graph.
 
     Falls back to a plain decomposition (with a :class:`MetadataLostWarning`) when the

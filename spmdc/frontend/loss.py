@@ -9,7 +9,8 @@ module path (:func:`strip_wrapper`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -30,7 +31,7 @@ class LossWrapper(nn.Module):
     model's tensor outputs (flattened) after the loss, when ``loss_fn`` is given.
     """
 
-    def __init__(self, model: nn.Module, loss_fn: Optional[Callable], n_model_inputs: int,
+    def __init__(self, model: nn.Module, loss_fn: Callable | None, n_model_inputs: int,
                  return_outputs: bool):
         super().__init__()
         self.model = model
@@ -69,7 +70,7 @@ def extract_loss(out: Any) -> torch.Tensor:
     return loss
 
 
-def strip_wrapper(path: Optional[str], strip: bool) -> Optional[str]:
+def strip_wrapper(path: str | None, strip: bool) -> str | None:
     """Remove the wrapper's ``model.`` prefix from an FQN / module path (when ``strip``)."""
     if path is None or not strip:
         return path

@@ -9,7 +9,7 @@ borrow the one of the forward op with the same autograd ``seq_nr``.
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
@@ -40,9 +40,9 @@ def _is_backward(node: torch.fx.Node) -> bool:
     )
 
 
-def _forward_stacks_by_seq(graph: torch.fx.Graph) -> Dict[int, Any]:
+def _forward_stacks_by_seq(graph: torch.fx.Graph) -> dict[int, Any]:
     """``seq_nr`` -> ``nn_module_stack`` of the forward node with that autograd number."""
-    stacks: Dict[int, Any] = {}
+    stacks: dict[int, Any] = {}
     for node in graph.nodes:
         st, seq = node.meta.get("nn_module_stack"), node.meta.get("seq_nr")
         if st and seq is not None and node.meta.get("partitioner_tag") != "is_backward":
@@ -50,7 +50,7 @@ def _forward_stacks_by_seq(graph: torch.fx.Graph) -> Dict[int, Any]:
     return stacks
 
 
-def _module_of(stack: Any, strip: bool) -> Tuple[str, Optional[str]]:
+def _module_of(stack: Any, strip: bool) -> tuple[str, str | None]:
     """(module path, module type name) of the innermost entry of an ``nn_module_stack``."""
     path, mtype = "", None
     if stack:
@@ -63,13 +63,13 @@ def _module_of(stack: Any, strip: bool) -> Tuple[str, Optional[str]]:
     return path, mtype
 
 
-def node_infos(ep: ExportedProgram, strip: bool) -> Dict[str, NodeInfo]:
+def node_infos(ep: ExportedProgram, strip: bool) -> dict[str, NodeInfo]:
     """:class:`NodeInfo` of every ``call_function`` node, keyed by FX node name.
 
     ``strip``: remove the loss wrapper's ``model.`` prefix from module paths.
     """
     fwd_stack_by_seq = _forward_stacks_by_seq(ep.graph)
-    infos: Dict[str, NodeInfo] = {}
+    infos: dict[str, NodeInfo] = {}
     for node in ep.graph.nodes:
         if node.op != "call_function":
             continue
@@ -90,7 +90,7 @@ def node_infos(ep: ExportedProgram, strip: bool) -> Dict[str, NodeInfo]:
     return infos
 
 
-def shape_dtype(node: Optional[torch.fx.Node]) -> Tuple[Tuple[int, ...], Optional[torch.dtype]]:
+def shape_dtype(node: torch.fx.Node | None) -> tuple[tuple[int, ...], torch.dtype | None]:
     """Static shape and dtype of a node's FakeTensor value (``((), None)`` if none)."""
     val = node.meta.get("val") if node is not None else None
     if isinstance(val, torch.Tensor):

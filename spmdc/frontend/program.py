@@ -8,8 +8,9 @@ of the user's model (the loss wrapper's ``model.`` prefix is already stripped).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple
+from typing import Any, Literal
 
 import torch
 from torch.export import ExportedProgram
@@ -41,11 +42,11 @@ class InputInfo:
     index: int  # position among placeholders (== MLIR func argument index)
     name: str  # FX placeholder name, e.g. "p_blocks_0_attn_c_attn_weight"
     kind: InputKindName
-    fqn: Optional[str]  # parameter/buffer/constant FQN ("blocks.0.attn.c_attn.weight")
-    user_index: Optional[int]  # index into example_inputs for kind == "user_input"
-    shape: Tuple[int, ...]
+    fqn: str | None  # parameter/buffer/constant FQN ("blocks.0.attn.c_attn.weight")
+    user_index: int | None  # index into example_inputs for kind == "user_input"
+    shape: tuple[int, ...]
     dtype: torch.dtype
-    persistent: Optional[bool] = None  # buffers only
+    persistent: bool | None = None  # buffers only
     requires_grad: bool = False  # parameters that get a gradient output
 
 
@@ -56,10 +57,10 @@ class OutputInfo:
     index: int
     name: str  # FX name of the producing node
     kind: OutputKindName
-    fqn: Optional[str] = None  # for "gradient" / "buffer_mutation": the target FQN
-    user_index: Optional[int] = None  # for "model_output": index in flattened outputs
-    shape: Tuple[int, ...] = ()
-    dtype: Optional[torch.dtype] = None
+    fqn: str | None = None  # for "gradient" / "buffer_mutation": the target FQN
+    user_index: int | None = None  # for "model_output": index in flattened outputs
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype | None = None
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,9 @@ class NodeInfo:
     name: str  # FX node name (also used as the MLIR location name)
     op: str  # e.g. "aten.mm.default"
     module_path: str  # e.g. "blocks.0.attn.c_attn" ("" for the root module)
-    module_type: Optional[str]  # e.g. "torch.nn.modules.linear.Linear"
+    module_type: str | None  # e.g. "torch.nn.modules.linear.Linear"
     is_backward: bool  # True when produced by autograd for the backward pass
-    stack_trace: Optional[str] = None
+    stack_trace: str | None = None
 
 
 @dataclass
@@ -80,16 +81,16 @@ class ExportedProgramInfo:
 
     exported_program: ExportedProgram
     train: bool
-    inputs: List[InputInfo]
-    outputs: List[OutputInfo]
-    nodes: Dict[str, NodeInfo]
+    inputs: list[InputInfo]
+    outputs: list[OutputInfo]
+    nodes: dict[str, NodeInfo]
     # alias FQN -> canonical FQN for parameters/buffers that were the same tensor
-    tied_parameters: Dict[str, str] = field(default_factory=dict)
+    tied_parameters: dict[str, str] = field(default_factory=dict)
     # trainable parameters not used by the graph (their gradient is zero)
-    unused_parameters: List[str] = field(default_factory=list)
+    unused_parameters: list[str] = field(default_factory=list)
     # concrete values of every parameter/buffer/constant placeholder, keyed by FQN
-    state: Dict[str, torch.Tensor] = field(default_factory=dict)
-    timings: Dict[str, float] = field(default_factory=dict)
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
     # False when the joint decomposition had to run without metadata preservation:
     # nodes then may have an empty module path / no stack trace (numerics unaffected)
     metadata_complete: bool = True
@@ -108,27 +109,27 @@ class ExportedProgramInfo:
                 return i
         raise KeyError(fqn)
 
-    def gradient_outputs(self) -> Dict[str, OutputInfo]:
+    def gradient_outputs(self) -> dict[str, OutputInfo]:
         """Gradient outputs keyed by parameter FQN."""
         return {o.fqn: o for o in self.outputs if o.kind == "gradient"}
 
-    def loss_output(self) -> Optional[OutputInfo]:
+    def loss_output(self) -> OutputInfo | None:
         """The loss output of a training capture (None for a forward capture)."""
         for o in self.outputs:
             if o.kind == "loss":
                 return o
         return None
 
-    def op_names(self) -> List[str]:
+    def op_names(self) -> list[str]:
         """Sorted distinct op names (``aten.mm.default`` ...) of the graph."""
         return sorted({n.op for n in self.nodes.values()})
 
     def flat_args(
-        self, *user_inputs: torch.Tensor, state: Optional[Mapping[str, torch.Tensor]] = None
-    ) -> List[Any]:
+        self, *user_inputs: torch.Tensor, state: Mapping[str, torch.Tensor] | None = None
+    ) -> list[Any]:
         """Arguments in placeholder order (== MLIR function argument order)."""
         st = self.state if state is None else {**self.state, **state}
-        args: List[Any] = []
+        args: list[Any] = []
         for inp in self.inputs:
             if inp.kind == "user_input":
                 args.append(user_inputs[inp.user_index])
@@ -137,8 +138,8 @@ class ExportedProgramInfo:
         return args
 
     def run(
-        self, *user_inputs: torch.Tensor, state: Optional[Mapping[str, torch.Tensor]] = None
-    ) -> List[Any]:
+        self, *user_inputs: torch.Tensor, state: Mapping[str, torch.Tensor] | None = None
+    ) -> list[Any]:
         """Run the captured graph eagerly; returns outputs in ``self.outputs`` order."""
         with torch.no_grad():
             out = self.graph_module(*self.flat_args(*user_inputs, state=state))

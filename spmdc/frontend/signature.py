@@ -8,8 +8,6 @@ arguments of the imported MLIR function; outputs likewise map to its results.
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
-
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
@@ -27,7 +25,7 @@ def _gradient_targets(ep: ExportedProgram) -> set:
 
 
 def input_infos(ep: ExportedProgram, strip: bool
-                ) -> Tuple[List[InputInfo], Dict[str, torch.Tensor]]:
+                ) -> tuple[list[InputInfo], dict[str, torch.Tensor]]:
     """One :class:`InputInfo` per placeholder, and the value of every non-user input by FQN.
 
     User inputs are numbered in placeholder order (``InputInfo.user_index``).
@@ -37,8 +35,8 @@ def input_infos(ep: ExportedProgram, strip: bool
     if len(placeholders) != len(sig.input_specs):
         raise ExportError("placeholder count does not match the graph signature")
     grad_targets = _gradient_targets(ep)
-    inputs: List[InputInfo] = []
-    state: Dict[str, torch.Tensor] = {}
+    inputs: list[InputInfo] = []
+    state: dict[str, torch.Tensor] = {}
     n_user = 0
     for ph, spec in zip(placeholders, sig.input_specs):
         name = getattr(spec.arg, "name", ph.name)
@@ -75,13 +73,13 @@ def input_infos(ep: ExportedProgram, strip: bool
     return inputs, state
 
 
-def output_infos(ep: ExportedProgram, strip: bool) -> List[OutputInfo]:
+def output_infos(ep: ExportedProgram, strip: bool) -> list[OutputInfo]:
     """One :class:`OutputInfo` per graph output, in order.
 
     Joint graphs return ``[buffer mutations..., loss, (model outputs...), grads...]``.
     """
     by_name = {n.name: n for n in ep.graph.nodes}
-    outputs: List[OutputInfo] = []
+    outputs: list[OutputInfo] = []
     n_model_out = 0
     for i, spec in enumerate(ep.graph_signature.output_specs):
         oname = getattr(spec.arg, "name", None)

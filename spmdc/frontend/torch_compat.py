@@ -20,7 +20,8 @@ import contextlib
 import functools
 import importlib.metadata
 import re
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -41,7 +42,7 @@ __all__ = [
     "install_node_locations",
 ]
 
-SUPPORTED_TORCH: Tuple[int, int] = (2, 13)  # any 2.13.x (pyproject pins torch==2.13.0)
+SUPPORTED_TORCH: tuple[int, int] = (2, 13)  # any 2.13.x (pyproject pins torch==2.13.0)
 TESTED_TORCH_MLIR = "20261001"  # the torch-mlir wheel pinned in pyproject.toml
 
 
@@ -66,7 +67,7 @@ def check_torch_version(found: str) -> None:
     )
 
 
-def check_torch_mlir_version(found: Optional[str] = None) -> None:
+def check_torch_mlir_version(found: str | None = None) -> None:
     """Raise :class:`UnsupportedTorchError` unless torch-mlir is the tested build.
 
     ``found`` defaults to the installed distribution's version; when no distribution
@@ -94,21 +95,21 @@ check_torch_version(torch.__version__)
 # ---------------------------------------------------------------------------------
 
 
-def tree_leaves(tree: Any) -> List[Any]:
+def tree_leaves(tree: Any) -> list[Any]:
     """Leaves of a pytree (tuples, lists, dicts, HF ``ModelOutput``...), in order."""
     from torch.utils import _pytree
 
     return list(_pytree.tree_leaves(tree))
 
 
-def core_aten_decompositions() -> Dict[Any, Callable]:
+def core_aten_decompositions() -> dict[Any, Callable]:
     """torch's core-ATen decomposition table (used when torch-mlir is not installed)."""
     from torch._decomp import core_aten_decompositions as table
 
     return dict(table())
 
 
-def no_op_check_targets() -> Tuple[Any, ...]:
+def no_op_check_targets() -> tuple[Any, ...]:
     """Op overloads that only assert tensor metadata (``aten._assert_tensor_metadata``).
 
     Empty when this torch has no such op.
@@ -127,7 +128,7 @@ def real_tensors() -> Iterator[None]:
         yield
 
 
-def op_overload_parts(target: Any) -> Optional[Tuple[str, str, str]]:
+def op_overload_parts(target: Any) -> tuple[str, str, str] | None:
     """``aten.add.Tensor`` -> ``("aten", "add", "Tensor")``; None if not an op overload."""
     from torch._ops import OpOverload
 
@@ -138,12 +139,12 @@ def op_overload_parts(target: Any) -> Optional[Tuple[str, str, str]]:
 
 
 def update_exported_program(ep: Any, graph_module: torch.fx.GraphModule, signature: Any,
-                            state_dict: Optional[Dict[str, Any]] = None) -> Any:
+                            state_dict: dict[str, Any] | None = None) -> Any:
     """A copy of ``ep`` with a new graph module / signature (and optionally state)."""
     return ep._update(graph_module, signature, state_dict=state_dict)
 
 
-def decompose_joint(ep: Any, table: Dict[Any, Callable]) -> Any:
+def decompose_joint(ep: Any, table: dict[Any, Callable]) -> Any:
     """Joint forward+backward decomposition of ``ep`` (whose output 0 is the loss).
 
     Same as torch's private ``_export_forward_backward`` but with our ``table``
@@ -182,7 +183,7 @@ def wrapped_aot_export_function(wrap: Callable[[Callable], Callable]) -> Iterato
         aot_autograd._aot_export_function = original
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hooked_context_cache() -> type:
     """torch-mlir ``ContextCache`` subclass whose node locations come from a callback."""
     from torch_mlir.extras.fx_importer import ContextCache

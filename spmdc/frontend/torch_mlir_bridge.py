@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -54,8 +55,8 @@ __all__ = [
 @dataclass
 class BridgeMapping:
     func_name: str
-    args: List[InputInfo]  # func argument i <-> args[i]
-    results: List[OutputInfo]  # func result j <-> results[j]
+    args: list[InputInfo]  # func argument i <-> args[i]
+    results: list[OutputInfo]  # func result j <-> results[j]
     info: ExportedProgramInfo
 
     def arg_index(self, fqn: str) -> int:
@@ -73,22 +74,22 @@ class BridgeMapping:
 class OpRecord:
     name: str  # e.g. "torch.aten.mm"
     operation: Any  # ir.Operation
-    operands: List[Any]  # ir.Value
-    operand_names: List[str]  # SSA names ("%arg3", "%12")
-    constant_operands: Dict[int, Any]  # operand index -> python value (int/float/list/None...)
-    results: List[Any]
-    result_names: List[str]
-    result_types: List[Tuple[Optional[Tuple[int, ...]], Optional[str]]]  # (shape, dtype)
-    attributes: Dict[str, Any]
+    operands: list[Any]  # ir.Value
+    operand_names: list[str]  # SSA names ("%arg3", "%12")
+    constant_operands: dict[int, Any]  # operand index -> python value (int/float/list/None...)
+    results: list[Any]
+    result_names: list[str]
+    result_types: list[tuple[tuple[int, ...] | None, str | None]]  # (shape, dtype)
+    attributes: dict[str, Any]
     location: str
-    fx_node: Optional[str] = None
-    module_path: Optional[str] = None
+    fx_node: str | None = None
+    module_path: str | None = None
 
 
 # ---------------------------------------------------------------------------------
 
 
-def _node_locator(ctx: Any, module_paths: Dict[str, str]):
+def _node_locator(ctx: Any, module_paths: dict[str, str]):
     """Location callback for the importer: NameLocs ``"<node>@<module path>"``.
 
     ``default`` is torch-mlir's file:line callsite for the node (None without a stack
@@ -122,7 +123,7 @@ def _graph_for_import(info: ExportedProgramInfo) -> torch.fx.Graph:
     return gm.graph
 
 
-def _dict_attr(ctx, entries: Dict[str, str]):
+def _dict_attr(ctx, entries: dict[str, str]):
     return ir.DictAttr.get({k: ir.StringAttr.get(v, context=ctx) for k, v in entries.items()},
                            context=ctx)
 
@@ -131,9 +132,9 @@ def import_to_torch_mlir(
     info: ExportedProgramInfo,
     *,
     func_name: str = "main",
-    context: Optional[ir.Context] = None,
-    pipeline: Optional[str] = None,
-) -> Tuple[ir.Module, ir.Context, BridgeMapping]:
+    context: ir.Context | None = None,
+    pipeline: str | None = None,
+) -> tuple[ir.Module, ir.Context, BridgeMapping]:
     """Import ``info`` into a new MLIR module in torch-mlir's ``torch`` dialect.
 
     ``pipeline``: optional pass pipeline string run afterwards (e.g.
@@ -215,7 +216,7 @@ _SCALAR_CASTS = {"torch.aten.Int.bool": int, "torch.aten.Float.Scalar": float,
                  "torch.aten.Int.Scalar": int, "torch.aten.Bool.Scalar": bool}
 
 
-def parse_vtensor_type(t: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[str]]:
+def parse_vtensor_type(t: Any) -> tuple[tuple[int, ...] | None, str | None]:
     """``!torch.vtensor<[2,8],f32>`` -> ((2, 8), "f32"); non-tensors -> (None, type str)."""
     s = str(t)
     m = _VTENSOR_RE.match(s)
@@ -240,7 +241,7 @@ def _attr_to_py(a: Any) -> Any:
     return str(a)
 
 
-def _constant_value(v: Any, _depth: int = 0) -> Tuple[bool, Any]:
+def _constant_value(v: Any, _depth: int = 0) -> tuple[bool, Any]:
     """If ``v`` is produced by a constant-like op, return (True, python value)."""
     owner = v.owner
     if not isinstance(owner, (ir.Operation, ir.OpView)):
@@ -276,7 +277,7 @@ def _ssa_name(v: Any, state: Any) -> str:
         return v.get_name()
 
 
-def _parse_loc(loc: Any) -> Tuple[str, Optional[str], Optional[str]]:
+def _parse_loc(loc: Any) -> tuple[str, str | None, str | None]:
     s = str(loc)
     m = _LOC_NAME_RE.match(s)
     if not m or "@" not in m.group(1):
@@ -288,7 +289,7 @@ def _parse_loc(loc: Any) -> Tuple[str, Optional[str], Optional[str]]:
 def iter_ops(
     module: ir.Module,
     *,
-    func_name: Optional[str] = None,
+    func_name: str | None = None,
     include_constants: bool = False,
 ) -> Iterator[OpRecord]:
     """Yield an :class:`OpRecord` for every op in the function body(ies), in order.
@@ -317,7 +318,7 @@ def iter_ops(
                     if name == "torch.prim.ListConstruct" and _constant_value(o.results[0])[0]:
                         continue
                 operands = list(o.operands)
-                consts: Dict[int, Any] = {}
+                consts: dict[int, Any] = {}
                 for i, v in enumerate(operands):
                     ok, pv = _constant_value(v)
                     if ok:
@@ -346,6 +347,6 @@ def iter_ops(
                 )
 
 
-def torch_op_names(module: ir.Module) -> List[str]:
+def torch_op_names(module: ir.Module) -> list[str]:
     """Sorted distinct names of the non-constant ops in ``module`` (without func.return)."""
     return sorted({r.name for r in iter_ops(module)} - {"func.return"})

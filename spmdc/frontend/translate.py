@@ -116,10 +116,10 @@ def translate(torch_module: Any, info: Any, *, func_name: str = "main",
 
 def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationStats,
                user_names: dict[int, str] | None):
-    from spmdc.ir.module import ModuleOp
     from spmdc.dialects.func import FuncOp, ReturnOp
     from spmdc.dialects.tensor import ConstantOp
     from spmdc.frontend.torch_mlir_bridge import iter_ops
+    from spmdc.ir.module import ModuleOp
 
     aliases: dict[str, list[str]] = {}
     for alias, canon in info.tied_parameters.items():

@@ -19,8 +19,9 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 BUILTINS: dict[str, str] = {
     "mlp": "spmdc.examples.mlp:factory",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from spmdc.ir.types import FLOAT_TYPES, TensorType, Type
 
@@ -118,7 +118,7 @@ class DictAttr(Attribute):
         object.__setattr__(self, "entries", tuple(sorted(self.entries, key=lambda kv: kv[0])))
 
     @staticmethod
-    def of(mapping: dict[str, Attribute]) -> "DictAttr":
+    def of(mapping: dict[str, Attribute]) -> DictAttr:
         return DictAttr(tuple(mapping.items()))
 
     def as_dict(self) -> dict[str, Attribute]:

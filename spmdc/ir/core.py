@@ -14,9 +14,11 @@ editing the lists directly.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import ClassVar, TypeVar
 
-from spmdc.ir.attributes import Attribute, SymbolRefAttr, attr as to_attr, unwrap
+from spmdc.ir.attributes import Attribute, SymbolRefAttr, unwrap
+from spmdc.ir.attributes import attr as to_attr
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.location import UNKNOWN, Location
 from spmdc.ir.types import TensorType, Type
@@ -27,7 +29,7 @@ class Use:
 
     __slots__ = ("owner", "index")
 
-    def __init__(self, owner: "Operation", index: int):
+    def __init__(self, owner: Operation, index: int):
         self.owner = owner
         self.index = index
 
@@ -51,7 +53,7 @@ class Value:
         return self.type
 
     @property
-    def users(self) -> list["Operation"]:
+    def users(self) -> list[Operation]:
         seen: dict[int, Operation] = {}
         for u in self.uses:
             seen.setdefault(id(u.owner), u.owner)
@@ -60,31 +62,31 @@ class Value:
     def has_uses(self) -> bool:
         return bool(self.uses)
 
-    def replace_all_uses_with(self, new: "Value") -> None:
+    def replace_all_uses_with(self, new: Value) -> None:
         if new is self:
             return
         for use in list(self.uses):
             use.owner.set_operand(use.index, new)
 
-    def defining_op(self) -> "Operation | None":
+    def defining_op(self) -> Operation | None:
         return None
 
-    def parent_block(self) -> "Block | None":
+    def parent_block(self) -> Block | None:
         return None
 
 
 class OpResult(Value):
     __slots__ = ("op", "index")
 
-    def __init__(self, type: Type, op: "Operation", index: int):
+    def __init__(self, type: Type, op: Operation, index: int):
         super().__init__(type)
         self.op = op
         self.index = index
 
-    def defining_op(self) -> "Operation":
+    def defining_op(self) -> Operation:
         return self.op
 
-    def parent_block(self) -> "Block | None":
+    def parent_block(self) -> Block | None:
         return self.op.parent
 
     def __repr__(self) -> str:
@@ -94,12 +96,12 @@ class OpResult(Value):
 class BlockArgument(Value):
     __slots__ = ("block", "index")
 
-    def __init__(self, type: Type, block: "Block", index: int, name_hint: str | None = None):
+    def __init__(self, type: Type, block: Block, index: int, name_hint: str | None = None):
         super().__init__(type, name_hint)
         self.block = block
         self.index = index
 
-    def parent_block(self) -> "Block":
+    def parent_block(self) -> Block:
         return self.block
 
     def __repr__(self) -> str:
@@ -140,7 +142,7 @@ class Operation:
         operands: Sequence[Value] = (),
         result_types: Sequence[Type] = (),
         attributes: dict[str, Attribute] | None = None,
-        regions: Sequence["Region"] = (),
+        regions: Sequence[Region] = (),
         location: Location = UNKNOWN,
         name: str | None = None,
     ):
@@ -164,7 +166,7 @@ class Operation:
         operands: Sequence[Value] = (),
         attributes: dict[str, object] | None = None,
         result_types: Sequence[Type] | None = None,
-        regions: Sequence["Region"] = (),
+        regions: Sequence[Region] = (),
         location: Location = UNKNOWN,
     ) -> OpT:
         """Build an op; result types are inferred when not given."""
@@ -243,24 +245,24 @@ class Operation:
         a = self.attributes.get(key)
         return a.name if isinstance(a, SymbolRefAttr) else None
 
-    def add_region(self, region: "Region") -> "Region":
+    def add_region(self, region: Region) -> Region:
         assert region.parent is None, "region already belongs to an op"
         region.parent = self
         self.regions.append(region)
         return region
 
     @property
-    def body(self) -> "Block":
+    def body(self) -> Block:
         """The single block of the first region (for func.func, kernel.fused, module)."""
         return self.regions[0].blocks[0]
 
     # -- structure -------------------------------------------------------------------
-    def parent_op(self) -> "Operation | None":
+    def parent_op(self) -> Operation | None:
         if self.parent is None or self.parent.parent is None:
             return None
         return self.parent.parent.parent
 
-    def ancestors(self) -> Iterator["Operation"]:
+    def ancestors(self) -> Iterator[Operation]:
         op = self.parent_op()
         while op is not None:
             yield op
@@ -272,10 +274,10 @@ class Operation:
                 return a
         return None
 
-    def is_ancestor_of(self, other: "Operation") -> bool:
+    def is_ancestor_of(self, other: Operation) -> bool:
         return any(a is self for a in other.ancestors())
 
-    def walk(self, fn: Callable[["Operation"], None] | None = None) -> Iterator["Operation"]:
+    def walk(self, fn: Callable[[Operation], None] | None = None) -> Iterator[Operation]:
         """Pre-order iteration over this op and everything nested in it.
 
         With ``fn``, the whole walk runs now (``fn`` called on each op in order) and
@@ -288,7 +290,7 @@ class Operation:
             return iter(visited)
         return self._walk()
 
-    def _walk(self) -> Iterator["Operation"]:
+    def _walk(self) -> Iterator[Operation]:
         stack: list[Operation] = [self]
         while stack:
             op = stack.pop()
@@ -306,7 +308,7 @@ class Operation:
     def verify_(self) -> None:
         """Op-specific checks; raise ``self.emit_error(...)``."""
 
-    def detach(self) -> "Operation":
+    def detach(self) -> Operation:
         if self.parent is not None:
             self.parent.remove(self)
         return self
@@ -321,7 +323,7 @@ class Operation:
         self.drop_operands()
         self.detach()
 
-    def clone(self, mapping: dict[Value, Value] | None = None) -> "Operation":
+    def clone(self, mapping: dict[Value, Value] | None = None) -> Operation:
         """Deep copy; operands are remapped through ``mapping`` (updated with the new results)."""
         mapping = {} if mapping is None else mapping
         new = type(self).__new__(type(self))
@@ -429,7 +431,7 @@ class Region:
     def block(self) -> Block:
         return self.blocks[0]
 
-    def clone(self, mapping: dict[Value, Value]) -> "Region":
+    def clone(self, mapping: dict[Value, Value]) -> Region:
         new = Region()
         for b in self.blocks:
             nb = Block()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spmdc.ir.location import FileLineColLoc, Location, NameLoc, UNKNOWN
+from spmdc.ir.location import UNKNOWN, FileLineColLoc, Location, NameLoc
 
 
 @dataclass
@@ -20,7 +20,7 @@ class Diagnostic:
     severity: str  # "error" | "warning" | "note" | "remark"
     message: str
     location: Location = UNKNOWN
-    notes: list["Diagnostic"] = field(default_factory=list)
+    notes: list[Diagnostic] = field(default_factory=list)
 
     def position(self) -> FileLineColLoc | None:
         return self.location.file_line_col()

@@ -13,7 +13,7 @@ from spmdc.ir.attributes import quote
 
 
 class Location:
-    def file_line_col(self) -> "FileLineColLoc | None":
+    def file_line_col(self) -> FileLineColLoc | None:
         return None
 
 
@@ -29,7 +29,7 @@ class FileLineColLoc(Location):
     line: int
     col: int
 
-    def file_line_col(self) -> "FileLineColLoc":
+    def file_line_col(self) -> FileLineColLoc:
         return self
 
     def __str__(self) -> str:
@@ -43,7 +43,7 @@ class NameLoc(Location):
     name: str
     child: Location | None = field(default=None, compare=False)
 
-    def file_line_col(self) -> "FileLineColLoc | None":
+    def file_line_col(self) -> FileLineColLoc | None:
         return self.child.file_line_col() if self.child else None
 
     def __str__(self) -> str:

@@ -35,10 +35,10 @@ class ModuleOp(Operation):
     traits = frozenset({"IsolatedFromAbove", "NoTerminator", "SymbolTable"})
 
     @classmethod
-    def build_empty(cls, location: Location = UNKNOWN) -> "ModuleOp":
+    def build_empty(cls, location: Location = UNKNOWN) -> ModuleOp:
         return cls([], [], {}, [Region([Block()])], location)
 
-    def print_custom(self, p: "Printer") -> None:
+    def print_custom(self, p: Printer) -> None:
         p.write("module")
         attrs = dict(self.attributes)
         sym = attrs.pop("sym_name", None)

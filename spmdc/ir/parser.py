@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Callable, Iterator
 from importlib import resources
+from typing import Any
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from spmdc.ir import attributes as A
-from spmdc.ir.core import Block, InferError, Operation, Region, UnregisteredOp, Value
+from spmdc.ir.core import Block, Operation, Region, UnregisteredOp, Value
 from spmdc.ir.diagnostics import DiagnosticError
-from spmdc.ir.location import FileLineColLoc, Location, NameLoc, UNKNOWN
+from spmdc.ir.location import UNKNOWN, FileLineColLoc, Location, NameLoc
 from spmdc.ir.module import ModuleOp
 from spmdc.ir.registry import all_dialects, lookup_op, registered_dialects
 from spmdc.ir.types import ELEMENT_TYPES, INT_TYPES, FunctionType, TensorType, Type
-
 
 _TENSOR_TYPES: dict[str, TensorType] = {}
 
@@ -42,7 +42,9 @@ def _grammar() -> tuple[Lark, dict[str, Callable[..., Any]], dict[str, Callable[
 
 
 @lru_cache(maxsize=4)
-def _grammar_for(dialects: tuple[str, ...]) -> tuple[Lark, dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
+def _grammar_for(
+    dialects: tuple[str, ...]
+) -> tuple[Lark, dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
     text = [resources.files("spmdc.ir").joinpath("grammar.lark").read_text()]
     op_rules: dict[str, Callable[..., Any]] = {}
     attr_rules: dict[str, Callable[..., Any]] = {}

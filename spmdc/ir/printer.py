@@ -27,7 +27,7 @@ _HINT_OK = re.compile(r"^[A-Za-z_$.][\w$.-]*$")
 class Namer:
     """Gives every value a unique printed name within one isolated scope."""
 
-    def __init__(self, parent: "Namer | None" = None):
+    def __init__(self, parent: Namer | None = None):
         self.names: dict[int, str] = {}
         self.used: set[str] = set(parent.used) if parent else set()
         self.parent = parent

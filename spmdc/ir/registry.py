@@ -22,8 +22,9 @@ hooks (MLIR's ``Dialect::verifyOperationAttribute`` and friends):
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from spmdc.ir.core import Operation
 

@@ -10,8 +10,9 @@ Pattern rewriting (``canonicalize``) uses :class:`RewritePattern` and
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence, TypeVar
+from typing import TypeVar
 
 from spmdc.ir.attributes import Attribute
 from spmdc.ir.core import Block, Operation, Value
@@ -34,12 +35,12 @@ class Builder:
         self.point = point
 
     @staticmethod
-    def before(op: Operation) -> "Builder":
+    def before(op: Operation) -> Builder:
         assert op.parent is not None
         return Builder(InsertPoint(op.parent, op))
 
     @staticmethod
-    def after(op: Operation) -> "Builder":
+    def after(op: Operation) -> Builder:
         assert op.parent is not None
         block = op.parent
         i = block.index_of(op)
@@ -47,7 +48,7 @@ class Builder:
         return Builder(InsertPoint(block, nxt))
 
     @staticmethod
-    def at_end(block: Block) -> "Builder":
+    def at_end(block: Block) -> Builder:
         return Builder(InsertPoint(block, None))
 
     def insert(self, op: OpT) -> OpT:

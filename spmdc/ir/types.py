@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class ElementType:
     """One element type and its spellings elsewhere: the one table every layer reads.
@@ -103,10 +102,10 @@ class TensorType(Type):
     def is_float(self) -> bool:
         return self.element_type in FLOAT_TYPES
 
-    def with_shape(self, shape: tuple[int, ...] | list[int]) -> "TensorType":
+    def with_shape(self, shape: tuple[int, ...] | list[int]) -> TensorType:
         return TensorType(tuple(shape), self.element_type)
 
-    def with_element_type(self, element_type: str) -> "TensorType":
+    def with_element_type(self, element_type: str) -> TensorType:
         return TensorType(self.shape, element_type)
 
     def __str__(self) -> str:

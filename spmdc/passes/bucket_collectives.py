@@ -24,8 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spmdc.dialects.comm import AllGatherOp, ReduceScatterOp
-from spmdc.dialects.comm import AllGatherBucketOp, ReduceScatterBucketOp
+from spmdc.dialects.comm import AllGatherBucketOp, AllGatherOp, ReduceScatterBucketOp, ReduceScatterOp
 from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr
 from spmdc.ir.core import Operation

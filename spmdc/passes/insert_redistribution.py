@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp, ReturnOp
-from spmdc.dialects.shard import AnnotateOp, RedistributeOp
+from spmdc.dialects.shard import AnnotateOp, RedistributeOp, ShardingAttr
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.rewriter import Builder
-from spmdc.dialects.shard import ShardingAttr
 from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, require_layout, set_result_layouts
@@ -48,7 +47,8 @@ def insert_in_function(module: Operation, func: FuncOp) -> int:
         key = (id(v), want)
         if key not in cache or not shared:
             op = Builder.before(before).create(
-                RedistributeOp, [v], {"from": ShardingAttr(mesh.sym_name, have), "to": ShardingAttr(mesh.sym_name, want)},
+                RedistributeOp, [v],
+                {"from": ShardingAttr(mesh.sym_name, have), "to": ShardingAttr(mesh.sym_name, want)},
                 location=before.location)
             set_result_layouts(op, mesh.sym_name, [want])
             cache[key] = op.result

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import TextIO
 
 from spmdc.ir.core import Operation
 from spmdc.ir.diagnostics import DiagnosticError

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp
-from spmdc.dialects.shard import AnnotateOp, RedistributeOp
+from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, ShardingAttr
 from spmdc.dialects.tensor import ConstantOp
 from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Rewriter
-from spmdc.dialects.shard import Partial, Replicate, ShardingAttr
 from spmdc.ir.types import FunctionType, TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, func_mesh, layout_of
@@ -76,7 +75,7 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         op.attributes.pop(SHARDING, None)
     ret = func.return_op
     results = []
-    for i, v in enumerate(ret.operands):
+    for v in ret.operands:
         results.append(v.type)
     func.set_function_type(FunctionType(tuple(a.type for a in func.args), tuple(results)))
     func.attributes["spmdc.rank"] = IntegerAttr(rank)

@@ -13,9 +13,10 @@ import dataclasses
 import difflib
 import importlib
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput

@@ -16,7 +16,8 @@ for the optimizer specs.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from spmdc.compiler import Dump
 from spmdc.runtime.compiled_module import CompiledModule

@@ -15,7 +15,8 @@ and keeps it in the storage layout; programs run through :class:`~spmdc.runtime.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from spmdc.compiler import Dump, RankProgram, compile_rank, default_target, split_example_inputs
 from spmdc.dialects.shard import Partial, Replicate

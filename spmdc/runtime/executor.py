@@ -13,7 +13,8 @@ reduction elsewhere (zero for sums), so that reducing the pieces gives the value
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from spmdc.compiler.program import Layout, RankProgram
 from spmdc.dialects.shard import Partial, Replicate, Shard, chunk_sizes

@@ -13,11 +13,13 @@ collectives (:class:`spmdc.runtime.collectives.Collectives`) for ``comm`` ops.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.symbols import lookup_symbol
+
 
 class Interpreter:
     def __init__(self, comm: Any = None):

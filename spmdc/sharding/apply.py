@@ -128,7 +128,7 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
             _regather_for_backward(func, arg, ann, fwd, mesh.name, r.compute)
     model_outputs = [i for i in range(len(func.return_op.operands)) if is_model_output(func, i)]
     out_specs = plan.resolve_outputs(mesh, [func.return_op.operand(i).type.shape for i in model_outputs])  # type: ignore[attr-defined]
-    for i, v in enumerate(func.return_op.operands):
+    for i in range(len(func.return_op.operands)):
         attrs = func.res_attrs(i)
         g = attrs.get("spmdc.grad_of")
         if isinstance(g, StringAttr) and g.value in resolved:

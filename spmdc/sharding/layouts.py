@@ -13,6 +13,7 @@ from spmdc.dialects.shard import MeshOp, Placement, ShardingAttr
 from spmdc.ir.attributes import ArrayAttr
 from spmdc.ir.core import BlockArgument, Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
+
 Layout = tuple[Placement, ...]
 
 
@@ -73,4 +74,4 @@ def require_layout(v: Value, user: Operation) -> Layout:
 
 
 def set_result_layouts(op: Operation, mesh: str, layouts: list[Layout]) -> None:
-    op.attributes[SHARDING] = ArrayAttr(tuple(ShardingAttr(mesh, tuple(l)) for l in layouts))
+    op.attributes[SHARDING] = ArrayAttr(tuple(ShardingAttr(mesh, tuple(layout)) for layout in layouts))

@@ -8,8 +8,9 @@ Ranks are laid out row-major over the axes, as in torch's DeviceMesh.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from spmdc.dialects.shard import Partial, Placement, Replicate, Shard, ShardingAttr, chunk_sizes, parse_placement
 
@@ -31,7 +32,7 @@ class Mesh:
         object.__setattr__(self, "name", name)
 
     @staticmethod
-    def parse(text: str) -> "Mesh":
+    def parse(text: str) -> Mesh:
         """``"dp=2,tp=2"`` → Mesh."""
         axes = []
         for part in text.split(","):

@@ -17,8 +17,9 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from spmdc.dialects.shard import Placement, Replicate, Shard
 from spmdc.sharding.mesh import Mesh, to_placements
@@ -53,7 +54,7 @@ class Plan:
     name: str = "custom"
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> "Plan":
+    def from_dict(d: Mapping[str, Any]) -> Plan:
         params = {}
         for pat, spec in (d.get("params") or {}).items():
             if isinstance(spec, Mapping):
@@ -64,7 +65,7 @@ class Plan:
                     bool(d.get("reshard_after_forward", True)), str(d.get("name", "custom")))
 
     @staticmethod
-    def load(path: str) -> "Plan":
+    def load(path: str) -> Plan:
         """A plan from a ``.json`` or ``.yaml``/``.yml`` file."""
         with open(path, encoding="utf-8") as f:
             text = f.read()

@@ -19,9 +19,9 @@ the plan is deterministic.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Sequence
 
 from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
 from spmdc.sharding.cost import AxisCost

@@ -12,14 +12,14 @@ what the strategy needs; ties go to fewer redistributions, then to declaration o
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
-from spmdc.ir.core import Operation
 from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
+from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule
+from spmdc.ir.core import Operation
 from spmdc.ir.types import TensorType
 from spmdc.sharding.cost import INF, AxisCost, placement_change_cost
-from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule
 
 Layout = tuple[Placement, ...]  # one placement per mesh axis
 
@@ -117,7 +117,7 @@ class Choice:
 def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
            operand_layouts: Sequence[Layout | None], result_layouts: Sequence[Layout | None],
            costs: Sequence[AxisCost] | None = None, exact_results: bool = False,
-           partial_ok: "Callable[[object, Placement], bool] | None" = None) -> Choice:
+           partial_ok: Callable[[object, Placement], bool] | None = None) -> Choice:
     """Best layouts for ``op``'s operands and results given what is known.
 
     ``None`` entries are unknown and cost nothing. With ``exact_results`` the known

@@ -14,13 +14,13 @@ import sys
 import traceback
 from dataclasses import dataclass
 
+from spmdc.compiler.pipeline import named_pipelines
 from spmdc.ir.core import Operation
 from spmdc.ir.diagnostics import Diagnostic, DiagnosticError, SourceManager
 from spmdc.ir.parser import parse_module
 from spmdc.ir.printer import print_module
 from spmdc.ir.verifier import verify
 from spmdc.passes.manager import PassManager
-from spmdc.compiler.pipeline import named_pipelines
 from spmdc.passes.registry import PipelineError, available_passes, option_fields, parse_pipeline
 from spmdc.tools import diagnostics_check
 

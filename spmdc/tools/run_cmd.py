@@ -54,14 +54,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--check", action="store_true",
                     help="also run one device in eager PyTorch and compare; exit 1 when over tolerance")
     ap.add_argument("--dump-ir", default=None, metavar="DIR",
-                    help="write the IR after every pass, as compiled and run: DIR/<train|forward>/global/, .../rank<r>/")
+                    help="write the IR after every pass, as compiled and run: "
+                         "DIR/<train|forward>/global/, .../rank<r>/")
     ap.add_argument("--dump-codegen", default=None, metavar="DIR",
                     help="write the module each rank loaded (Python; Triton kernels with --target triton): "
                          "DIR/<train|forward>/rank<r>.py")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a stuck collective or rendezvous fails the run (default 300)")
     ap.add_argument("--bucket", action="store_true",
-                    help="one all-gather / reduce-scatter per model block instead of per parameter (bucket-collectives)")
+                    help="one all-gather / reduce-scatter per model block instead of per parameter "
+                         "(bucket-collectives)")
     ap.add_argument("--target", choices=("torch", "triton"), default=None,
                     help="codegen target: aten calls, or fused Triton kernels (default: triton on GPUs, "
                          "torch on CPUs; on CPU triton runs in the Triton interpreter)")
@@ -69,7 +71,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
-                     args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout, target=args.target, bucket=args.bucket)
+                     args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout,
+                     target=args.target, bucket=args.bucket)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:

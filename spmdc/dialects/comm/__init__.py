@@ -9,7 +9,12 @@ forms (:mod:`.bucket`, SimpleFSDP's one-collective-for-several-tensors).
 from spmdc.dialects.comm import bucket, collectives
 from spmdc.dialects.comm.bucket import AllGatherBucketOp, BucketOp, ReduceScatterBucketOp
 from spmdc.dialects.comm.collectives import (
-    AllGatherOp, AllReduceOp, AllSliceOp, AllToAllOp, CollectiveOp, ReduceScatterOp,
+    AllGatherOp,
+    AllReduceOp,
+    AllSliceOp,
+    AllToAllOp,
+    CollectiveOp,
+    ReduceScatterOp,
 )
 from spmdc.ir.registry import Dialect
 

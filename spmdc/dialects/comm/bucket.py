@@ -11,7 +11,7 @@ the runtime packs the (padded) pieces into one flat buffer.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from spmdc.dialects.comm.collectives import CollectiveOp
 from spmdc.dialects.pyexpr import literal, shape_literal

@@ -8,17 +8,19 @@ verifier accepts any chunk size of the global dim (uneven shards)::
     %2 = comm.all_slice %1 {axis = "tp", dim = 1, mesh = @mesh} : (tensor<8x16xf32>) -> tensor<8x4xf32>
     %3 = comm.all_reduce %2 {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x4xf32>
     %4 = comm.reduce_scatter %3 {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<8x4xf32>) -> tensor<2x4xf32>
-    %5 = comm.all_to_all %4 {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1} : (tensor<2x4xf32>) -> tensor<8x1xf32>
+    %5 = comm.all_to_all %4 {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1}
+        : (tensor<2x4xf32>) -> tensor<8x1xf32>
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from spmdc.dialects.pyexpr import TorchImpl, literal, shape_literal
+from spmdc.dialects.shard import REDUCE_OPS, MeshOp, chunk_sizes, lookup_mesh
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.core import Operation
-from spmdc.dialects.shard import REDUCE_OPS, MeshOp, chunk_sizes, lookup_mesh
 from spmdc.ir.types import TensorType
 
 
@@ -195,7 +197,8 @@ class AllReduceOp(CollectiveOp):
 class ReduceScatterOp(CollectiveOp):
     """Reduce over the group, then keep this rank's chunk along ``dim``.
 
-    ``%r = comm.reduce_scatter %x {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<8x4xf32>) -> tensor<2x4xf32>``
+    ``%r = comm.reduce_scatter %x {axis = "tp", dim = 0, mesh = @mesh, op = "sum"}
+    : (tensor<8x4xf32>) -> tensor<2x4xf32>``
     """
 
     name = "comm.reduce_scatter"

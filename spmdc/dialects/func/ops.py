@@ -10,9 +10,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from spmdc.ir.attributes import ArrayAttr, Attribute, DictAttr, StringAttr, SymbolRefAttr, TypeAttr, format_attr_dict, format_symbol
+from spmdc.ir.attributes import (
+    ArrayAttr,
+    Attribute,
+    DictAttr,
+    StringAttr,
+    SymbolRefAttr,
+    TypeAttr,
+    format_attr_dict,
+    format_symbol,
+)
 from spmdc.ir.core import Block, Operation, Region
 from spmdc.ir.location import UNKNOWN, Location
 from spmdc.ir.registry import dialect_of_attribute
@@ -46,7 +56,7 @@ class FuncOp(Operation):
     def build(cls, sym_name: str, arg_types: Sequence[Type], result_types: Sequence[Type],
               arg_attrs: Sequence[dict[str, Attribute]] | None = None,
               res_attrs: Sequence[dict[str, Attribute]] | None = None,
-              region: Region | None = None, location: Location = UNKNOWN) -> "FuncOp":
+              region: Region | None = None, location: Location = UNKNOWN) -> FuncOp:
         if region is None:
             region = Region([Block(arg_types)])
         attrs: dict[str, Attribute] = {
@@ -127,13 +137,13 @@ class FuncOp(Operation):
                 self.attributes.pop(key, None)
 
     @property
-    def return_op(self) -> "ReturnOp":
+    def return_op(self) -> ReturnOp:
         term = self.body.ops[-1] if self.body.ops else None
         assert isinstance(term, ReturnOp), "function does not end in func.return"
         return term
 
     # -- text ----------------------------------------------------------------------------
-    def print_custom(self, p: "Printer") -> None:
+    def print_custom(self, p: Printer) -> None:
         fn = self.function_type
         p.write(f"func.func @{format_symbol(self.sym_name)}(")
         p.push_scope(isolated=True)

@@ -38,7 +38,7 @@ FUNC_KW.3: /func\.func(?![\w$.])/
 """
 
 
-def build_func(parser: "Parser", t: "Tree", location: "Location") -> FuncOp:
+def build_func(parser: Parser, t: Tree, location: Location) -> FuncOp:
     sym = t.children[1]
     args: list[tuple[Token, Type, dict[str, Attribute]]] = []
     results: list[tuple[Type, dict[str, Attribute]]] = []

@@ -13,10 +13,22 @@ function arguments and results) through the registry's attribute hooks.
 
 from spmdc.dialects.shard import ops
 from spmdc.dialects.shard.ops import (
-    SHARDING_ATTR, AnnotateOp, MeshOp, RedistributeOp, check_sharding, lookup_mesh,
+    SHARDING_ATTR,
+    AnnotateOp,
+    MeshOp,
+    RedistributeOp,
+    check_sharding,
+    lookup_mesh,
 )
 from spmdc.dialects.shard.placements import (
-    REDUCE_OPS, Partial, Placement, Replicate, Shard, ShardingAttr, chunk_sizes, parse_placement,
+    REDUCE_OPS,
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    ShardingAttr,
+    chunk_sizes,
+    parse_placement,
 )
 from spmdc.dialects.shard.syntax import SYNTAX
 from spmdc.ir.registry import Dialect

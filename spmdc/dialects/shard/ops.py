@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from spmdc.dialects.pyexpr import TorchImpl
+from spmdc.dialects.shard.placements import ShardingAttr
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, format_symbol, quote
 from spmdc.ir.core import Operation
 from spmdc.ir.location import UNKNOWN, Location
-from spmdc.dialects.pyexpr import TorchImpl
-from spmdc.dialects.shard.placements import ShardingAttr
 from spmdc.ir.symbols import lookup_symbol
 from spmdc.ir.types import TensorType
 
@@ -41,7 +42,7 @@ class MeshOp(Operation):
 
     @classmethod
     def build(cls, sym_name: str, axes: Sequence[str], shape: Sequence[int],
-              location: Location = UNKNOWN) -> "MeshOp":
+              location: Location = UNKNOWN) -> MeshOp:
         return cls.create(attributes={"sym_name": sym_name, "axes": list(axes), "shape": list(shape)},
                           result_types=[], location=location)
 
@@ -67,7 +68,7 @@ class MeshOp(Operation):
             n *= s
         return n
 
-    def print_custom(self, p: "Printer") -> None:
+    def print_custom(self, p: Printer) -> None:
         axes = ", ".join(f"{quote(a)} = {s}" for a, s in zip(self.axis_names, self.shape))
         p.write(f"shard.mesh @{format_symbol(self.sym_name)} = <[{axes}]>")
 
@@ -165,7 +166,7 @@ class RedistributeOp(TorchImpl, Operation):
 
 # -- the dialect's hooks for ``shard.*`` attributes on other ops ----------------------------
 
-def verify_op_attribute(op: Operation, name: str, attr: "Attribute") -> None:
+def verify_op_attribute(op: Operation, name: str, attr: Attribute) -> None:
     """``shard.sharding = [#shard<..>, ...]`` on any op: one valid sharding per result."""
     if name != SHARDING_ATTR:
         raise op.emit_error(f"unknown attribute '{name}' of the 'shard' dialect (known: '{SHARDING_ATTR}')")
@@ -178,7 +179,7 @@ def verify_op_attribute(op: Operation, name: str, attr: "Attribute") -> None:
 
 
 def _value_attribute_verifier(what: str):
-    def verify(op: Operation, index: int, name: str, attr: "Attribute", ty: "Type") -> None:
+    def verify(op: Operation, index: int, name: str, attr: Attribute, ty: Type) -> None:
         if name != SHARDING_ATTR:
             raise op.emit_error(f"unknown {what} attribute '{name}' of the 'shard' dialect "
                                 f"(known: '{SHARDING_ATTR}')")

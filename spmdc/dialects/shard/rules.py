@@ -24,8 +24,8 @@ Partial linearity says which ops let ``P(...)`` operands through unreduced:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from spmdc.ir.types import TensorType
 

@@ -40,17 +40,17 @@ PLACEMENT_P.3: /P(?=\()/
 """
 
 
-def build_mesh(parser: "Parser", t: "Tree", location: "Location") -> MeshOp:
+def build_mesh(parser: Parser, t: Tree, location: Location) -> MeshOp:
     sym = t.children[1]
     axes = [(parser.unquote(a.children[0]), int(a.children[1])) for a in t.children[2:]]
     return MeshOp.build(parser.symbol_name(sym), [n for n, _ in axes], [s for _, s in axes], location=location)
 
 
-def build_sharding(parser: "Parser", t: "Tree") -> ShardingAttr:
+def build_sharding(parser: Parser, t: Tree) -> ShardingAttr:
     return ShardingAttr(parser.symbol_name(t.children[1]), tuple(_placement(parser, p) for p in t.children[2:]))
 
 
-def _placement(parser: "Parser", t: "Tree") -> Placement:
+def _placement(parser: Parser, t: Tree) -> Placement:
     if t.data == "p_replicate":
         return Replicate()
     if t.data == "p_shard":

@@ -22,10 +22,12 @@ lacks one.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from spmdc.dialects.pyexpr import TorchImpl
-from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule as _replicated
+from spmdc.dialects.shard.rules import OpShardingRule
+from spmdc.dialects.shard.rules import replicated_rule as _replicated
 from spmdc.ir.attributes import Attribute
 from spmdc.ir.core import InferError, Operation
 from spmdc.ir.types import ELEMENT_TYPE_INFO, TensorType, Type

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from spmdc.dialects.tensor.base import broadcast_shapes, same_element_type, tensor_types
 from spmdc.dialects.tensor.elementwise import BinaryOp, ElementwiseOp, UnaryOp

@@ -13,10 +13,18 @@ neg, casts) say where a pending sum may pass through.
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from spmdc.dialects.shard.rules import OpShardingRule, elementwise_rule
-from spmdc.dialects.tensor.base import TensorOp, broadcast_shapes, dtype_source, same_element_type, tensor_types, triton_type
+from spmdc.dialects.tensor.base import (
+    TensorOp,
+    broadcast_shapes,
+    dtype_source,
+    same_element_type,
+    tensor_types,
+    triton_type,
+)
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
 

@@ -13,12 +13,18 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder, aligned_rule, dim_blocked_rule
 from spmdc.dialects.tensor.base import (
-    TensorOp, broadcast_shapes, check_dims, int_list, replicated_rule, same_element_type, tensor_types,
+    TensorOp,
+    broadcast_shapes,
+    check_dims,
+    int_list,
+    replicated_rule,
+    same_element_type,
+    tensor_types,
 )
 from spmdc.dialects.tensor.helpers import bool_attr, check_dim, int_attr, number_attr, require_int, str_attr
 from spmdc.ir.attributes import ArrayAttr, BoolAttr, FloatAttr, IntegerAttr, StringAttr
@@ -260,7 +266,8 @@ class ScatterOp(AlignedOp):
     """``torch.scatter``: ``x`` with ``x[i][index[i][j]] = src[i][j]`` (``dim = 1``); ``src`` has the
     index's shape. ``reduce = "add"`` accumulates instead of overwriting.
 
-    ``%r = tensor.scatter %x, %i, %s {dim = 1} : (tensor<16x64xf32>, tensor<16x1xi64>, tensor<16x1xf32>) -> tensor<16x64xf32>``
+    ``%r = tensor.scatter %x, %i, %s {dim = 1}
+           : (tensor<16x64xf32>, tensor<16x1xi64>, tensor<16x1xf32>) -> tensor<16x64xf32>``
     """
 
     name = "tensor.scatter"
@@ -327,7 +334,8 @@ class IndexPutOp(TensorOp):
 
     Operands: ``x``, the index tensors, ``values`` (broadcast to the indexed shape).
 
-    ``%r = tensor.index_put %x, %i, %v {accumulate = true} : (tensor<64x32xf32>, tensor<16xi64>, tensor<16x32xf32>) -> tensor<64x32xf32>``
+    ``%r = tensor.index_put %x, %i, %v {accumulate = true}
+           : (tensor<64x32xf32>, tensor<16xi64>, tensor<16x32xf32>) -> tensor<64x32xf32>``
     """
 
     name = "tensor.index_put"

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.shard.rules import OpShardingRule, dim_blocked_rule

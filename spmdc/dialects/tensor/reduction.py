@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.shard.rules import OpShardingRule, reduction_rule
@@ -88,7 +89,10 @@ class SumOp(ReduceOp):
 
 
 class MaxOp(ReduceOp):
-    """Maximum over ``dims``: ``%r = tensor.max %x {dims = [1], keepdim = true} : (tensor<8x16xf32>) -> tensor<8x1xf32>``."""
+    """Maximum over ``dims``.
+
+    ``%r = tensor.max %x {dims = [1], keepdim = true} : (tensor<8x16xf32>) -> tensor<8x1xf32>``
+    """
 
     name = "tensor.max"
     reduce_kind = "max"

@@ -8,11 +8,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from spmdc.dialects.pyexpr import literal, shape_literal
 from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder, broadcast_rule, permute_rule, reshape_rule
-from spmdc.dialects.tensor.base import TensorOp, check_dims, dtype_source, int_list, tensor_types, torch_dtype, torch_module
+from spmdc.dialects.tensor.base import (
+    TensorOp,
+    check_dims,
+    dtype_source,
+    int_list,
+    tensor_types,
+    torch_dtype,
+    torch_module,
+)
 from spmdc.ir.attributes import ArrayAttr, DenseAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType

@@ -12,8 +12,9 @@ list of them for ``!torch.list<vtensor>`` results::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from spmdc.ir.attributes import DenseAttr
 from spmdc.ir.core import Operation, Value

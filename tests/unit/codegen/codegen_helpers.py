@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from spmdc.codegen.cache import load_program
-from spmdc.dialects.tensor.base import torch_dtype
 from spmdc.dialects.shard import chunk_sizes
-from spmdc.runtime.collectives import CommStats, Collectives, CountingComm
+from spmdc.dialects.tensor.base import torch_dtype
+from spmdc.runtime.collectives import Collectives, CommStats, CountingComm
 from spmdc.runtime.interpreter import interpret
 
 

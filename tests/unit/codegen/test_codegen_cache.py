@@ -4,7 +4,6 @@ concurrent ranks; ``dump_codegen`` writes one file per program."""
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 from pathlib import Path
 
 import torch
@@ -97,7 +96,7 @@ def _emit_in_child(text: str, q) -> None:
 def test_concurrent_writers_never_leave_a_partial_file(tmp_path):
     ctx = mp.get_context("fork")
     path = str(tmp_path / "cache" / "codegen" / "x.py")
-    texts = [("# writer %d\n" % i) + ("y = 1\n" * 200_000) for i in range(3)]   # ~1.2 MB each
+    texts = [f"# writer {i}\n" + ("y = 1\n" * 200_000) for i in range(3)]   # ~1.2 MB each
     q = ctx.Queue()
     procs = [ctx.Process(target=_write_many, args=(path, t, 8)) for t in texts]
     procs += [ctx.Process(target=_read_many, args=(path, texts, 200, q)) for _ in range(2)]

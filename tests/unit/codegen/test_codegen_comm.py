@@ -61,8 +61,8 @@ def test_partitioned_lit_programs_match_the_interpreter(rank3):
 
 @pytest.fixture(scope="module")
 def steps():
-    from spmdc.examples import mlp
     from spmdc.compiler import compile_step
+    from spmdc.examples import mlp
     from spmdc.sharding.mesh import Mesh
 
     model, ((x,), (y,)), loss_fn = mlp.factory()

@@ -24,9 +24,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from codegen_helpers import FakeCollectives  # noqa: E402
 
 from spmdc.codegen import dump_codegen, emit_python, load_program  # noqa: E402
-from spmdc.runtime.collectives import CountingComm  # noqa: E402
 from spmdc.codegen.names import Namer, literal, py_name  # noqa: E402
 from spmdc.ir import DiagnosticError, StringAttr, parse_module  # noqa: E402
+from spmdc.runtime.collectives import CountingComm  # noqa: E402
 
 HOSTILE = Path(__file__).with_name("hostile.mlir")
 PAYLOAD = "__import__('builtins').PWNED = 1"

@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from spmdc.codegen.kernel_stats import kernel_stats  # noqa: E402
-from spmdc.examples import gpt2_tiny, llama_tiny  # noqa: E402
 from spmdc.compiler import compile_rank, compile_step  # noqa: E402
+from spmdc.examples import gpt2_tiny, llama_tiny  # noqa: E402
 from spmdc.runtime.launcher import launch  # noqa: E402
 from spmdc.runtime.worker import run_steps  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
@@ -65,7 +65,7 @@ def test_triton_target_matches_one_device(runs, case):
         fwd, train = results[rank][2 * case], results[rank][2 * case + 1]
         assert fwd["kernel_stats"].fused_regions > 0 and train["kernel_stats"].fused_regions > 0
         torch.testing.assert_close(fwd["outputs"][0], out, rtol=1e-5, atol=1e-5)
-        for kind, got in zip(steps[2 * case + 1].result_kinds, train["outputs"]):
+        for kind, got in zip(steps[2 * case + 1].result_kinds, train["outputs"], strict=True):
             want = loss if kind == "loss" else grads[kind.split(":", 1)[1]]
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{kind}: {m}")
 

@@ -37,7 +37,8 @@ def class_problems(cls: type[Operation]) -> list[str]:
     out = []
     if not issubclass(cls, TensorOp):
         return ["is not a TensorOp"]
-    if cls.torch is None and not _overrides(cls, "torch_expr", TorchImpl) and not _overrides(cls, "reference", TorchImpl):
+    if (cls.torch is None and not _overrides(cls, "torch_expr", TorchImpl)
+            and not _overrides(cls, "reference", TorchImpl)):
         out.append("no torch implementation (torch or torch_expr)")
     if not _overrides(cls, "sharding_rule", TensorOp):
         out.append("no sharding rule (sharding_rule, or replicated_rule said explicitly)")

@@ -22,7 +22,6 @@ from capture_helpers import check_forward, check_ir, check_params_are_args, chec
 import spmdc  # noqa: E402
 from spmdc.frontend.workloads import load_workload  # noqa: E402
 
-
 # -- a model of the user's own, loaded through 'this_file.py:factory' ----------------------
 
 class ConvFreeMixer(nn.Module):

@@ -3,9 +3,9 @@ specs list the built-ins; the ``spmdc capture`` / ``spmdc show`` commands work e
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
-import pytest
 
 import spmdc
 from spmdc.frontend.aten import UnsupportedOpError

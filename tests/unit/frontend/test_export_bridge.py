@@ -191,7 +191,7 @@ def _check_mlir(info: ExportedProgramInfo):
     # every aten op can be traced back to an FX node and its module path
     assert all(r.fx_node in info.nodes for r in aten), [r.location for r in aten if r.fx_node not in info.nodes][:3]
     for r in aten:
-        for shape, dtype in r.result_types:
+        for shape, _dtype in r.result_types:
             if shape is not None:
                 assert all(isinstance(s, int) for s in shape)
     return module, mapping, names

@@ -226,7 +226,7 @@ func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
 }""", "d.mlir")
     verify(m)
     body = m.body.ops[0].body
-    neg, exp = body.ops[0], body.ops[1]
+    exp = body.ops[1]
     body.remove(exp)
     body.insert(0, exp)  # now uses %0 before it is defined
     with pytest.raises(DiagnosticError) as e:

@@ -2,13 +2,21 @@
 
 import pytest
 
-from spmdc.ir.module import ModuleOp
 from spmdc.ir import (
-    DiagnosticError, FileLineColLoc, NameLoc, SourceManager, StringAttr, TensorType, UnknownLoc,
-    parse_module, print_module, verify,
+    DiagnosticError,
+    FileLineColLoc,
+    NameLoc,
+    SourceManager,
+    StringAttr,
+    TensorType,
+    UnknownLoc,
+    parse_module,
+    print_module,
+    verify,
 )
 from spmdc.ir.core import UnregisteredOp
 from spmdc.ir.diagnostics import Diagnostic
+from spmdc.ir.module import ModuleOp
 
 
 def parse_error(text, **kw):

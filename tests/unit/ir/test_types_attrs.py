@@ -5,8 +5,20 @@ import math
 import pytest
 
 from spmdc.ir import (
-    ArrayAttr, BoolAttr, DenseAttr, DictAttr, FloatAttr, FunctionType, IntegerAttr, StringAttr,
-    SymbolRefAttr, TensorType, TypeAttr, UnitAttr, parse_module, print_module,
+    ArrayAttr,
+    BoolAttr,
+    DenseAttr,
+    DictAttr,
+    FloatAttr,
+    FunctionType,
+    IntegerAttr,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    TypeAttr,
+    UnitAttr,
+    parse_module,
+    print_module,
 )
 from spmdc.ir.attributes import attr, format_attr_dict, format_float, unwrap
 

@@ -66,8 +66,8 @@ def run_api_cases(cases: list) -> list[dict]:
                 meshes[key] = init_device_mesh("cpu", mesh.shape, mesh_dim_names=mesh.axis_names)
             dm = meshes[key]
             model, (inputs, targets), loss_fn = _factory(workload)
-            cm = spmdc.compile(model, inputs, mesh=axes if len(axes) > 1 else mesh, plan=plan, train=True, loss_fn=loss_fn,
-                               loss_inputs=targets, optimizer=SGD, device_mesh=dm)
+            cm = spmdc.compile(model, inputs, mesh=axes if len(axes) > 1 else mesh, plan=plan, train=True,
+                               loss_fn=loss_fn, loss_inputs=targets, optimizer=SGD, device_mesh=dm)
             t1 = time.perf_counter()
             r: dict = {"compile_s": t1 - t0}
             r["forward"] = cm(*inputs, full=True)
@@ -155,12 +155,14 @@ def check_case(results: dict, case: int, workload: str) -> None:
         r = per_rank[case]
         where = f"rank {rank}"
         for key in ("forward", "forward_dtensor", "forward_from_dtensor"):
-            torch.testing.assert_close(r[key], ref["forward"], rtol=1e-5, atol=1e-6, msg=lambda m: f"{where} {key}: {m}")
+            torch.testing.assert_close(r[key], ref["forward"], rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f"{where} {key}: {m}")
         assert r["initial"].keys() == ref["initial"].keys()
         for k, v in ref["initial"].items():
             torch.testing.assert_close(r["initial"][k], v, rtol=0, atol=0)
         for n, (full, _local_shape, _pl) in r["param_dtensors"].items():
-            torch.testing.assert_close(full, ref["initial"][n], rtol=0, atol=0, msg=lambda m: f"{where} DTensor {n} {_pl}: {m}")
+            torch.testing.assert_close(full, ref["initial"][n], rtol=0, atol=0,
+                                       msg=lambda m: f"{where} DTensor {n} {_pl}: {m}")
         assert r["grad_names"] == list(r["param_dtensors"])  # every parameter got a gradient DTensor
         for opt in ("sgd", "adamw"):
             torch.testing.assert_close(torch.tensor(r[f"{opt}_losses"]), torch.tensor(ref[f"{opt}_losses"]),
@@ -188,7 +190,7 @@ def test_eight_ranks_match_one_device(runs8, case):
 def test_parameters_are_local_shards_as_dtensors(runs4):
     # mlp under fsdp on dp=4: fc1.weight [32, 16] stored S(0) -> every rank holds [8, 16]
     case = CASES_4.index(("mlp", "fsdp", {"dp": 4}))
-    for rank, per_rank in runs4.items():
+    for per_rank in runs4.values():
         full, local_shape, placements = per_rank[case]["param_dtensors"]["fc1.weight"]
         assert tuple(full.shape) == (32, 16)
         assert local_shape == (8, 16)
@@ -204,10 +206,15 @@ def test_optimizer_spec_forms():
     from spmdc.runtime.api import Optimizer, make_optimizer
 
     p = [torch.zeros(3)]
-    assert isinstance(make_optimizer(("sgd", {"lr": 0.1}), p), torch.optim.SGD)
-    assert isinstance(make_optimizer("adamw", p), torch.optim.AdamW)
-    assert isinstance(make_optimizer(Optimizer("adamw", lr=1e-3), p), torch.optim.AdamW)
-    assert isinstance(make_optimizer(lambda ps: torch.optim.Adam(ps), p), torch.optim.Adam)
+    sgd = make_optimizer(("sgd", {"lr": 0.1, "momentum": 0.9}), p)
+    assert type(sgd) is torch.optim.SGD and sgd.defaults["lr"] == 0.1 and sgd.defaults["momentum"] == 0.9
+    adamw = make_optimizer("adamw", p)
+    assert (type(adamw) is torch.optim.AdamW
+            and adamw.defaults["lr"] == torch.optim.AdamW([torch.zeros(1)]).defaults["lr"])
+    named = make_optimizer(Optimizer("adamw", lr=1e-3, weight_decay=0.5), p)
+    assert type(named) is torch.optim.AdamW and (named.defaults["lr"], named.defaults["weight_decay"]) == (1e-3, 0.5)
+    custom = make_optimizer(lambda ps: torch.optim.Adam(ps, lr=0.25), p)
+    assert type(custom) is torch.optim.Adam and custom.param_groups[0]["params"] == p and custom.defaults["lr"] == 0.25
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
         make_optimizer(("lion", {}), p)
 

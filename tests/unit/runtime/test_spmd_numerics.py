@@ -8,8 +8,8 @@ forward outputs rtol 1e-5 / atol 1e-6, loss and gradients rtol 1e-4 / atol 1e-5.
 import pytest
 import torch
 
-from spmdc.examples import mlp
 from spmdc.compiler import compile_step
+from spmdc.examples import mlp
 from spmdc.runtime.launcher import LaunchError, launch
 from spmdc.runtime.worker import run_steps
 from spmdc.sharding.mesh import Mesh
@@ -50,15 +50,16 @@ def runs():
     return steps, results
 
 
-@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] + ("-bucket" if c[2].get("bucket") else "") + ("-uneven" if _sizes(c[2]) else "")
-                                               for c in CASES])
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[c[0] + ("-bucket" if c[2].get("bucket") else "") + ("-uneven" if _sizes(c[2]) else "")
+                              for c in CASES])
 def test_mlp_matches_one_device(runs, case):
     steps, results = runs
     out, loss, grads = eager_reference(CASES[case][2])
     for rank in range(4):
         fwd, train = results[rank][2 * case], results[rank][2 * case + 1]
         torch.testing.assert_close(fwd["outputs"][0], out, rtol=1e-5, atol=1e-6)
-        for kind, got in zip(steps[2 * case + 1].result_kinds, train["outputs"]):
+        for kind, got in zip(steps[2 * case + 1].result_kinds, train["outputs"], strict=True):
             want = loss if kind == "loss" else grads[kind.split(":", 1)[1]]
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{kind}: {m}")
 

@@ -6,10 +6,8 @@ pipeline and partitions rank 0; the collectives are counted per (op, mesh axes).
 
 from collections import Counter
 
-import pytest
-
-from spmdc.examples import mlp
 from spmdc.compiler import compile_step
+from spmdc.examples import mlp
 from spmdc.sharding.mesh import Mesh
 
 
@@ -121,11 +119,13 @@ def test_gpt2_fsdp_tp_training_matches_the_analytic_per_block_table():
     tp = [r for r in rows if r[1] == "tp"]
     assert len(tp) == 4 * n_layer and all(k == "all_reduce" and o.startswith("act:h.") for k, _, o in tp)
     block_params = [n for n, _ in model.named_parameters() if n.startswith("h.0.")]
-    tp_sharded_1d = [n for n in block_params if n.endswith(".bias") and n.split(".")[-2] in ("q_proj", "k_proj", "v_proj", "c_fc")]
+    tp_sharded_1d = [n for n in block_params
+                     if n.endswith(".bias") and n.split(".")[-2] in ("q_proj", "k_proj", "v_proj", "c_fc")]
     dp_sharded = [n for n in block_params if n not in tp_sharded_1d]
     read_in_backward = [n for n in dp_sharded if n.endswith(".weight")]  # linear and LayerNorm weights
     b0 = [r for r in rows if "h.0." in r[2]]
-    count = Counter((k, a, o.split(":")[0] + (":" + o.split(":")[2] if o.startswith("param") else "")) for k, a, o in b0)
+    count = Counter((k, a, o.split(":")[0] + (":" + o.split(":")[2] if o.startswith("param") else ""))
+                    for k, a, o in b0)
     assert count[("all_gather", "dp", "param:fwd")] == len(dp_sharded) == 12
     assert count[("all_gather", "dp", "param:bwd")] == len(read_in_backward) == 8
     assert count[("reduce_scatter", "dp", "grad")] == len(dp_sharded)

@@ -22,7 +22,9 @@ def test_mesh_api_and_coords():
 
 
 def test_placements_from_text_dtensor_and_dicts():
-    from torch.distributed.tensor import Partial as DPartial, Replicate as DReplicate, Shard as DShard
+    from torch.distributed.tensor import Partial as DPartial
+    from torch.distributed.tensor import Replicate as DReplicate
+    from torch.distributed.tensor import Shard as DShard
 
     assert to_placement("S(1)") == Shard(1)
     assert to_placement(DShard(0)) == Shard(0)
@@ -60,7 +62,8 @@ def test_shard_dim_out_of_range_names_parameter():
 
 def test_two_patterns_disagreeing():
     plan = Plan({"fc1.*": {"tp": "S(0)"}, "*.weight": {"tp": "S(1)"}})
-    with pytest.raises(PlanError, match=r"parameter 'fc1.weight': plan patterns 'fc1.\*' .* and '\*.weight' .* disagree"):
+    with pytest.raises(PlanError,
+                       match=r"parameter 'fc1.weight': plan patterns 'fc1.\*' .* and '\*.weight' .* disagree"):
         plan.resolve_params(MESH, PARAMS)
 
 

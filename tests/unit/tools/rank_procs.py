@@ -7,4 +7,4 @@ import subprocess
 def rank_processes() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
     me = str(os.getpid())
-    return [l for l in out if "spmdc" in l and "multiprocessing" in l and not l.strip().startswith(me)]
+    return [line for line in out if "spmdc" in line and "multiprocessing" in line and not line.strip().startswith(me)]

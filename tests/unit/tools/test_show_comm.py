@@ -27,7 +27,7 @@ def test_show_comm_cli_prints_total(tmp_path):
     res = subprocess.run([sys.executable, "-m", "spmdc.tools.cli", "show", str(out), "--comm"],
                          capture_output=True, text=True, check=True)
     assert "comm.all_reduce" in res.stdout
-    total = [l for l in res.stdout.splitlines() if "total" in l]
+    total = [line for line in res.stdout.splitlines() if "total" in line]
     assert total and "512" in total[-1]
 
 
