@@ -37,15 +37,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp, ReturnOp
-from spmdc.dialects.shard import AnnotateOp, RedistributeOp
+from spmdc.dialects.shard import AnnotateOp, RedistributeOp, Replicate, ShardingAttr
 from spmdc.ir.core import Operation, Value
-from spmdc.dialects.shard import Replicate, ShardingAttr
+from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
-from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
 from spmdc.sharding.cost import INF
+from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
 from spmdc.sharding.strategy import choose, rule_for
-from spmdc.ir.diagnostics import DiagnosticError
 
 
 def can_make_partial(v: Value, p: object) -> bool:
@@ -58,180 +57,214 @@ def propagate_function(module: Operation, func: FuncOp) -> None:
     mesh = func_mesh(module, func)
     if mesh is None:
         return
-    shape = mesh.shape
-    replicated: Layout = tuple(Replicate() for _ in shape)
-    known: dict[int, Layout] = {}
-    values: dict[int, Value] = {}
+    state = Propagation(func, mesh.shape)
+    state.seed()
+    state.run()
+    state.write_back(mesh.sym_name)
 
-    def set_(v: Value, lay: Layout) -> bool:
-        if id(v) in known or not isinstance(v.type, TensorType):
+
+class Propagation:
+    """The worklist over one function: known layouts, the queue, the deferred conflicts.
+
+    The queue is ordered by (phase, program order): phase 0 moves layouts forward
+    (operands → results), phase 1 also backward (users → operands), phase 2 is the function
+    results' annotations. Forward information wins ties, so activations follow the inputs
+    and gradients follow activations.
+    """
+
+    def __init__(self, func: FuncOp, mesh_shape: tuple[int, ...]):
+        self.func, self.shape = func, mesh_shape
+        self.replicated: Layout = tuple(Replicate() for _ in mesh_shape)
+        self.known: dict[int, Layout] = {}
+        self.ops = [op for op in func.body.ops if not isinstance(op, ReturnOp)]
+        self.ret = func.return_op
+        self.index = {id(op): i for i, op in enumerate(self.ops)}
+        self.index[id(self.ret)] = len(self.ops)
+        self.by_id: dict[int, Operation] = {id(op): op for op in self.ops + [self.ret]}
+        self.heap: list[tuple[int, int, int]] = []
+        self.queued: dict[int, int] = {}
+        self.conflicts: dict[int, Operation] = {}
+        self.trace = bool(os.environ.get("SPMDC_TRACE_PROPAGATION"))
+        self.current = ""   # what is deciding now (for the trace)
+
+    # -- known layouts --------------------------------------------------------------------------
+    def set_(self, v: Value, lay: Layout) -> bool:
+        if id(v) in self.known or not isinstance(v.type, TensorType):
             return False
-        known[id(v)] = tuple(lay)
-        values[id(v)] = v
+        self.known[id(v)] = tuple(lay)
         return True
 
-    for a in func.args:
-        set_(a, layout_of(a) or replicated)
-    ops = [op for op in func.body.ops if not isinstance(op, ReturnOp)]
-    for op in ops:
-        if isinstance(op, AnnotateOp):
-            set_(op.result, op.sharding.placements)
-        elif isinstance(op, RedistributeOp):
-            set_(op.result, op.target.placements)
-        else:
-            for r in op.results:
-                lay = layout_of(r)
-                if lay is not None:
-                    set_(r, lay)
-    ret = func.return_op
+    def seed(self) -> None:
+        """Arguments (replicated unless annotated), ``shard.annotate`` / ``redistribute``
+        results and results that already carry ``shard.sharding``: never changed."""
+        for a in self.func.args:
+            self.set_(a, layout_of(a) or self.replicated)
+        for op in self.ops:
+            if isinstance(op, AnnotateOp):
+                self.set_(op.result, op.sharding.placements)
+            elif isinstance(op, RedistributeOp):
+                self.set_(op.result, op.target.placements)
+            else:
+                for r in op.results:
+                    lay = layout_of(r)
+                    if lay is not None:
+                        self.set_(r, lay)
 
-    def producer_admits(v: Value, lay: Layout) -> bool:
+    def assign(self, v: Value, lay: Layout) -> bool:
+        if not self.set_(v, lay):
+            return False
+        if self.trace:
+            print(f"[sharding-propagation] %{v.name_hint or '?'} = [{', '.join(map(str, lay))}]  "
+                  f"by {self.current}", file=sys.stderr)
+        for u in v.uses:
+            self.push(u.owner, 0)
+        prod = v.defining_op()
+        if prod is not None:
+            self.push(prod, 1)
+        return True
+
+    def producer_admits(self, v: Value, lay: Layout) -> bool:
         """A layout asked for by a user is taken only if the producer can make it."""
         prod = v.defining_op()
         if prod is None:
             return True
-        ins = [known.get(id(x)) for x in prod.operands]
-        outs = [lay if r is v else known.get(id(r)) for r in prod.results]
+        ins = [self.known.get(id(x)) for x in prod.operands]
+        outs = [lay if r is v else self.known.get(id(r)) for r in prod.results]
         try:
-            return choose(prod, rule_for(prod), shape, ins, outs, exact_results=True).cost < INF
+            return choose(prod, rule_for(prod), self.shape, ins, outs, exact_results=True).cost < INF
         except DiagnosticError:
             return False
 
-    index = {id(op): i for i, op in enumerate(ops)}
-    index[id(ret)] = len(ops)
-    # Worklist ordered by (phase, program order): phase 0 moves layouts forward (operands →
-    # results), phase 1 also backward (users → operands). Forward information wins ties, so
-    # activations follow the inputs and gradients follow activations.
-    heap: list[tuple[int, int, int]] = []
-    queued: dict[int, int] = {}
-    by_id: dict[int, Operation] = {id(op): op for op in ops + [ret]}
-    conflicts: dict[int, Operation] = {}
-
-    def push(op: Operation, phase: int) -> None:
-        if op.parent is not func.body:
-            return
-        if queued.get(id(op), 2) > phase:
-            queued[id(op)] = phase
-            heapq.heappush(heap, (phase, index[id(op)], id(op)))
-
-    trace = os.environ.get("SPMDC_TRACE_PROPAGATION")
-    current: list[str] = [""]
-
-    def assign(v: Value, lay: Layout) -> bool:
-        if not set_(v, lay):
-            return False
-        if trace:
-            print(f"[sharding-propagation] %{v.name_hint or '?'} = [{', '.join(map(str, lay))}]  "
-                  f"by {current[0]}", file=sys.stderr)
-        for u in v.uses:
-            push(u.owner, 0)
-        prod = v.defining_op()
-        if prod is not None:
-            push(prod, 1)
-        return True
-
-    def pending(op: Operation) -> tuple[list, list] | None:
-        ins = [known.get(id(v)) for v in op.operands]
-        outs = [known.get(id(r)) for r in op.results]
+    def pending(self, op: Operation) -> tuple[list, list] | None:
+        """Known layouts of operands and results when some (not all) are known."""
+        ins = [self.known.get(id(v)) for v in op.operands]
+        outs = [self.known.get(id(r)) for r in op.results]
         both = ins + outs
         if all(x is not None for x in both) or all(x is None for x in both):
             return None
         return ins, outs
 
-    def apply(op: Operation, choice, results_only: bool = False) -> None:
+    def apply(self, op: Operation, choice, results_only: bool = False) -> None:
         if not results_only:
             for v, lay in zip(op.operands, choice.operands):
-                if id(v) not in known and producer_admits(v, lay):
-                    assign(v, lay)
+                if id(v) not in self.known and self.producer_admits(v, lay):
+                    self.assign(v, lay)
         for r, lay in zip(op.results, choice.results):
-            assign(r, lay)
+            self.assign(r, lay)
 
-    def visit_free(op: Operation, phase: int) -> None:
-        """Conflict-free step: take what needs no redistribution; defer conflicts."""
-        if isinstance(op, ReturnOp):  # annotated results constrain values nobody else decided
-            if phase == 0:
-                push(op, 1)
+    # -- the worklist -----------------------------------------------------------------------------
+    def push(self, op: Operation, phase: int) -> None:
+        if op.parent is not self.func.body:
+            return
+        if self.queued.get(id(op), 2) > phase:
+            self.queued[id(op)] = phase
+            heapq.heappush(self.heap, (phase, self.index[id(op)], id(op)))
+
+    def run(self) -> None:
+        for op in self.ops:
+            self.push(op, 0)
+        self.push(self.ret, 1)
+        while True:
+            self.drain()
+            if self.resolve_cheapest_conflict():
+                continue
+            # Last resort: annotated function results decide values nothing else did.
+            before = len(self.known)
+            self.current = "func.return (result annotations)"
+            self.visit_return(2)
+            if len(self.known) == before:
                 return
-            for i, v in enumerate(op.operands):
-                # A gradient's layout is where it is stored (reduce-scattered or all-reduced
-                # into place); it must not pull the backward's activations into that layout,
-                # so it speaks only once everything else is settled (phase 2).
-                if ("spmdc.grad_of" in func.res_attrs(i)) != (phase == 2):
-                    continue
-                s = func.res_attrs(i).get(SHARDING)
-                if isinstance(s, ShardingAttr) and id(v) not in known and producer_admits(v, s.placements):
-                    assign(v, s.placements)
+
+    def drain(self) -> None:
+        """Conflict-free steps until the queue is empty."""
+        while self.heap:
+            phase, _, key = heapq.heappop(self.heap)
+            if self.queued.get(key) != phase:
+                continue
+            del self.queued[key]
+            self.current = f"{self.by_id[key].name} #{self.index[key]} {'forward' if phase == 0 else 'backward'}"
+            self.visit(self.by_id[key], phase)
+
+    def resolve_cheapest_conflict(self) -> bool:
+        """Resolve the cheapest deferred op (program order breaks ties); False if none is left."""
+        best = None
+        for op in list(self.conflicts.values()):
+            state = self.pending(op)
+            if state is None:
+                self.conflicts.pop(id(op))
+                continue
+            choice = choose(op, rule_for(op), self.shape, *state, partial_ok=can_make_partial)
+            key = (choice.cost, choice.changes, self.index[id(op)])
+            if best is None or key < best[0]:
+                best = (key, op, choice)
+        if best is None:
+            return False
+        (cost, _, position), op, choice = best
+        self.conflicts.pop(id(op))
+        self.current = f"{op.name} #{position} conflict cost {cost:.1f}"
+        self.apply(op, choice)
+        return True
+
+    # -- one conflict-free step -----------------------------------------------------------------
+    def visit(self, op: Operation, phase: int) -> None:
+        """Take what needs no redistribution; defer conflicts."""
+        if isinstance(op, ReturnOp):
+            if phase == 0:
+                self.push(op, 1)
+            else:
+                self.visit_return(phase)
             return
         if isinstance(op, (AnnotateOp, RedistributeOp)):
             if phase == 0:
-                push(op, 1)
+                self.push(op, 1)
                 return
             lay = op.sharding.placements if isinstance(op, AnnotateOp) else op.source.placements
-            if id(op.operand(0)) not in known and producer_admits(op.operand(0), lay):
-                assign(op.operand(0), lay)
+            if id(op.operand(0)) not in self.known and self.producer_admits(op.operand(0), lay):
+                self.assign(op.operand(0), lay)
             return
-        state = pending(op)
+        state = self.pending(op)
         if state is None:
-            conflicts.pop(id(op), None)
+            self.conflicts.pop(id(op), None)
             return
         ins, outs = state
         if phase == 0 and (any(x is None for x in ins) or all(x is not None for x in outs)):
-            push(op, 1)  # forward needs every operand; otherwise wait for the backward phase
+            self.push(op, 1)  # forward needs every operand; otherwise wait for the backward phase
             return
-        choice = choose(op, rule_for(op), shape, ins, outs, partial_ok=can_make_partial)
+        choice = choose(op, rule_for(op), self.shape, ins, outs, partial_ok=can_make_partial)
         if choice.is_free and choice.ambiguous:
-            conflicts[id(op)] = op  # the known values do not decide: let others speak first
+            self.conflicts[id(op)] = op  # the known values do not decide: let others speak first
         elif choice.is_free:
-            conflicts.pop(id(op), None)
-            apply(op, choice, results_only=phase == 0)
-            if phase == 0 and any(known.get(id(v)) is None for v in op.operands):
-                push(op, 1)
+            self.conflicts.pop(id(op), None)
+            self.apply(op, choice, results_only=phase == 0)
+            if phase == 0 and any(self.known.get(id(v)) is None for v in op.operands):
+                self.push(op, 1)
         else:
-            conflicts[id(op)] = op
+            self.conflicts[id(op)] = op
 
-    for op in ops:
-        push(op, 0)
-    push(ret, 1)
-    while True:
-        while heap:
-            phase, _, key = heapq.heappop(heap)
-            if queued.get(key) != phase:
+    def visit_return(self, phase: int) -> None:
+        """Annotated function results constrain values nobody else decided. A gradient's
+        layout is where it is stored (reduce-scattered or all-reduced into place); it must not
+        pull the backward's activations into that layout, so it speaks only in phase 2."""
+        for i, v in enumerate(self.ret.operands):
+            if ("spmdc.grad_of" in self.func.res_attrs(i)) != (phase == 2):
                 continue
-            del queued[key]
-            current[0] = f"{by_id[key].name} #{index[key]} {'forward' if phase == 0 else 'backward'}"
-            visit_free(by_id[key], phase)
-        # Resolve the cheapest conflict (program order breaks ties), then go on conflict-free.
-        best = None
-        for op in list(conflicts.values()):
-            state = pending(op)
-            if state is None:
-                conflicts.pop(id(op))
-                continue
-            choice = choose(op, rule_for(op), shape, *state, partial_ok=can_make_partial)
-            key2 = (choice.cost, choice.changes, index[id(op)])
-            if best is None or key2 < best[0]:
-                best = (key2, op, choice)
-        if best is None:
-            # Last resort: annotated function results decide values nothing else did.
-            before = len(known)
-            current[0] = "func.return (result annotations)"
-            visit_free(ret, 2)
-            if len(known) == before:
-                break
-            continue
-        conflicts.pop(id(best[1]))
-        current[0] = f"{best[1].name} #{index[id(best[1])]} conflict cost {best[0][0]:.1f}"
-        apply(best[1], best[2])
+            s = self.func.res_attrs(i).get(SHARDING)
+            if isinstance(s, ShardingAttr) and id(v) not in self.known and self.producer_admits(v, s.placements):
+                self.assign(v, s.placements)
 
-    for i, a in enumerate(func.args):
-        func.set_arg_attr(i, SHARDING, ShardingAttr(mesh.sym_name, known.get(id(a), replicated)))
-    for op in ops:
-        tensors = [r for r in op.results if isinstance(r.type, TensorType)]
-        if tensors and len(tensors) == len(op.results):
-            set_result_layouts(op, mesh.sym_name, [known.get(id(r), replicated) for r in op.results])
-    for i, v in enumerate(ret.operands):
-        if not isinstance(func.res_attrs(i).get(SHARDING), ShardingAttr):
-            func.set_res_attr(i, SHARDING, ShardingAttr(mesh.sym_name, known.get(id(v), replicated)))
+    # -- results ----------------------------------------------------------------------------------
+    def write_back(self, mesh: str) -> None:
+        """Every argument, op result and function result gets its layout (unknown: replicated)."""
+        func, known, replicated = self.func, self.known, self.replicated
+        for i, a in enumerate(func.args):
+            func.set_arg_attr(i, SHARDING, ShardingAttr(mesh, known.get(id(a), replicated)))
+        for op in self.ops:
+            tensors = [r for r in op.results if isinstance(r.type, TensorType)]
+            if tensors and len(tensors) == len(op.results):
+                set_result_layouts(op, mesh, [known.get(id(r), replicated) for r in op.results])
+        for i, v in enumerate(self.ret.operands):
+            if not isinstance(func.res_attrs(i).get(SHARDING), ShardingAttr):
+                func.set_res_attr(i, SHARDING, ShardingAttr(mesh, known.get(id(v), replicated)))
 
 
 @dataclass
