@@ -68,8 +68,9 @@ def layout_of(v: Value) -> Layout | None:
 def require_layout(v: Value, user: Operation) -> Layout:
     lay = layout_of(v)
     if lay is None:
-        raise DiagnosticError(f"'{user.name}' op operand has no 'shard.sharding'; run sharding-propagation first",
-                              user.location)
+        which = next((f" #{i}" for i, x in enumerate(user.operands) if x is v), "")
+        raise DiagnosticError(f"'{user.name}' op operand{which} has no 'shard.sharding'; "
+                              "run sharding-propagation first", user.location)
     return lay
 
 

@@ -131,4 +131,8 @@ def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh
                 best[nl] = key
                 counter += 1
                 heapq.heappush(heap, (nc, nsteps + 1, counter, nl, steps + [step]))
-    raise ValueError(f"no redistribution from {list(map(str, src))} to {list(map(str, dst))}")
+    why = ""
+    if any(isinstance(p, Partial) for p in dst) and src != dst:
+        why = (" (no collective creates a pending reduction or changes its kind: a Partial target must come "
+               "from its producer)")
+    raise ValueError(f"no redistribution from [{', '.join(map(str, src))}] to [{', '.join(map(str, dst))}]{why}")

@@ -15,7 +15,7 @@ func.func @op_without_layout(%x: tensor<8x16xf32> {shard.sharding = #shard<@mesh
 // annotated argument has no layout yet (propagation would make it replicated).
 shard.mesh @mesh = <["tp" = 4]>
 func.func @annotate_of_unannotated_argument(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
-  // expected-error@+1 {{'shard.annotate' op operand has no 'shard.sharding'; run sharding-propagation first}}
+  // expected-error@+1 {{'shard.annotate' op operand #0 has no 'shard.sharding'; run sharding-propagation first}}
   %0 = shard.annotate %x {sharding = #shard<@mesh, [S(0)]>} : tensor<8x16xf32>
   func.return %0 : tensor<8x16xf32>
 }
@@ -25,7 +25,7 @@ func.func @annotate_of_unannotated_argument(%x: tensor<8x16xf32>) -> tensor<8x16
 // Hand-annotated op results, but the function argument was left without a layout.
 shard.mesh @mesh = <["tp" = 4]>
 func.func @operand_without_layout(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
-  // expected-error@+1 {{'tensor.relu' op operand has no 'shard.sharding'; run sharding-propagation first}}
+  // expected-error@+1 {{'tensor.relu' op operand #0 has no 'shard.sharding'; run sharding-propagation first}}
   %0 = tensor.relu %x {shard.sharding = [#shard<@mesh, [S(0)]>]} : tensor<8x16xf32>
   func.return %0 : tensor<8x16xf32>
 }
@@ -35,7 +35,7 @@ func.func @operand_without_layout(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
 // An annotated function result returning a value that has no layout.
 shard.mesh @mesh = <["tp" = 4]>
 func.func @returned_value_without_layout(%x: tensor<8x16xf32>) -> (tensor<8x16xf32> {shard.sharding = #shard<@mesh, [S(0)]>}) {
-  // expected-error@+1 {{'func.return' op operand has no 'shard.sharding'; run sharding-propagation first}}
+  // expected-error@+1 {{'func.return' op operand #0 has no 'shard.sharding'; run sharding-propagation first}}
   func.return %x : tensor<8x16xf32>
 }
 
