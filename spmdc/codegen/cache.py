@@ -28,8 +28,16 @@ _END = "# end of generated module\n"
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SPMDC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "spmdc")
-    return Path(root) / "codegen"
+    """``$SPMDC_CACHE_DIR/codegen`` (default ``~/.cache/spmdc/codegen``); an error names the
+    variable when it points at something that is not a directory."""
+    env = os.environ.get("SPMDC_CACHE_DIR")
+    root = Path(env or os.path.join(os.path.expanduser("~"), ".cache", "spmdc"))
+    for p in (root, root / "codegen"):
+        if p.exists() and not p.is_dir():
+            what = f"SPMDC_CACHE_DIR '{env}'" if env else f"the code cache '{root}'"
+            raise NotADirectoryError(f"{what} is not a directory ('{p}' is a file); point SPMDC_CACHE_DIR "
+                                     "at a directory spmdc may write generated code into")
+    return root / "codegen"
 
 
 def program_key(module: Operation, func_name: str = "main", target: str = "torch") -> str:
@@ -50,6 +58,7 @@ def write_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes it private; generated code is not secret
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -57,35 +66,57 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def cached_source(module: Operation, func_name: str = "main", target: str = "torch") -> Path:
-    """The path of the generated source for ``@func_name``, emitting it if not cached yet."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def cached_text(module: Operation, func_name: str = "main", target: str = "torch") -> tuple[Path, str]:
+    """``(path, source)`` of the generated code for ``@func_name``, emitting it if not cached.
+
+    The source returned is the one in memory: a cache file deleted or replaced meanwhile
+    (another process cleaning the cache) costs a re-emission, never a failure."""
     key = program_key(module, func_name, target)
     path = cache_dir() / f"spmdc_{key[:40]}.py"
     header = f"# spmdc-codegen-key: {key}\n"
     try:
         text = path.read_text(encoding="utf-8")
         if text.startswith(header) and text.endswith(_END):
-            return path
-    except OSError:
+            return path, text
+    except (OSError, UnicodeDecodeError):
         pass
-    write_atomic(path, header + emit_python(module, func_name, target))
-    return path
+    text = header + emit_python(module, func_name, target)
+    write_atomic(path, text)
+    return path, text
 
 
-def load_program(module: Operation, func_name: str = "main",
-                 target: str = "torch") -> tuple[Callable[[list[Any], Any], list[Any]], Path]:
-    """``(fn, source_path)``: ``fn(args, comm)`` runs ``@func_name`` and returns its results.
+def cached_source(module: Operation, func_name: str = "main", target: str = "torch") -> Path:
+    """The path of the generated source for ``@func_name``, emitting it if not cached yet."""
+    return cached_text(module, func_name, target)[0]
+
+
+def load_source(module: Operation, func_name: str = "main",
+                target: str = "torch") -> tuple[Callable[[list[Any], Any], list[Any]], Path, str]:
+    """``(fn, source_path, source)``: ``fn(args, comm)`` runs ``@func_name``; ``source`` is the
+    very text that was executed.
 
     With ``target="triton"`` and no GPU, ``TRITON_INTERPRET=1`` is set first (kernels run
     under the Triton interpreter)."""
     if target == "triton":
         prepare_triton()
-    path = cached_source(module, func_name, target)
-    source = path.read_text(encoding="utf-8")
+    path, source = cached_text(module, func_name, target)
     namespace: dict[str, Any] = {"__name__": f"spmdc_generated_{path.stem}", "__file__": str(path)}
     exec(compile(source, str(path), "exec"), namespace)
     bind_tables(namespace, module)
-    return namespace["ENTRY"], path
+    return namespace["ENTRY"], path, source
+
+
+def load_program(module: Operation, func_name: str = "main",
+                 target: str = "torch") -> tuple[Callable[[list[Any], Any], list[Any]], Path]:
+    """``(fn, source_path)``: :func:`load_source` without the text."""
+    fn, path, _ = load_source(module, func_name, target)
+    return fn, path
 
 
 def prepare_triton() -> None:

@@ -51,10 +51,10 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
     for i, a in enumerate(func.args):
         attrs = func.arg_attrs(i)
         p = attrs.get("spmdc.param")
-        if p is not None and "spmdc.buffer" not in attrs:  # buffers stay replicated
-            params[p.value] = a.type.shape  # type: ignore[attr-defined]
-        else:
+        if p is None:
             in_ranks.append(a.type.rank)  # type: ignore[attr-defined]
+        elif "spmdc.buffer" not in attrs:  # buffers stay replicated (and are not inputs)
+            params[p.value] = a.type.shape  # type: ignore[attr-defined]
     out_ranks = [v.type.rank for i, v in enumerate(func.return_op.operands)  # type: ignore[attr-defined]
                  if is_model_output(func, i)]
     return preset(plan, mesh, params, in_ranks, out_ranks)
@@ -135,12 +135,11 @@ def _rank_stages(step: CompiledStep, rank: int, target: str, dump: Dump | None) 
 
 def compile_rank(step: CompiledStep, rank: int, target: str = "torch", dump: Dump | None = None) -> RankProgram:
     """Rank ``rank``'s program, its generated code (loaded) and the layouts of its arguments."""
-    from spmdc.codegen.cache import load_program
+    from spmdc.codegen.cache import load_source
     from spmdc.codegen.kernel_stats import kernel_stats
 
     module, unfused = _rank_stages(step, rank, target, dump)
-    fn, path = load_program(module, "main", target=target)
-    source = path.read_text(encoding="utf-8")
+    fn, path, source = load_source(module, "main", target=target)
     if dump:
         dump.write_code(step.name, rank, source)
     func = main_function(module)

@@ -44,6 +44,7 @@ from spmdc.frontend.program import (
     OutputInfo,
 )
 from spmdc.frontend.signature import input_infos, output_infos
+from spmdc.frontend.torch_compat import quiet_fake_tensor_errors
 
 __all__ = [
     "ExportedProgramInfo",
@@ -58,7 +59,8 @@ __all__ = [
 
 def _export(root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ExportedProgram:
     try:
-        return torch.export.export(root, args, kwargs, strict=False)
+        with quiet_fake_tensor_errors():
+            return torch.export.export(root, args, kwargs, strict=False)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e
 

@@ -120,6 +120,22 @@ def no_op_check_targets() -> tuple[Any, ...]:
 
 
 @contextlib.contextmanager
+def quiet_fake_tensor_errors() -> Iterator[None]:
+    """During torch.export, a failing op (a shape error in the user's model) is logged with a
+    full traceback by the fake-tensor machinery before it is raised; the raised error is
+    what spmdc reports, so that log is silenced."""
+    import logging
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
 def real_tensors() -> Iterator[None]:
     """Context in which new tensors are real (meta/CPU) even inside FakeTensor tracing."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily

@@ -94,10 +94,29 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
     return fn
 
 
+def user_frame(exc: BaseException) -> str | None:
+    """``file:line in function`` of the innermost frame of ``exc`` outside spmdc, torch and
+    the standard library: where in the user's code it happened."""
+    import traceback
+
+    spmdc_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = frame.filename
+        if path.startswith(spmdc_dir) or "/site-packages/" in path or "/lib/python3" in path or path.startswith("<"):
+            continue
+        return f"{path}:{frame.lineno} in {frame.name}"
+    return None
+
+
 def load_workload(spec: str, **overrides: Any) -> Workload:
     """Resolve ``spec``, call its factory (with ``overrides`` as keyword arguments), normalise."""
     fn = resolve_factory(spec)
-    out = fn(**overrides)
+    try:
+        out = fn(**overrides)
+    except Exception as e:
+        where = user_frame(e)
+        raise WorkloadError(f"the factory of workload '{spec}' raised {type(e).__name__}: {e}"
+                            + (f" (at {where})" if where else "")) from e
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         raise WorkloadError(f"factory of '{spec}' must return (model, example_inputs, loss_fn), "
                             f"got {type(out).__name__}")
@@ -110,4 +129,13 @@ def load_workload(spec: str, **overrides: Any) -> Workload:
     loss_inputs: tuple = ()
     if len(inputs) == 2 and all(isinstance(p, (tuple, list)) for p in inputs):
         inputs, loss_inputs = tuple(inputs[0]), tuple(inputs[1])
+    import torch
+
+    for what, values in (("input", inputs), ("loss input", loss_inputs)):
+        for i, x in enumerate(values):
+            if not isinstance(x, torch.Tensor):
+                raise WorkloadError(f"{what} #{i} of workload '{spec}' is a {type(x).__name__}, not a tensor "
+                                    "(example inputs must be tensors with the shapes to compile for)")
+    if loss_fn is not None and not callable(loss_fn):
+        raise WorkloadError(f"the loss function of workload '{spec}' is a {type(loss_fn).__name__}, not callable")
     return Workload(spec, model, tuple(inputs), loss_fn, tuple(loss_inputs))

@@ -27,11 +27,25 @@ class Diagnostic:
 
 
 class DiagnosticError(Exception):
-    """Raised by the parser, verifier and passes; carries one :class:`Diagnostic`."""
+    """Raised by the parser, verifier and passes; carries one :class:`Diagnostic`.
+
+    Survives pickling whatever a subclass's constructor takes (errors cross ranks), with
+    its message, location and extra fields.
+    """
 
     def __init__(self, message: str, location: Location = UNKNOWN, notes: list[Diagnostic] | None = None):
         super().__init__(message)
         self.diagnostic = Diagnostic("error", message, location, notes or [])
+
+    def __reduce__(self) -> tuple:
+        return _rebuild_error, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild_error(cls: type, args: tuple, state: dict) -> Exception:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
 
 
 class SourceManager:
@@ -61,11 +75,27 @@ class SourceManager:
         if pos:
             src = self.line(pos.file, pos.line)
             if src is not None:
-                out.append(src)
-                out.append(" " * max(pos.col - 1, 0) + "^")
+                text, col = _window(src, pos.col)
+                out.append(text)
+                out.append(" " * max(col - 1, 0) + "^")
         for note in diag.notes:
             out.append(self.render(note))
         return "\n".join(out)
+
+
+SOURCE_WIDTH = 120
+
+
+def _window(line: str, col: int) -> tuple[str, int]:
+    """A long source line cut to about :data:`SOURCE_WIDTH` characters around ``col``
+    (``...`` marks the cuts); returns the text and the caret's column in it."""
+    if len(line) <= SOURCE_WIDTH:
+        return line, col
+    start = max(0, min(col - 1 - SOURCE_WIDTH // 2, len(line) - SOURCE_WIDTH))
+    end = start + SOURCE_WIDTH
+    head = "..." if start > 0 else ""
+    tail = "..." if end < len(line) else ""
+    return head + line[start:end] + tail, col - start + len(head)
 
 
 def _describe(loc: Location) -> str:

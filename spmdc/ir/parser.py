@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -67,6 +68,8 @@ _TOKEN_NAMES = {
 
 
 _ISOLATED = "#isolated"  # scope marker; never a value name (names cannot start with '#')
+MAX_NESTING = 100  # deeper input is refused with a located error (the IR walk recurses per level)
+_BRACKETS = re.compile(r'"(?:\\.|[^"\\\n])*"|//[^\n]*|[()\[\]{}]')
 
 
 class Parser:
@@ -94,10 +97,27 @@ class Parser:
         return module
 
     def _parse_tree(self) -> Tree:
+        self._check_nesting()
         try:
             return self._lark.parse(self.text)
         except UnexpectedInput as e:
             raise self._syntax_error(e) from None
+
+    def _check_nesting(self) -> None:
+        """Brackets (regions, arrays, dictionaries, parentheses) nested deeper than
+        :data:`MAX_NESTING` are refused where the limit is crossed, before anything recurses."""
+        depth = 0
+        for m in _BRACKETS.finditer(self.text):
+            c = m.group(0)
+            if c in "([{":
+                depth += 1
+                if depth > MAX_NESTING:
+                    line = self.text.count("\n", 0, m.start()) + 1
+                    col = m.start() - (self.text.rfind("\n", 0, m.start()) + 1) + 1
+                    raise DiagnosticError(f"nesting too deep (limit {MAX_NESTING} levels of regions, arrays, "
+                                          "dictionaries or parentheses)", self.loc_at(line, col))
+            elif c in ")]}":
+                depth = max(depth - 1, 0)
 
     def _syntax_error(self, e: UnexpectedInput) -> DiagnosticError:
         line, col = getattr(e, "line", 1) or 1, getattr(e, "column", 1) or 1

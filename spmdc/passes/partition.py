@@ -28,11 +28,38 @@ from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate,
 from spmdc.dialects.tensor import ConstantOp
 from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
+from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.rewriter import Rewriter
 from spmdc.ir.types import FunctionType, TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, func_mesh, layout_of
 from spmdc.sharding.mesh import local_shape
+from spmdc.sharding.strategy import choose, rule_for
+
+
+def check_layouts_agree(func: FuncOp, mesh_shape: tuple[int, ...]) -> None:
+    """Every compute op must be able to run locally on the layouts it is given: its operands'
+    layouts must be what some strategy of its sharding rule takes for its result layouts.
+    Otherwise the local program would be wrong (or not type-check): refuse it here, located,
+    instead of reporting a broken program after the pass."""
+    for op in func.body.ops:
+        if getattr(op, "sharding_rule", None) is None or isinstance(op, ConstantOp):
+            continue
+        ins = [layout_of(v) for v in op.operands]
+        outs = [layout_of(r) for r in op.results]
+        if any(x is None for x in ins + outs):
+            continue
+        try:
+            choice = choose(op, rule_for(op), mesh_shape, ins, outs, exact_results=True)
+            fits = choice.cost == 0 and choice.changes == 0
+        except DiagnosticError:
+            fits = False
+        if not fits:
+            given = ", ".join(f"[{', '.join(map(str, lay))}]" for lay in ins)  # type: ignore[arg-type]
+            made = ", ".join(f"[{', '.join(map(str, lay))}]" for lay in outs)  # type: ignore[arg-type]
+            raise op.emit_error(f"cannot compute result layout {made} locally from operand layouts {given}; "
+                                "a redistribution is missing (run insert-redistribution and "
+                                "lower-redistribution before partition)")
 
 
 def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
@@ -41,6 +68,7 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         return
     if rank < 0 or rank >= mesh.num_devices:
         raise func.emit_error(f"rank {rank} is outside mesh '@{mesh.sym_name}' ({mesh.num_devices} devices)")
+    check_layouts_agree(func, mesh.shape)
     shape = mesh.shape
     coords = []
     r = rank

@@ -32,6 +32,6 @@ def compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any
         if world > 1:
             dist.broadcast_object_list(box, src=j % world)
         if isinstance(box[0], BaseException):
-            raise RuntimeError(f"spmdc.compile failed on rank {j % world}: {box[0]}") from box[0]
+            raise box[0]   # the same error (spmdc's errors survive pickling) on every rank
         out.append(box[0])
     return out

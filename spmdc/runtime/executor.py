@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spmdc.compiler.program import Layout, RankProgram
-from spmdc.dialects.shard import Partial, Replicate, Shard, chunk_sizes
+from spmdc.dialects.shard import Partial, Replicate, Shard, chunk_size
 from spmdc.runtime.collectives import CountingComm
 from spmdc.sharding.mesh import Mesh, local_offset, local_shape
 from spmdc.sharding.planner import plan_redistribution
@@ -72,7 +72,7 @@ def _size_before(global_shape: tuple[int, ...], layout: list[Any], axis: int, di
     for a, p in enumerate(layout[:axis]):
         if isinstance(p, Shard) and p.dim == dim:
             n = comm.mesh.mesh.shape[a]
-            size = chunk_sizes(size, n)[comm.coord(comm.mesh.mesh_dim_names[a])]
+            size = chunk_size(size, n, comm.coord(comm.mesh.mesh_dim_names[a]))
     return size
 
 

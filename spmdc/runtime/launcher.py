@@ -3,37 +3,139 @@
     results = launch(worker_fn, nproc=4, args=(config,))   # {rank: return value}
 
 Every rank gets the usual torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, ...).
-A rank that raises makes the launcher stop all ranks; :class:`LaunchError` carries
-the failing rank's message.
+A rank that raises makes the launcher stop all ranks; :class:`LaunchError` carries the
+failing rank's message and the user-code frame it came from, and, unless ``verbose``,
+the path of one log file with every rank's stderr (tracebacks included) instead of
+printing them. Everything the launch creates in the temporary directory (torch elastic's
+run directories, error files) is removed when it ends; Ctrl-C ends every rank and raises
+``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+_SPMDC_DIR = str(Path(__file__).resolve().parents[1])
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)\s*$', re.M)
 
 
 class LaunchError(RuntimeError):
-    pass
+    """A rank failed; the message names the rank, its error and where it came from."""
 
 
-def launch(fn: Callable[..., Any], nproc: int, args: tuple = (), timeout_s: float = 300.0) -> dict[int, Any]:
+def launch(fn: Callable[..., Any], nproc: int, args: tuple = (), timeout_s: float = 300.0,
+           verbose: bool = False) -> dict[int, Any]:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    work = tempfile.mkdtemp(prefix="spmdc-launch-")
+    run_id = f"spmdc-{uuid.uuid4().hex[:8]}"
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"spmdc-{uuid.uuid4().hex[:8]}",
+        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=run_id,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0, monitor_interval=0.1,
         start_method="spawn", rdzv_configs={"timeout": int(timeout_s)},
+        logs_specs=DefaultLogsSpecs(log_dir=os.path.join(work, "logs"),
+                                    redirects=Std.NONE if verbose else Std.ERR),
     )
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    saved = tempfile.tempdir
+    # the agent's temporary files (torchelastic_* run directories, pytorch-errorfile-* pickles) go
+    # into ``work``; the ranks keep the user's TMPDIR (AF_UNIX socket paths there must stay short)
+    tempfile.tempdir = work
+    # the agent logs every failure with tracebacks: into the log file, not onto the terminal
+    restore_logs = _agent_logs_to(os.path.join(work, "agent.log")) if not verbose else (lambda: None)
     try:
         return elastic_launch(config, fn)(*args)
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
-        msg = failure.message
-        if isinstance(msg, dict):
-            msg = msg.get("message", str(msg))
-        raise LaunchError(f"rank {rank} failed: {msg}") from None
+        log = None if verbose else _collect_logs(work, run_id, {r: _stack(f) for r, f in e.failures.items()})
+        raise LaunchError(_describe(rank, failure, log)) from None
+    except SignalException:
+        raise KeyboardInterrupt from None
+    finally:
+        restore_logs()
+        tempfile.tempdir = saved
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _stack(failure: Any) -> str:
+    """The Python traceback a failed rank recorded (empty when it recorded none)."""
+    if isinstance(failure.error_file_data, dict):
+        info = failure.error_file_data.get("message")
+        if isinstance(info, dict):
+            return str(info.get("extraInfo", {}).get("py_callstack", ""))
+    return ""
+
+
+def _agent_logs_to(path: str) -> Callable[[], None]:
+    """Send the launcher's (torch elastic's) log records to ``path``; returns the undo."""
+    prefixes = ("torch.distributed.elastic", "torch.multiprocessing")
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    saved = []
+    for name in prefixes:
+        lg = logging.getLogger(name)
+        saved.append((lg, lg.handlers[:], lg.propagate))
+        lg.handlers, lg.propagate = [handler], False
+
+    def undo() -> None:
+        for lg, handlers, propagate in saved:
+            lg.handlers, lg.propagate = handlers, propagate
+        handler.close()
+    return undo
+
+
+def _describe(rank: int, failure: Any, log: str | None) -> str:
+    data = failure.message
+    message = data.get("message", str(data)) if isinstance(data, dict) else str(data)
+    if not _stack(failure) and message.startswith("To enable traceback"):  # died without a Python error
+        message = (f"the process ended with exit code {failure.exitcode} without reporting a Python error"
+                   + (" (see the log)" if log else ""))
+    text = f"rank {rank} failed: {message.strip()}"
+    frame = user_frame(_stack(failure))
+    if frame:
+        text += f"\n  at {frame}"
+    if log:
+        text += f"\n  (every rank's output, tracebacks included: {log})"
+    return text
+
+
+def user_frame(stack: str) -> str | None:
+    """``file:line in function`` of the innermost frame outside spmdc, torch and the standard library."""
+    frames = _FRAME.findall(stack)
+    for path, line, fn in reversed(frames):
+        if path.startswith(_SPMDC_DIR) or "/site-packages/" in path or "/lib/python3" in path or path.startswith("<"):
+            continue
+        return f"{path}:{line} in {fn}"
+    return None
+
+
+def _collect_logs(work: str, run_id: str, stacks: dict[int, str]) -> str:
+    """Every rank's stderr and the tracebacks of failed ranks in one file beside the
+    temporary directory (kept: its path is printed)."""
+    logs = {int(p.parent.name): p for p in Path(work, "logs").rglob("stderr.log") if p.parent.name.isdigit()}
+    fd, path = tempfile.mkstemp(prefix=f"{run_id}-", suffix=".log", dir=os.path.dirname(work))
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        agent = Path(work, "agent.log")
+        if agent.is_file() and agent.stat().st_size:
+            out.write("==== launcher (torch elastic) ====\n" + agent.read_text(encoding="utf-8", errors="replace"))
+        for rank in sorted(set(logs) | set(stacks)):
+            out.write(f"==== rank {rank} ====\n")
+            if rank in logs:
+                out.write(logs[rank].read_text(encoding="utf-8", errors="replace"))
+            if stacks.get(rank):
+                out.write(f"-- traceback of rank {rank}:\n{stacks[rank]}\n")
+    os.chmod(path, 0o644)
+    return path

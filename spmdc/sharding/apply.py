@@ -105,7 +105,10 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
             user_args.append(a)
     resolved = plan.resolve_params(mesh, params)
     names = [a.name_hint or f"arg{a.index}" for a in user_args]
-    in_layouts = plan.resolve_inputs(mesh, [a.type.shape for a in user_args], names)  # type: ignore[attr-defined]
+    # a training step takes every user input (model and loss inputs); a forward program may
+    # take fewer than a plan written for training lays out
+    in_layouts = plan.resolve_inputs(mesh, [a.type.shape for a in user_args], names,  # type: ignore[attr-defined]
+                                     complete="spmdc.train_step" in func.attributes)
     for a, lay in zip(user_args, in_layouts):
         func.set_arg_attr(a.index, SHARDING, ShardingAttr(mesh.name, lay))
     fwd = forward_ops(func)

@@ -12,7 +12,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, Shard, ShardingAttr, chunk_sizes, parse_placement
+from spmdc.dialects.shard import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    ShardingAttr,
+    chunk_offset,
+    chunk_size,
+    parse_placement,
+)
+from spmdc.dialects.shard.ops import MAX_MESH_DEVICES
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,12 @@ class Mesh:
         names = [a for a, _ in items]
         if len(set(names)) != len(names):
             raise ValueError(f"mesh axis names must be unique, got {names}")
+        devices = 1
+        for _, size in items:
+            devices *= size
+        if devices > MAX_MESH_DEVICES:
+            raise ValueError(f"mesh {', '.join(f'{a}={n}' for a, n in items)} has {devices} devices; "
+                             f"spmdc supports meshes of at most {MAX_MESH_DEVICES} devices")
         object.__setattr__(self, "axes", items)
         object.__setattr__(self, "name", name)
 
@@ -117,7 +133,7 @@ def local_shape(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh_
     out = list(shape)
     for p, n, c in zip(placements, mesh_shape, coords):
         if isinstance(p, Shard):
-            out[p.dim] = chunk_sizes(out[p.dim], n)[c]
+            out[p.dim] = chunk_size(out[p.dim], n, c)
     return tuple(out)
 
 
@@ -128,7 +144,6 @@ def local_offset(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh
     size = list(shape)
     for p, n, c in zip(placements, mesh_shape, coords):
         if isinstance(p, Shard):
-            cs = chunk_sizes(size[p.dim], n)
-            off[p.dim] += sum(cs[:c])
-            size[p.dim] = cs[c]
+            off[p.dim] += chunk_offset(size[p.dim], n, c)
+            size[p.dim] = chunk_size(size[p.dim], n, c)
     return tuple(off)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.dialects.shard import Placement, Replicate, Shard
+from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
 from spmdc.sharding.mesh import Mesh, to_placements
 
 Layout = tuple[Placement, ...]
@@ -66,15 +66,29 @@ class Plan:
 
     @staticmethod
     def load(path: str) -> Plan:
-        """A plan from a ``.json`` or ``.yaml``/``.yml`` file."""
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        """A plan from a ``.json`` or ``.yaml``/``.yml`` file; syntax errors name file, line and column."""
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                text = f.read()
+        except OSError as e:
+            raise PlanError(f"cannot read plan '{path}': {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise PlanError(f"plan '{path}' is not UTF-8 text") from None
         if path.endswith((".yaml", ".yml")):
             import yaml
 
-            data = yaml.safe_load(text)
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
+                problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+                raise PlanError(f"{where}: error: invalid YAML plan: {problem}") from None
         else:
-            data = json.loads(text)
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise PlanError(f"{path}:{e.lineno}:{e.colno}: error: invalid JSON plan: {e.msg}") from None
         if not isinstance(data, Mapping):
             raise PlanError(f"{path}: a plan file must hold a mapping with 'params', 'inputs', 'outputs'")
         return Plan.from_dict(data)
@@ -96,6 +110,11 @@ class Plan:
                 compute = to_placements(layout.compute, mesh) if layout.compute is not None else storage
             except (ValueError, TypeError) as e:
                 raise PlanError(f"plan pattern '{pattern}': {e}") from None
+            for what, lay in (("storage", storage), ("compute", compute)):
+                if any(isinstance(p, Partial) for p in lay):
+                    raise PlanError(f"parameter '{hits[0]}' (plan pattern '{pattern}'): {what} layout {_fmt(lay)} "
+                                    "is Partial, which is not a layout a parameter can have: a parameter is held "
+                                    "whole (R) or in pieces (S(d)); Partial values only arise inside a program")
             for fqn in hits:
                 shape = params[fqn]
                 for what, lay in (("storage", storage), ("compute", compute)):
@@ -108,8 +127,20 @@ class Plan:
                 out[fqn] = ResolvedParam(fqn, storage, compute, pattern)
         return out
 
-    def resolve_inputs(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], names: Sequence[str]) -> list[Layout]:
+    def resolve_inputs(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]], names: Sequence[str],
+                       complete: bool = True) -> list[Layout]:
+        """Layouts of the user inputs. ``complete``: ``shapes`` are all the inputs there are (a
+        training step), so layouts for more inputs, or for unknown names, are errors."""
         rep = tuple(Replicate() for _ in mesh.axes)
+        if isinstance(self.inputs, Mapping) and complete:
+            unknown = [k for k in self.inputs if k not in names]
+            if unknown:
+                near = difflib.get_close_matches(unknown[0], list(names), n=2, cutoff=0.4)
+                raise PlanError(f"plan input '{unknown[0]}' is not an input of the model (inputs: "
+                                f"{', '.join(names) or 'none'})" + (f"; did you mean '{near[0]}'?" if near else ""))
+        elif complete and len(self.inputs) > len(shapes):
+            raise PlanError(f"the plan lays out {len(self.inputs)} inputs but the model takes {len(shapes)} "
+                            f"({', '.join(names[:len(shapes)]) or 'none'})")
         out = []
         for i, shape in enumerate(shapes):
             spec = None
@@ -123,6 +154,8 @@ class Plan:
         return out
 
     def resolve_outputs(self, mesh: Mesh, shapes: Sequence[tuple[int, ...]]) -> list[Layout | None]:
+        if len(self.outputs) > len(shapes):
+            raise PlanError(f"the plan lays out {len(self.outputs)} outputs but the model returns {len(shapes)}")
         out: list[Layout | None] = []
         for i, shape in enumerate(shapes):
             spec = self.outputs[i] if i < len(self.outputs) else None

@@ -1,4 +1,9 @@
-"""``spmdc capture WORKLOAD [--train] [-o out.mlir]``: capture a workload into spmdc IR."""
+"""``spmdc capture WORKLOAD [--train] [-o out.mlir]``: capture a workload into spmdc IR.
+
+Errors (an unknown workload, a factory that raises, inputs that are not tensors, a model
+spmdc cannot capture, an output path that cannot be written) end in one line from
+:func:`spmdc.tools.errors.guard`.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +11,17 @@ import sys
 
 
 def capture_main(workload: str, train: bool, output: str | None, debuginfo: bool = False) -> int:
-    from spmdc.frontend.aten import UnsupportedOpError
-    from spmdc.frontend.workloads import WorkloadError, load_workload
-    from spmdc.ir.diagnostics import DiagnosticError
+    from spmdc.frontend.workloads import load_workload
     from spmdc.ir.printer import print_module
+    from spmdc.tools.errors import UserError, write_text
 
-    try:
-        w = load_workload(workload)
-        cap = w.capture(train=train)
-    except (WorkloadError, UnsupportedOpError) as e:
-        print(f"spmdc capture: error: {e}", file=sys.stderr)
-        return 1
-    except DiagnosticError as e:
-        print(f"spmdc capture: error: {e}", file=sys.stderr)
-        return 1
+    if output and output != "-" and not _parent_exists(output):
+        raise UserError(f"cannot write output '{output}': directory '{_parent(output)}' does not exist")
+    w = load_workload(workload)
+    cap = w.capture(train=train)
     text = print_module(cap.module, debuginfo=debuginfo)
     if output and output != "-":
-        with open(output, "w") as f:
-            f.write(text)
+        write_text(output, text)
     else:
         sys.stdout.write(text)
     t = cap.timings
@@ -33,3 +31,15 @@ def capture_main(workload: str, train: bool, output: str | None, debuginfo: bool
           f"translate {t['translate']:.2f}s, verify {t['verify']:.2f}s)"
           + (f" -> {output}" if output and output != "-" else ""), file=sys.stderr)
     return 0
+
+
+def _parent(path: str) -> str:
+    import os
+
+    return os.path.dirname(os.path.abspath(path))
+
+
+def _parent_exists(path: str) -> bool:
+    import os
+
+    return os.path.isdir(_parent(path))

@@ -3,6 +3,11 @@
     spmdc run [WORKLOAD] [options]         compile and run on ranks (spmdc.tools.run_cmd, docs/cli.md)
     spmdc capture WORKLOAD [--train] -o F  capture a model into spmdc IR (spmdc.tools.capture_cmd)
     spmdc show FILE                        summarise an IR file (spmdc.tools.show)
+    spmdc --version
+
+A mistake in the input prints one line (``spmdc <command>: error: ...``, or a located
+diagnostic) and exits 1; a bug in spmdc prints an internal-error line and exits 2
+(``--verbose`` shows tracebacks). See spmdc.tools.errors.
 """
 
 from __future__ import annotations
@@ -10,9 +15,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spmdc.tools.errors import guard
+
+
+def version_text(prog: str) -> str:
+    from spmdc import __version__
+
+    return f"{prog} {__version__}"
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spmdc", description="spmdc — sharding compiler for PyTorch")
+    ap.add_argument("--version", action="version", version=version_text("spmdc"))
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="compile a workload and run it on ranks (default: gpt2-tiny training, 4 ranks)")
     from spmdc.tools.run_cmd import add_arguments
@@ -28,20 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--comm", action="store_true", help="also tabulate collectives per mesh axis")
     show.add_argument("--kernels", action="store_true",
                       help="also report kernels per step after fuse-kernels versus aten ops before fusion")
+    for p in (cap, show):
+        p.add_argument("--verbose", action="store_true", help="show Python tracebacks of errors")
     args = ap.parse_args(argv)
+    prog = f"spmdc {args.cmd}"
     if args.cmd == "run":
         from spmdc.tools.run_cmd import config_from_args, run_main
 
-        return run_main(config_from_args(args))
+        return guard(prog, lambda: run_main(config_from_args(args)), verbose=args.verbose)
     if args.cmd == "capture":
         from spmdc.tools.capture_cmd import capture_main
 
-        return capture_main(args.workload, args.train, args.output, args.debuginfo)
-    if args.cmd == "show":
-        from spmdc.tools.show import show as show_file
+        return guard(prog, lambda: capture_main(args.workload, args.train, args.output, args.debuginfo),
+                     verbose=args.verbose)
+    from spmdc.tools.show import show as show_file
 
-        return show_file(args.file, comm=args.comm, kernels=args.kernels)
-    return 0
+    return guard(prog, lambda: show_file(args.file, comm=args.comm, kernels=args.kernels), verbose=args.verbose)
 
 
 if __name__ == "__main__":

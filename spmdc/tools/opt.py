@@ -8,10 +8,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import traceback
 from dataclasses import dataclass
 
 from spmdc.compiler.pipeline import named_pipelines
@@ -23,6 +21,7 @@ from spmdc.ir.verifier import verify
 from spmdc.passes.manager import PassManager
 from spmdc.passes.registry import PipelineError, available_passes, option_fields, parse_pipeline
 from spmdc.tools import diagnostics_check
+from spmdc.tools.errors import guard, read_text, write_text
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 
@@ -68,7 +67,28 @@ def build_arg_parser() -> argparse.ArgumentParser:
     ap.add_argument("--verify-roundtrip", action="store_true",
                     help="check print(parse(print(m))) == print(m) in custom and generic form")
     ap.add_argument("--list-passes", action="store_true", help="list registered passes and exit")
+    ap.add_argument("--verbose", action="store_true", help="show Python tracebacks of internal errors")
+    ap.add_argument("--version", action="version", version=_version())
     return ap
+
+
+def _version() -> str:
+    from spmdc import __version__
+
+    return f"spmdc-opt {__version__}"
+
+
+def check_pass_names(names: set[str], option: str) -> None:
+    """``--print-ir-after=NAME``: every NAME must be a pass (a typo would silently print nothing)."""
+    import difflib
+
+    from spmdc.passes.registry import PASS_MODULES
+
+    for name in sorted(names):
+        if name.replace("_", "-") not in PASS_MODULES:
+            near = difflib.get_close_matches(name, list(PASS_MODULES), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else f" (passes: {', '.join(sorted(PASS_MODULES))})"
+            raise PipelineError(f"unknown pass '{name}' in {option}{hint}")
 
 
 def _names(values: list[str]) -> set[str]:
@@ -137,55 +157,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.list_passes:
         sys.stdout.write(list_passes())
         return 0
-    try:
-        if args.pass_pipeline:
-            parse_pipeline(args.pass_pipeline, named_pipelines())  # report pipeline errors before reading input
-        if args.input == "-":
-            text, filename = sys.stdin.read(), "<stdin>"
-        else:
-            with open(args.input, encoding="utf-8") as f:
-                text = f.read()
-            filename = args.input
-    except PipelineError as e:
-        sys.stderr.write(f"spmdc-opt: error: {e}\n")
-        return 1
-    except OSError as e:
-        sys.stderr.write(f"spmdc-opt: error: cannot read '{args.input}': {e.strerror}\n")
-        return 1
+    return guard("spmdc-opt", lambda: run(args), verbose=args.verbose)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.pass_pipeline:
+        parse_pipeline(args.pass_pipeline, named_pipelines())  # report pipeline errors before reading input
+    check_pass_names(_names(args.print_ir_after), "--print-ir-after")
+    check_pass_names(_names(args.print_ir_before), "--print-ir-before")
+    text = read_text(args.input)
+    filename = "<stdin>" if args.input == "-" else args.input
     sources = SourceManager()
     sources.add(filename, text)
     outputs: list[str] = []
     failed = False
-    try:
-        for chunk in split_input(text, args.split_input_file):
-            diags = process_chunk(chunk, filename, args, sources, outputs)
-            if args.verify_diagnostics:
-                expected = diagnostics_check.collect_expectations(chunk.text, chunk.first_line)
-                problems = diagnostics_check.check(diags, expected, filename)
-                for p in problems:
-                    sys.stderr.write(p + "\n")
-                failed |= bool(problems)
-            else:
-                for d in diags:
-                    sys.stderr.write(sources.render(d) + "\n")
-                failed |= bool(diags)
-    except Exception as e:  # an internal bug: say so plainly, keep the traceback on request
-        sys.stderr.write(f"spmdc-opt: internal error: {type(e).__name__}: {e}\n")
-        if os.environ.get("SPMDC_TRACEBACK"):
-            traceback.print_exc()
+    for chunk in split_input(text, args.split_input_file):
+        diags = process_chunk(chunk, filename, args, sources, outputs)
+        if args.verify_diagnostics:
+            expected = diagnostics_check.collect_expectations(chunk.text, chunk.first_line)
+            problems = diagnostics_check.check(diags, expected, filename)
+            for p in problems:
+                sys.stderr.write(p + "\n")
+            failed |= bool(problems)
         else:
-            sys.stderr.write("(set SPMDC_TRACEBACK=1 for the Python traceback)\n")
-        return 2
+            for d in diags:
+                sys.stderr.write(sources.render(d) + "\n")
+            failed |= bool(diags)
     text_out = "// -----\n".join(outputs)
     if args.output == "-":
         sys.stdout.write(text_out)
     elif not failed:
-        try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(text_out)
-        except OSError as e:
-            sys.stderr.write(f"spmdc-opt: error: cannot write '{args.output}': {e.strerror}\n")
-            return 1
+        write_text(args.output, text_out)
     return 1 if failed else 0
 
 

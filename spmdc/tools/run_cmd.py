@@ -6,6 +6,8 @@
 
 Ranks are started with torch's elastic launcher (what torchrun uses), or, when this
 process already is a rank (RANK/WORLD_SIZE set by torchrun), it runs as that rank.
+Everything that can be checked without ranks (workload, mesh, plan, dump directories) is
+checked first; a failing rank ends every rank with its message (see docs/cli.md).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from spmdc.tools.errors import UserError
 
 DEFAULT_WORKLOAD = "gpt2-tiny"
 
@@ -35,22 +39,38 @@ class RunConfig:
     timeout: float = 300.0
     target: str | None = None
     bucket: bool = False
+    force: bool = False
+    verbose: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def positive(kind: type) -> Any:
+    """An argparse type: a number of ``kind`` greater than zero (the option's name comes with the error)."""
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    convert.__name__ = f"positive {kind.__name__}"
+    return convert
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("workload", nargs="?", default=DEFAULT_WORKLOAD,
                     help="mlp | gpt2-tiny | llama-tiny | path/to/file.py:factory | module:factory")
-    ap.add_argument("--nproc", type=int, default=None, help="ranks to start (default: the mesh size, or 4)")
+    ap.add_argument("--nproc", type=positive(int), default=None, help="ranks to start (default: the mesh size, or 4)")
     ap.add_argument("--mesh", default="", help="mesh axes, e.g. dp=2,tp=2 (default: dp=2,tp=2 for 4 ranks, "
                                                "else dp=N)")
     ap.add_argument("--plan", default="", help="preset (dp, fsdp, megatron, sp, fsdp+tp) or a .json/.yaml plan")
-    ap.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    ap.add_argument("--steps", type=positive(int), default=3, help="training steps (default 3)")
     ap.add_argument("--train", dest="train", action="store_true", default=True,
                     help="run training steps (forward, backward, optimizer) — the default")
     ap.add_argument("--forward", dest="train", action="store_false", help="run the forward only")
     ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--lr", type=positive(float), default=0.05)
     ap.add_argument("--check", action="store_true",
                     help="also run one device in eager PyTorch and compare; exit 1 when over tolerance")
     ap.add_argument("--dump-ir", default=None, metavar="DIR",
@@ -59,7 +79,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dump-codegen", default=None, metavar="DIR",
                     help="write the module each rank loaded (Python; Triton kernels with --target triton): "
                          "DIR/<train|forward>/rank<r>.py")
-    ap.add_argument("--timeout", type=float, default=300.0,
+    ap.add_argument("--force", action="store_true", help="let --dump-ir/--dump-codegen write into a non-empty DIR")
+    ap.add_argument("--timeout", type=positive(float), default=300.0,
                     help="seconds before a stuck collective or rendezvous fails the run (default 300)")
     ap.add_argument("--bucket", action="store_true",
                     help="one all-gather / reduce-scatter per model block instead of per parameter "
@@ -67,27 +88,32 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", choices=("torch", "triton"), default=None,
                     help="codegen target: aten calls, or fused Triton kernels (default: triton on GPUs, "
                          "torch on CPUs; on CPU triton runs in the Triton interpreter)")
+    ap.add_argument("--verbose", action="store_true",
+                    help="show every rank's stderr and Python tracebacks (else a failed run writes them to a log)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
                      args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout,
-                     target=args.target, bucket=args.bucket)
+                     target=args.target, bucket=args.bucket, force=args.force, verbose=args.verbose)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     from spmdc.sharding.mesh import Mesh
     from spmdc.sharding.plan import Plan
 
-    if cfg.mesh:
-        mesh = Mesh.parse(cfg.mesh)
-    else:
-        n = cfg.nproc or 4
-        mesh = Mesh({"dp": 2, "tp": n // 2}) if n % 2 == 0 and n >= 4 else Mesh({"dp": n})
+    try:
+        if cfg.mesh:
+            mesh = Mesh.parse(cfg.mesh)
+        else:
+            n = cfg.nproc or 4
+            mesh = Mesh({"dp": 2, "tp": n // 2}) if n % 2 == 0 and n >= 4 else Mesh({"dp": n})
+    except ValueError as e:
+        raise UserError(f"--mesh: {e}") from None
     if not cfg.nproc:
         cfg.nproc = mesh.size
     if mesh.size != cfg.nproc:
-        raise SystemExit(f"spmdc run: error: mesh {mesh} has {mesh.size} devices but --nproc is {cfg.nproc}")
+        raise UserError(f"mesh {mesh} has {mesh.size} devices but --nproc is {cfg.nproc}")
     plan: Any = cfg.plan or ("fsdp+tp" if set(mesh.axis_names) == {"dp", "tp"}
                              else "megatron" if mesh.axis_names == ("tp",) else "fsdp")
     if isinstance(plan, str) and plan.endswith((".json", ".yaml", ".yml")):
@@ -95,22 +121,44 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     return mesh, plan
 
 
+def check_dump_dir(path: str | None, option: str, force: bool) -> None:
+    """A dump directory must be a directory (created if missing) and empty unless ``--force``."""
+    if path is None:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{option} '{path}' exists and is not a directory")
+    if os.path.isdir(path) and os.listdir(path) and not force:
+        raise UserError(f"{option} '{path}' is not empty; spmdc would overwrite what is there "
+                        "(give an empty or new directory, or --force)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{option} '{path}': cannot create it: {e.strerror or e}") from None
+
+
 def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
-    """Check the workload spec and a preset's name and mesh axes without starting ranks."""
+    """Check the workload spec, a preset's name and mesh axes and the dump directories without ranks."""
     from spmdc.frontend.workloads import resolve_factory
     from spmdc.sharding.plan import preset
 
     resolve_factory(cfg.workload)
     if isinstance(plan, str):
         preset(plan, mesh, {})
-    if cfg.steps < 1:
-        raise ValueError("--steps must be at least 1")
+    check_dump_dir(cfg.dump_ir, "--dump-ir", cfg.force)
+    check_dump_dir(cfg.dump_codegen, "--dump-codegen", cfg.force)
+    from spmdc.codegen.cache import cache_dir
+
+    try:
+        cache_dir()
+    except NotADirectoryError as e:
+        raise UserError(str(e)) from None
 
 
 def eager_reference(cfg: RunConfig) -> dict[str, Any]:
     """The same workload on one device in eager PyTorch: losses per step and final parameters."""
     import torch
 
+    from spmdc.frontend.loss import extract_loss
     from spmdc.frontend.workloads import load_workload
 
     w = load_workload(cfg.workload)
@@ -119,10 +167,10 @@ def eager_reference(cfg: RunConfig) -> dict[str, Any]:
     opt = opt_cls(model.parameters(), lr=cfg.lr) if cfg.train else None
     losses = []
     for _ in range(cfg.steps):
-        if cfg.train:
+        if opt is not None:
             opt.zero_grad()
             out = model(*w.inputs)
-            loss = w.loss_fn(out, *w.loss_inputs) if w.loss_fn else out
+            loss = w.loss_fn(out, *w.loss_inputs) if w.loss_fn else extract_loss(out)
             loss.backward()
             opt.step()
             losses.append(loss.item())
@@ -153,24 +201,21 @@ def compare(ref: dict[str, Any], got: dict[str, Any], rtol: float = 1e-4, atol: 
 
 
 def run_main(cfg: RunConfig) -> int:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    from spmdc.runtime.launcher import LaunchError, launch
+    from spmdc.runtime.launcher import launch
     from spmdc.tools.run_rank import run_rank
+    from spmdc.tools.show import plain_console
 
-    console = Console()
+    console = plain_console()
     # torch's own deprecation notices (pytree, export) would bury the summary; ranks inherit this
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::UserWarning")
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
-    try:
-        mesh, plan = resolve_mesh_and_plan(cfg)
-        validate(cfg, mesh, plan)
-    except (ValueError, OSError) as e:  # bad mesh, plan or workload: say so before starting ranks
-        console.print(f"[red]spmdc run: error:[/red] {e}")
-        return 1
+    mesh, plan = resolve_mesh_and_plan(cfg)
+    validate(cfg, mesh, plan)
     if cfg.target == "triton":
         # Without a GPU, Triton must interpret kernels; the variable has to be set before
         # anything imports triton (torch does so lazily), so set it here for every rank.
@@ -181,7 +226,7 @@ def run_main(cfg: RunConfig) -> int:
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
            "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket}
     plan_name = plan if isinstance(plan, str) else plan.name
-    console.print(f"[bold]spmdc run[/bold] {cfg.workload}: {'training' if cfg.train else 'forward'}, "
+    console.print(Text("spmdc run", style="bold"), f"{cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # already a rank (torchrun)
         results = {int(os.environ["RANK"]): run_rank(job)}
@@ -189,11 +234,7 @@ def run_main(cfg: RunConfig) -> int:
             return 0
     else:
         start = time.perf_counter()
-        try:
-            results = launch(run_rank, cfg.nproc, (job,), timeout_s=cfg.timeout)
-        except LaunchError as e:
-            console.print(f"[red]spmdc run: error:[/red] {e}")
-            return 1
+        results = launch(run_rank, cfg.nproc, (job,), timeout_s=cfg.timeout, verbose=cfg.verbose)
         console.print(f"ranks finished in {time.perf_counter() - start:.1f} s")
     r0 = results[min(results)]
     table = Table(title="steps")
@@ -216,7 +257,7 @@ def run_main(cfg: RunConfig) -> int:
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen)):
         if where:
-            console.print(f"{what} written to {where}/", markup=False, highlight=False)
+            console.print(f"{what} written to {where}/")
     if not cfg.check:
         return 0
     ok, rows = compare(eager_reference(cfg), r0)
@@ -224,7 +265,7 @@ def run_main(cfg: RunConfig) -> int:
     for col in ("value", "max |diff|", "max rel diff", "ok"):
         check.add_column(col, justify="right" if col != "value" else "left")
     for name, d, rel, good in rows:
-        check.add_row(name, f"{d:.2e}", f"{rel:.2e}", "yes" if good else "[red]NO[/red]")
+        check.add_row(name, f"{d:.2e}", f"{rel:.2e}", "yes" if good else Text("NO", style="red"))
     console.print(check)
-    console.print("[green]check passed[/green]" if ok else "[red]check failed: over tolerance[/red]")
+    console.print(Text("check passed", style="green") if ok else Text("check failed: over tolerance", style="red"))
     return 0 if ok else 1

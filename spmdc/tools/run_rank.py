@@ -38,8 +38,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         w = load_workload(job["workload"])
         say = print if rank == 0 else (lambda *a, **k: None)
         t0 = time.perf_counter()
-        cm = CompiledModule(w.model, (tuple(w.inputs), tuple(w.loss_inputs)), mesh=job["mesh"], plan=job["plan"],
-                            train=job["train"], loss_fn=w.loss_fn, loss_inputs=(),
+        cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
+                            train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
                             target=job.get("target"), bucket=job.get("bucket", False),
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")))

@@ -94,24 +94,33 @@ def kernel_summary(module: Any) -> str:
     return kernel_stats(fused, before=module).summary()
 
 
-def show(path: str, console: Any = None, comm: bool = False, kernels: bool = False) -> int:
+def plain_console(**kw: Any) -> Any:
+    """A rich console that prints text as given: no markup, emoji or highlighting of user text
+    (a path like ``data[/tmp]/x.py`` or a name like ``factory:`` stays as written)."""
     from rich.console import Console
+
+    console = Console(markup=False, emoji=False, highlight=False, **kw)
+    if not console.is_terminal and "width" not in kw:  # files and pipes: never truncate FQNs
+        console = Console(markup=False, emoji=False, highlight=False, width=160, **kw)
+    return console
+
+
+def show(path: str, console: Any = None, comm: bool = False, kernels: bool = False) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from spmdc.ir.parser import parse_module
     from spmdc.ir.verifier import verify
+    from spmdc.tools.errors import read_text
 
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # files and pipes: never truncate FQNs
-            console = Console(width=160)
-    with open(path) as f:
-        module = parse_module(f.read(), path)
+    console = console or plain_console()
+    module = parse_module(read_text(path), path)
     verify(module)
     for fn in summarize(module):
         kind = "training step (forward + backward)" if fn["train_step"] else "forward"
         n_el = sum(p["elements"] for p in fn["params"] if p["kind"] == "parameter")
-        console.print(f"[bold]func @{fn['name']}[/bold] — {kind}; {len(fn['params'])} parameters/buffers "
+        console.print(Text(f"func @{fn['name']}", style="bold"),
+                      f"— {kind}; {len(fn['params'])} parameters/buffers "
                       f"({n_el:,} parameter elements), {len(fn['inputs'])} inputs, {len(fn['results'])} results, "
                       f"{sum(fn['op_counts'].values())} ops")
         if fn["params"]:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spmdc.dialects.pyexpr import TorchImpl, literal, shape_literal
-from spmdc.dialects.shard import REDUCE_OPS, MeshOp, chunk_sizes, lookup_mesh
+from spmdc.dialects.shard import REDUCE_OPS, MeshOp, distinct_chunk_sizes, lookup_mesh
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.types import TensorType
@@ -112,7 +112,7 @@ class CollectiveOp(TorchImpl, Operation):
     def _expect_split(self, full: TensorType, part: TensorType, dim: int, what: str) -> None:
         """``part`` must equal ``full`` except dim ``dim``, which is one torch.chunk piece."""
         n = self.group_size()
-        sizes = sorted(set(chunk_sizes(full.shape[dim], n)))
+        sizes = distinct_chunk_sizes(full.shape[dim], n)
         others_equal = all(a == b for i, (a, b) in enumerate(zip(full.shape, part.shape)) if i != dim)
         if not others_equal or part.shape[dim] not in sizes:
             expect = " or ".join(str(full.with_shape(full.shape[:dim] + (s,) + full.shape[dim + 1:])) for s in sizes)
@@ -239,8 +239,8 @@ class AllToAllOp(CollectiveOp):
             if src != dst:
                 raise self.emit_error(f"with split_dim == concat_dim the result type must equal {src}")
             return
-        ok = (dst.shape[sd] in chunk_sizes(src.shape[sd], n)
-              and src.shape[cd] in chunk_sizes(dst.shape[cd], n)
+        ok = (dst.shape[sd] in distinct_chunk_sizes(src.shape[sd], n)
+              and src.shape[cd] in distinct_chunk_sizes(dst.shape[cd], n)
               and all(a == b for i, (a, b) in enumerate(zip(src.shape, dst.shape)) if i not in (sd, cd)))
         if not ok:
             raise self.emit_error(f"result type {dst} is not operand {src} split along dim {sd} and "

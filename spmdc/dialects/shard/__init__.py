@@ -27,7 +27,10 @@ from spmdc.dialects.shard.placements import (
     Replicate,
     Shard,
     ShardingAttr,
+    chunk_offset,
+    chunk_size,
     chunk_sizes,
+    distinct_chunk_sizes,
     parse_placement,
 )
 from spmdc.dialects.shard.syntax import SYNTAX
@@ -39,5 +42,5 @@ DIALECT = Dialect("shard", [MeshOp, AnnotateOp, RedistributeOp], syntax=SYNTAX,
                   verify_result_attribute=ops.verify_result_attribute)
 
 __all__ = ["DIALECT", "SHARDING_ATTR", "AnnotateOp", "MeshOp", "RedistributeOp", "check_sharding", "lookup_mesh",
-           "REDUCE_OPS", "Partial", "Placement", "Replicate", "Shard", "ShardingAttr", "chunk_sizes",
-           "parse_placement"]
+           "REDUCE_OPS", "Partial", "Placement", "Replicate", "Shard", "ShardingAttr", "chunk_offset", "chunk_size",
+           "chunk_sizes", "distinct_chunk_sizes", "parse_placement"]

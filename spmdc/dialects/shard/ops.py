@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spmdc.dialects.pyexpr import TorchImpl
 from spmdc.dialects.shard.placements import ShardingAttr
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from spmdc.ir.types import Type
 
 SHARDING_ATTR = "shard.sharding"   # the layout of a value: on op results, function arguments and results
+MAX_MESH_DEVICES = 1 << 20          # larger meshes are refused: every rank's program is compiled
 
 
 class MeshOp(Operation):
@@ -87,6 +88,9 @@ class MeshOp(Operation):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise self.emit_error(f"duplicate mesh axis name '{sorted(dup)[0]}'")
+        if self.num_devices > MAX_MESH_DEVICES:
+            raise self.emit_error(f"has {self.num_devices} devices; spmdc supports meshes of at most "
+                                  f"{MAX_MESH_DEVICES} devices")
 
 
 def lookup_mesh(op: Operation, name: str) -> MeshOp | None:
@@ -162,6 +166,25 @@ class RedistributeOp(TorchImpl, Operation):
         if self.source.mesh != self.target.mesh:
             raise self.emit_error(f"'from' is on mesh '@{self.source.mesh}' but 'to' is on "
                                   f"'@{self.target.mesh}'; both must use the same mesh")
+        have = recorded_sharding(self.operand(0))
+        if have is not None and have != self.source:
+            raise self.emit_error(f"'from' {self.source} differs from the layout its operand has, {have}")
+
+
+def recorded_sharding(v: Any) -> ShardingAttr | None:
+    """The ``shard.sharding`` recorded for ``v``: its producer's entry, or its function argument's."""
+    op = v.defining_op()
+    if op is not None:
+        arr = op.attributes.get(SHARDING_ATTR)
+        if isinstance(arr, ArrayAttr) and v.index < len(arr) and isinstance(arr[v.index], ShardingAttr):
+            return arr[v.index]
+        return None
+    owner = v.block.parent_op if hasattr(v, "block") else None
+    arg_attrs = getattr(owner, "arg_attrs", None)
+    if callable(arg_attrs) and owner.body is v.block:
+        s = arg_attrs(v.index).get(SHARDING_ATTR)
+        return s if isinstance(s, ShardingAttr) else None
+    return None
 
 
 # -- the dialect's hooks for ``shard.*`` attributes on other ops ----------------------------

@@ -81,6 +81,32 @@ def parse_placement(text: str) -> Placement:
     raise ValueError(f"invalid placement '{text}' (expected R, S(d) or P(sum|avg|max|min))")
 
 
+def chunk_size(size: int, parts: int, index: int) -> int:
+    """Size of piece ``index`` of ``torch.chunk`` over ``parts`` (zero past the data), in O(1)."""
+    if parts <= 0:
+        raise ValueError("parts must be positive")
+    step = -(-size // parts) if size else 0
+    return max(0, min(step, size - step * index))
+
+
+def chunk_offset(size: int, parts: int, index: int) -> int:
+    """Where piece ``index`` starts, in O(1)."""
+    step = -(-size // parts) if size else 0
+    return min(step * index, size)
+
+
+def distinct_chunk_sizes(size: int, parts: int) -> list[int]:
+    """The sizes pieces can have (at most three: full, the remainder, empty), sorted, in O(1)."""
+    step = -(-size // parts) if size else 0
+    full = size // step if step else 0
+    sizes = {chunk_size(size, parts, 0)}
+    if full < parts:
+        sizes.add(chunk_size(size, parts, full))
+        if full + 1 < parts:
+            sizes.add(0)
+    return sorted(sizes)
+
+
 def chunk_sizes(size: int, parts: int) -> list[int]:
     """Sizes of ``torch.chunk(t, parts)`` along a dim of ``size``, padded with zeros to ``parts``."""
     if parts <= 0:

@@ -52,12 +52,12 @@ func.func @sharded_non_splat_constant(%x: tensor<8xf32> {shard.sharding = #shard
 // -----
 
 // insert-redistribution skipped on hand-annotated IR: %y is replicated but the add
-// treats it as S(0) without a redistribute, so the local shapes (2 vs 8) disagree
-// and the verifier run after the pass rejects the result.
+// would need it S(0) (a redistribute is missing); refused up front, on the add, instead
+// of a broken local program (local shapes 2 vs 8).
 shard.mesh @mesh = <["tp" = 4]>
 func.func @layouts_not_reconciled(%x: tensor<8xf32> {shard.sharding = #shard<@mesh, [S(0)]>},
                                   %y: tensor<8xf32> {shard.sharding = #shard<@mesh, [R]>}) -> tensor<8xf32> {
-  // expected-error@+1 {{not broadcast-compatible (IR invalid after pass 'partition')}}
+  // expected-error@+1 {{'tensor.add' op cannot compute result layout [S(0)] locally from operand layouts [S(0)], [R]; a redistribution is missing}}
   %0 = tensor.add %x, %y {shard.sharding = [#shard<@mesh, [S(0)]>]} : tensor<8xf32>
   func.return %0 : tensor<8xf32>
 }

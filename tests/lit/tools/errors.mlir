@@ -23,7 +23,7 @@
 
 // NO-FILE: spmdc-opt: error: cannot read '{{.*}}does-not-exist.mlir': No such file or directory
 
-// NO-DIR: spmdc-opt: error: cannot write '{{.*}}no-such-dir/out.mlir': No such file or directory
+// NO-DIR: spmdc-opt: error: cannot write output '{{.*}}no-such-dir/out.mlir': directory '{{.*}}no-such-dir' does not exist
 
 // LIST:      Passes:
 // LIST-DAG:  canonicalize {{.*}}[max-iterations=10]

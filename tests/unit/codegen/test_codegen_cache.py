@@ -133,3 +133,28 @@ def test_dump_codegen_writes_one_file_per_program(tmp_path):
     for p in files:
         compile(p.read_text(), str(p), "exec")
     assert "comm.all_reduce(x, ['tp'], 'sum')" in (tmp_path / "dump" / "second_program_rank1.py").read_text()
+
+
+def test_a_cache_file_deleted_meanwhile_costs_a_re_emission_not_a_failure(tmp_path, monkeypatch):
+    """Another process cleaning the cache right after this one wrote: the program still loads."""
+    import spmdc.codegen.cache as cache
+
+    monkeypatch.setenv("SPMDC_CACHE_DIR", str(tmp_path))
+    real_write = cache.write_atomic
+
+    def write_then_lose(path, text):
+        real_write(path, text)
+        path.unlink()
+
+    monkeypatch.setattr(cache, "write_atomic", write_then_lose)
+    fn, path, source = cache.load_source(program(), "main")
+    assert not path.exists() and "def main(args, comm)" in source
+    assert callable(fn)
+
+
+def test_generated_files_are_readable_by_others(tmp_path):
+    import stat
+
+    files = dump_codegen(program(), tmp_path / "dump")
+    mode = stat.S_IMODE(files[0].stat().st_mode)
+    assert mode & stat.S_IRGRP and mode & stat.S_IROTH, oct(mode)

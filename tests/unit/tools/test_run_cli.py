@@ -29,7 +29,7 @@ def test_failing_rank_aborts_all_ranks_with_its_message():
     start = time.time()
     res = _run(f"{WORKLOADS / 'fails_on_rank1.py'}:factory", "--nproc", "2", "--mesh", "dp=2", "--plan", "dp")
     assert res.returncode == 1
-    text = " ".join(res.stdout.split())
+    text = " ".join((res.stdout + res.stderr).split())
     assert "rank 1 failed" in text and "deliberate failure in the workload factory on rank 1" in text
     assert time.time() - start < 120
     time.sleep(1)
