@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.frontend.aten import TranslationError, UnsupportedOpError, handler_table
-from spmdc.frontend.aten.base import Emitter, Uninitialized, torch_op_label
+from spmdc.frontend.aten import TranslationError, UnsupportedOpError, UnsupportedOpsError, handler_table
+from spmdc.frontend.aten.base import Emitter, Unavailable, Uninitialized, torch_op_label
 from spmdc.ir.attributes import ArrayAttr, DenseAttr, DictAttr, StringAttr, UnitAttr
 from spmdc.ir.core import Value
 from spmdc.ir.location import NameLoc
@@ -74,10 +74,12 @@ def _describe(info: Any, fx_node: str | None) -> dict:
 
 
 def check_supported(info: Any) -> None:
-    """Fail fast, before torch-mlir runs, on the first graph op without a handler."""
+    """Fail fast, before torch-mlir runs, on graph ops without a handler: all of them in one
+    error (each distinct op and module path once, with its source line)."""
     import operator
 
     table = handler_table()
+    found: dict[tuple[str, str | None], UnsupportedOpError] = {}
     for n in info.graph_module.graph.nodes:
         if n.op != "call_function" or n.target is operator.getitem:
             continue
@@ -85,7 +87,12 @@ def check_supported(info: Any) -> None:
         if name not in table:
             node = info.nodes.get(n.name)
             label = torch_op_label(name) if name.startswith("torch.") else str(n.target)
-            raise UnsupportedOpError(label, node.module_path if node else None, **_describe(info, n.name))
+            path = node.module_path if node else None
+            found.setdefault((label, path), UnsupportedOpError(label, path, **_describe(info, n.name)))
+    if len(found) == 1:
+        raise next(iter(found.values()))
+    if found:
+        raise UnsupportedOpsError(list(found.values()))
 
 
 def _tensor_type(shape: tuple[int, ...], dtype: Any) -> TensorType:
@@ -175,6 +182,8 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
         if rec.name == "func.return":
             returned = [e.as_value(env[n]) for n in rec.operand_names]
             break
+        if rec.name == "torch.operator" and isinstance(rec.attributes.get("name"), str):
+            rec.name = rec.attributes["name"]   # an op torch-mlir has no class for: its name says which
         stats.torch_ops += 1
         stats.by_torch_op[rec.name] = stats.by_torch_op.get(rec.name, 0) + 1
         handler = table.get(rec.name)
@@ -224,7 +233,7 @@ def _check_and_name(e: Emitter, j: int, value: Any, created: set[int], rec: Any)
     base = rec.fx_node
     items = value if isinstance(value, list) else [value]
     for k, v in enumerate(items):
-        if isinstance(v, Uninitialized) or v is None or not isinstance(v, Value):
+        if isinstance(v, (Uninitialized, Unavailable)) or v is None or not isinstance(v, Value):
             continue
         if not isinstance(value, list):
             want = e.out_type(j)

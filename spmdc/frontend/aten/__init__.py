@@ -6,14 +6,14 @@ One module per op family registers handlers with :func:`~.base.handles`:
 
 from __future__ import annotations
 
-from spmdc.frontend.aten.base import HANDLERS, Emitter, TranslationError, UnsupportedOpError
+from spmdc.frontend.aten.base import HANDLERS, Emitter, TranslationError, UnsupportedOpError, UnsupportedOpsError
 
 
 def handler_table() -> dict:
     """The full name -> handler table (imports every family module once)."""
-    from spmdc.frontend.aten import creation, elementwise, index, reduction, shape  # noqa: F401
+    from spmdc.frontend.aten import attention, creation, elementwise, index, reduction, shape  # noqa: F401
 
     return HANDLERS
 
 
-__all__ = ["Emitter", "TranslationError", "UnsupportedOpError", "handler_table"]
+__all__ = ["Emitter", "TranslationError", "UnsupportedOpError", "UnsupportedOpsError", "handler_table"]

@@ -44,7 +44,7 @@ class UnsupportedOpError(DiagnosticError):
     def __init__(self, op: str, module_path: str | None, *, fx_node: str | None = None,
                  module_type: str | None = None, source: str | None = None, reason: str | None = None,
                  location: Location | None = None):
-        self.op, self.module_path, self.fx_node = op, module_path, fx_node
+        self.op, self.module_path, self.fx_node, self.source = op, module_path, fx_node, source
         where = f"module '{module_path}'" if module_path else "the top-level module"
         if module_type:
             where += f" ({module_type})"
@@ -62,6 +62,23 @@ class UnsupportedOpError(DiagnosticError):
         super().__init__(msg, location or NameLoc(f"{module_path or ''}/{op}"))
 
 
+class UnsupportedOpsError(UnsupportedOpError):
+    """Several unsupported ops at once: one message lists each (op, module path, source line)."""
+
+    def __init__(self, found: list[UnsupportedOpError]):
+        self.found = found
+        lines = []
+        for e in found:
+            where = f"module '{e.module_path}'" if e.module_path else "the top-level module"
+            lines.append(f"  - '{e.op}' in {where}" + (f" ({e.source})" if getattr(e, "source", None) else ""))
+        msg = (f"spmdc cannot capture this model: {len(found)} PyTorch ops have no translation to spmdc's tensor "
+               "dialect:\n" + "\n".join(lines) + "\nThe frontend never drops or approximates an op, so capture "
+               "stops here; rewrite those parts of the model with supported ops (see "
+               "spmdc.frontend.translate.supported_ops()) or add handlers in spmdc/frontend/aten/.")
+        DiagnosticError.__init__(self, msg, found[0].diagnostic.location)
+        self.op, self.module_path, self.fx_node = found[0].op, found[0].module_path, found[0].fx_node
+
+
 class TranslationError(DiagnosticError):
     """Internal inconsistency while translating (a bug in a handler, not in the model)."""
 
@@ -71,6 +88,14 @@ class Uninitialized:
     """Result of ``aten.empty*``: only its type matters; materialised as zeros if read."""
 
     type: TensorType
+
+
+@dataclass
+class Unavailable:
+    """A result spmdc does not compute (attention's log-sum-exp, used only by the backward op
+    spmdc replaces): reading it anywhere else is refused, never silently zero."""
+
+    what: str
 
 
 def torch_op_label(name: str) -> str:
@@ -130,6 +155,8 @@ class Emitter:
     def as_value(self, v: Any) -> Value:
         if isinstance(v, Uninitialized):
             return self.splat(0, v.type)
+        if isinstance(v, Unavailable):
+            raise self.unsupported(f"reads the {v.what}, which spmdc does not compute")
         if not isinstance(v, Value):
             raise self.unsupported(f"expects a tensor here, got {type(v).__name__} {v!r}")
         return v
