@@ -24,6 +24,7 @@ The data model and the decomposition table are re-exported here.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from torch.export import ExportedProgram
 from spmdc.frontend.decompositions import default_decomposition_table
 from spmdc.frontend.graph_surgery import cleanup_graph, make_views_safe, merge_aliased_and_unused
 from spmdc.frontend.joint import joint_decompose
-from spmdc.frontend.loss import LossWrapper, strip_wrapper
+from spmdc.frontend.loss import LossWrapper, OutputLeftOutWarning, OutputWrapper, strip_wrapper
 from spmdc.frontend.metadata import node_infos
 from spmdc.frontend.program import (
     ExportedProgramInfo,
@@ -134,7 +135,7 @@ def export_program(
         root: nn.Module = LossWrapper(model, loss_fn, len(example_inputs), return_model_outputs)
         args = example_inputs + loss_inputs
     else:
-        root, args = model, example_inputs
+        root, args = OutputWrapper(model), example_inputs
     was_training = model.training
     t0 = time.perf_counter()
     try:
@@ -146,10 +147,13 @@ def export_program(
         timings["decompose"] = time.perf_counter() - t1
     finally:
         model.train(was_training)
+    if isinstance(root, OutputWrapper) and root.left_out:
+        warnings.warn(f"spmdc: model outputs {', '.join(root.left_out)} are not tensors and are left out of the "
+                      "captured program", OutputLeftOutWarning, stacklevel=3)
 
     cleanup_graph(ep.graph_module)
     make_views_safe(ep.graph_module)
-    strip = train
+    strip = True   # both wrappers hold the model as the submodule 'model'
     inputs, state = input_infos(ep, strip)
     info = ExportedProgramInfo(
         exported_program=ep,

@@ -1,10 +1,13 @@
-"""The loss wrapper exported for a training capture, and loss extraction.
+"""The wrappers exported instead of the model, and loss extraction.
 
-A training capture exports :class:`LossWrapper` (model + loss) instead of the model: its
-``forward(*inputs)`` returns ``(loss,)`` or ``(loss, *model_outputs)``, which is what the
-joint decomposition needs (output 0 is the loss).  The model is registered as the
-submodule ``model``; :data:`WRAP_PREFIX` is stripped from every recorded FQN and
-module path (:func:`strip_wrapper`).
+A training capture exports :class:`LossWrapper` (model + loss): its ``forward(*inputs)``
+returns ``(loss,)`` or ``(loss, *model_outputs)``, which is what the joint decomposition
+needs (output 0 is the loss). A forward capture exports :class:`OutputWrapper`: the
+model's tensor outputs, flattened, whatever container holds them (a HuggingFace
+``ModelOutput``, dicts, tuples); objects that are not tensors (a ``DynamicCache`` with
+``use_cache`` on) are left out with one note. The model is registered as the submodule
+``model``; :data:`WRAP_PREFIX` is stripped from every recorded FQN and module path
+(:func:`strip_wrapper`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch.nn as nn
 from spmdc.frontend import torch_compat
 from spmdc.frontend.program import ExportError
 
-__all__ = ["WRAP_PREFIX", "LossWrapper", "extract_loss", "strip_wrapper"]
+__all__ = ["WRAP_PREFIX", "LossWrapper", "OutputWrapper", "OutputLeftOutWarning", "extract_loss", "strip_wrapper"]
 
 WRAP_PREFIX = "model."
 
@@ -50,6 +53,41 @@ class LossWrapper(nn.Module):
             leaves = torch_compat.tree_leaves(rest)
             return (loss, *[t for t in leaves if isinstance(t, torch.Tensor)])
         return (loss,)
+
+
+class OutputLeftOutWarning(UserWarning):
+    """A model output that is not a tensor (a cache object) is not part of the captured program."""
+
+
+class OutputWrapper(nn.Module):
+    """``forward(*inputs, **kwargs) -> tuple of the model's tensor outputs`` (flattened in order)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.left_out: list[str] = []
+
+    def forward(self, *args: Any, **kwargs: Any) -> tuple:
+        out = self.model(*args, **kwargs)
+        tensors: list[torch.Tensor] = []
+        self.left_out = []
+        _tensor_leaves(out, "output", tensors, self.left_out)
+        return tuple(tensors)
+
+
+def _tensor_leaves(x: Any, name: str, tensors: list[torch.Tensor], left_out: list[str]) -> None:
+    if isinstance(x, torch.Tensor):
+        tensors.append(x)
+    elif x is None:
+        return
+    elif isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "__getitem__") and not isinstance(x, type):
+        for k in list(x.keys()):
+            _tensor_leaves(x[k], str(k), tensors, left_out)
+    elif isinstance(x, (tuple, list)):
+        for i, item in enumerate(x):
+            _tensor_leaves(item, f"{name}[{i}]", tensors, left_out)
+    else:
+        left_out.append(f"'{name}' ({type(x).__name__})")
 
 
 def extract_loss(out: Any) -> torch.Tensor:

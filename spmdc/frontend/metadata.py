@@ -15,12 +15,12 @@ import torch
 from torch.export import ExportedProgram
 
 from spmdc.frontend import torch_compat
-from spmdc.frontend.loss import LossWrapper, strip_wrapper
+from spmdc.frontend.loss import LossWrapper, OutputWrapper, strip_wrapper
 from spmdc.frontend.program import NodeInfo
 
 __all__ = ["node_infos", "op_name", "shape_dtype"]
 
-_WRAPPER_TYPE = f"{LossWrapper.__module__}.{LossWrapper.__qualname__}"
+_WRAPPER_TYPES = {f"{w.__module__}.{w.__qualname__}" for w in (LossWrapper, OutputWrapper)}
 
 
 def op_name(target: Any) -> str:
@@ -58,7 +58,7 @@ def _module_of(stack: Any, strip: bool) -> tuple[str, str | None]:
         if isinstance(mtype, type):
             mtype = f"{mtype.__module__}.{mtype.__qualname__}"
     path = strip_wrapper(path, strip) or ""
-    if strip and path == "" and mtype == _WRAPPER_TYPE:
+    if strip and path == "" and mtype in _WRAPPER_TYPES:
         mtype = None
     return path, mtype
 
