@@ -121,4 +121,41 @@ class MeanOp(ReduceOp):
         return out
 
 
-OPS = [SumOp, MaxOp, MeanOp]
+class BoolReduceOp(ReduceOp):
+    """Base of ``all`` / ``any``: an ``i1`` tensor reduced over ``dims`` (the reduced dims need
+    replication: a logical and/or of pieces is not a collective spmdc issues)."""
+
+    kernel = "none"
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        out = super().infer_result_types(operand_types, attrs)
+        if operand_types[0].element_type != "i1":  # type: ignore[attr-defined]
+            raise InferError(f"expects an i1 tensor, got {operand_types[0]}")
+        return out
+
+    def kernel_role(self) -> str | None:
+        return None
+
+
+class AllOp(BoolReduceOp):
+    """True where every element over ``dims`` is (attention masks' "is anything masked").
+
+    ``%r = tensor.all %m {dims = [1], keepdim = false} : (tensor<2x8xi1>) -> tensor<2xi1>``
+    """
+
+    name = "tensor.all"
+    torch_fn = "torch.all"
+
+
+class AnyOp(BoolReduceOp):
+    """True where some element over ``dims`` is.
+
+    ``%r = tensor.any %m {dims = [1], keepdim = true} : (tensor<2x8xi1>) -> tensor<2x1xi1>``
+    """
+
+    name = "tensor.any"
+    torch_fn = "torch.any"
+
+
+OPS = [SumOp, MaxOp, MeanOp, AllOp, AnyOp]

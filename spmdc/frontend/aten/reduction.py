@@ -33,6 +33,10 @@ handles(A + "sum")(lambda e: _reduce(e, T.SumOp, None, None))
 handles(A + "mean.dim")(lambda e: _reduce(e, T.MeanOp, 1, 2))
 handles(A + "mean")(lambda e: _reduce(e, T.MeanOp, None, None))
 handles(A + "amax")(lambda e: _reduce(e, T.MaxOp, 1, 2))
+# boolean reductions (transformers' mask utilities ask whether a mask hides anything)
+for _name, _cls in (("all", T.AllOp), ("any", T.AnyOp)):
+    handles(A + _name + ".dim", A + _name + ".dims")(lambda e, _cls=_cls: _reduce(e, _cls, 1, 2))
+    handles(A + _name)(lambda e, _cls=_cls: _reduce(e, _cls, None, None))
 
 
 @handles(A + "max")

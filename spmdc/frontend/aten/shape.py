@@ -210,3 +210,17 @@ def _flip(e: Emitter):
     if not dims:
         return [x]
     return [e.create(T.ReverseOp, [x], {"dims": dims})]
+
+
+@handles(A + "repeat")
+def _repeat(e: Emitter):
+    """``x.repeat(r0, r1, ...)`` tiles: each dim (leading 1s added) is broadcast to ``r_i`` copies
+    in front of it: reshape ``[1, s0, 1, s1, ...]``, broadcast ``[r0, s0, r1, s1, ...]``, reshape."""
+    x = e.tensor(0)
+    reps = [int(r) for r in e.const(1)]
+    shape = (1,) * (len(reps) - x.tensor_type.rank) + x.tensor_type.shape
+    if len(reps) < x.tensor_type.rank:
+        raise e.unsupported("with fewer repeats than dims")
+    interleaved = tuple(d for s in shape for d in (1, s))
+    tiled = tuple(d for r, s in zip(reps, shape) for d in (r, s))
+    return [e.reshape(e.broadcast(e.reshape(x, interleaved), tiled), e.out_type().shape)]
