@@ -12,7 +12,9 @@ reference interpreter evaluates, so the two cannot disagree::
     op.torch_expr(["x", "b"])     # 'torch.add(x, b)'   (generated code)
     op.reference(x, b)            # evaluates 'torch.add(_0, _1)' (interpreter)
 
-Ops whose expression depends on attributes or types override :meth:`TorchImpl.torch_expr`.
+Ops whose expression depends on attributes or types override :meth:`TorchImpl.torch_expr`;
+an implementation longer than one expression is a function in
+:mod:`spmdc.dialects.torch_helpers`, called as ``spmdc_ops.<name>(...)``.
 Attribute values reach the text only through :func:`literal` (``repr`` of a plain
 number, bool or string, or a list of them), so an IR file cannot inject code.
 """
@@ -80,8 +82,10 @@ class TorchImpl:
 
 @lru_cache(maxsize=16384)
 def compiled(expr: str, arity: int) -> Callable[..., Any]:
-    """``lambda comm, _0, _1, ...: <expr>`` with ``torch`` in scope (cached by text)."""
+    """``lambda comm, _0, _1, ...: <expr>`` with ``torch`` and ``spmdc_ops`` in scope (cached by text)."""
     import torch
 
+    from spmdc.dialects import torch_helpers
+
     params = ", ".join(["comm"] + [f"_{i}" for i in range(arity)])
-    return eval(f"lambda {params}: {expr}", {"torch": torch})  # noqa: S307
+    return eval(f"lambda {params}: {expr}", {"torch": torch, "spmdc_ops": torch_helpers})  # noqa: S307

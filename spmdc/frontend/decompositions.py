@@ -9,7 +9,9 @@ import torch
 
 from spmdc.frontend import torch_compat
 
-__all__ = ["addmm_decomposition", "default_decomposition_table"]
+__all__ = ["ATTENTION_OPS", "addmm_decomposition", "default_decomposition_table"]
+
+ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu")
 
 
 def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
@@ -41,4 +43,8 @@ def default_decomposition_table() -> dict[Any, Callable]:
     except ImportError:  # pragma: no cover - torch-mlir missing
         table = torch_compat.core_aten_decompositions()
     table[torch.ops.aten.addmm.default] = addmm_decomposition
+    # attention stays one op (tensor.attention and its gradient): it has its own sharding rule
+    # (heads, queries) and kernels, and its backward is not in the table anyway
+    for name in ATTENTION_OPS:
+        table.pop(getattr(torch.ops.aten, name).default, None)
     return table

@@ -107,6 +107,16 @@ CASES = [
     ("tensor.select", [T(3, 4, elt="i1"), T(3, 4), T()], {}, None, torch.where, False),
     ("tensor.select", [T(4, elt="i1"), T(3, 1, elt="i64"), T(4, elt="i64")], {}, None, torch.where, False),
     # nn.py
+    ("tensor.all", [T(2, 3, 4, elt="i1")], {"dims": [1, 2]}, None, lambda a: a.all(2).all(1), False),
+    ("tensor.any", [T(2, 3, elt="i1")], {"dims": [0], "keepdim": True}, None, lambda a: a.any(0, keepdim=True), False),
+    ("tensor.attention", [T(2, 3, 5, 4), T(2, 3, 6, 4), T(2, 3, 6, 2)], {"scale": 0.7}, None,
+     lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) * 0.7, -1) @ v, False),
+    ("tensor.attention", [T(1, 2, 4, 4), T(1, 2, 4, 4), T(1, 2, 4, 4)], {"is_causal": True, "scale": 0.5}, None,
+     lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1) * 0.5).masked_fill(
+         ~torch.ones(4, 4, dtype=torch.bool).tril(), float("-inf")), -1) @ v, False),
+    ("tensor.attention", [T(1, 4, 3, 2), T(1, 2, 5, 2), T(1, 2, 5, 3)], {"enable_gqa": True, "scale": 1.0}, None,
+     lambda q, k, v: torch.softmax(q @ k.repeat_interleave(2, 1).transpose(-2, -1), -1) @ v.repeat_interleave(2, 1),
+     False),
     ("tensor.softmax", [T(2, 3, 4)], {"dim": 2}, None, lambda a: torch.softmax(a, 2), False),
     ("tensor.softmax", [T(3, 4, elt="f64")], {"dim": 0}, None, lambda a: torch.softmax(a, 0), False),
     ("tensor.log_softmax", [T(2, 5)], {"dim": 1}, None, lambda a: torch.log_softmax(a, 1), False),
@@ -171,7 +181,7 @@ def build(name, operand_types, attrs, result_types):
 
 def test_every_tensor_op_is_checked_against_torch():
     tensor_ops = {cls.name for cls in all_ops() if issubclass(cls, TensorOp)}
-    covered = {c[0] for c in CASES} | {"tensor.constant"}
+    covered = {c[0] for c in CASES} | {"tensor.constant", "tensor.attention_grad"}   # the last: below
     missing = sorted(tensor_ops - covered)
     assert not missing, f"add cases comparing the torch implementation with torch to CASES for: {missing}"
     assert len(tensor_ops) > 40
@@ -240,3 +250,29 @@ def test_ops_without_inference_need_result_types():
     with pytest.raises(ValueError, match="cannot infer its result types"):
         lookup_op("tensor.reshape").create(list(block.args))
 
+
+
+@pytest.mark.parametrize("causal,gqa,masked", [(True, False, False), (False, True, False), (False, False, True)])
+def test_attention_grad_matches_autograd_of_torch_attention(causal, gqa, masked):
+    """tensor.attention_grad (probabilities recomputed) against autograd through torch's own
+    scaled_dot_product_attention: dq, dk, dv."""
+    gen = torch.Generator().manual_seed(7)
+    hk = 1 if gqa else 2
+    q = torch.randn(2, 2, 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, hk, 6 if not causal else 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, hk, k.shape[2], 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(2, 1, 5, k.shape[2], generator=gen) > 0.3 if masked else None
+    if mask is not None:
+        mask[..., 0] = True   # every query sees some key
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=0.4, enable_gqa=gqa)
+    do = torch.randn(o.shape, generator=gen, dtype=torch.float64)
+    o.backward(do)
+    types = [TensorType(tuple(t.shape), "f64") for t in (do, q, k, v, o)]
+    attrs = {"scale": 0.4, "is_causal": causal, "enable_gqa": gqa}
+    if masked:
+        types.append(TensorType(tuple(mask.shape), "i1"))
+    op = build("tensor.attention_grad", types, attrs, types[1:4])
+    args = [do, q.detach(), k.detach(), v.detach(), o.detach()] + ([mask] if masked else [])
+    dq, dk, dv = op.reference(*args)
+    for got, want in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)

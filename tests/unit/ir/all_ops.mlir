@@ -74,6 +74,12 @@ module @all attributes {spmdc.version = 1} {
     %sel = tensor.select %xor, %9, %e : (tensor<2x8xi1>, tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
     %sm = tensor.softmax %sel {dim = 1} : tensor<2x8xf32>
     %lsm = tensor.log_softmax %sm {dim = 1} : tensor<2x8xf32>
+    %all = tensor.all %xor {dims = [1], keepdim = false} : (tensor<2x8xi1>) -> tensor<2xi1>
+    %any = tensor.any %xor {dims = [0, 1], keepdim = true} : (tensor<2x8xi1>) -> tensor<1x1xi1>
+    %q = tensor.reshape %lsm : (tensor<2x8xf32>) -> tensor<1x2x2x4xf32>
+    %att = tensor.attention %q, %q, %q {is_causal = true, scale = 0.5} : tensor<1x2x2x4xf32>
+    %attm = tensor.attention %q, %q, %q, %any {scale = 0.5} : (tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<1x1xi1>) -> tensor<1x2x2x4xf32>
+    %ag:3 = tensor.attention_grad %att, %q, %q, %q, %att {is_causal = true, scale = 0.5} : (tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>) -> (tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>, tensor<1x2x2x4xf32>)
     %cs = tensor.cumsum %ids {dim = 1} : tensor<2x8xi64>
     %var = tensor.var %lsm {correction = 0, dims = [1], keepdim = true} : (tensor<2x8xf32>) -> tensor<2x1xf32>
     %sl = tensor.slice %lsm {dim = 1, end = 8, start = 4, step = 1} : (tensor<2x8xf32>) -> tensor<2x4xf32>
