@@ -13,7 +13,7 @@ stages and generates the code that rank loads. Dumps are written from these very
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spmdc.compiler.dump import Dump, hook, program_name
@@ -62,12 +62,17 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | Plan, train: bool = False,
                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = False,
-                   dump: Dump | None = None) -> CompiledStep:
-    """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages."""
+                   dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None) -> CompiledStep:
+    """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
+
+    ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
+    program's last user inputs, in their order."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan
 
-    cap = capture_program(model, tuple(inputs), train=train, loss_fn=loss_fn, loss_inputs=tuple(loss_inputs))
+    kwargs = dict(kwargs or {})
+    cap = capture_program(model, tuple(inputs), train=train, loss_fn=loss_fn, loss_inputs=tuple(loss_inputs),
+                          example_kwargs=kwargs)
     module, name = cap.module, program_name(train)
     func = main_function(module)
     resolved = plan_for(plan, mesh, func)
@@ -84,7 +89,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str |
         PassManager(parse_pipeline(stage.passes), on_after_pass=hook(writer)).run(module)
     timings = dict(cap.timings)
     timings["sharding"] = time.perf_counter() - t
-    user_inputs = list(inputs) + list(loss_inputs) if train else list(inputs)
+    user_inputs = (list(inputs) + list(loss_inputs) if train else list(inputs)) + list(kwargs.values())
     args = [a.detach().clone() if hasattr(a, "detach") else a for a in cap.arguments(*user_inputs)]
     return CompiledStep(print_module(module, debuginfo=True), mesh, resolved.name, args, *_signature(func),
                         timings=timings, bucket=bucket, name=name)

@@ -4,7 +4,9 @@ or ``package.module:factory``.
 A factory takes no required arguments and returns ``(model, example_inputs, loss_fn)``:
 
 * ``example_inputs`` — the model's positional inputs as a tuple (or one tensor), or a pair
-  ``((model inputs...), (loss inputs...))`` when ``loss_fn`` takes targets;
+  ``((model inputs...), (loss inputs...))`` when ``loss_fn`` takes targets, or a dict of
+  keyword inputs (``{"input_ids": ids, "labels": ids}`` for a HuggingFace model that
+  computes its loss);
 * ``loss_fn(model_output, *loss_inputs) -> scalar`` — optional (``None``, or a 2-tuple
   without it); needed for a training capture unless the model returns its loss.
 
@@ -20,7 +22,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 BUILTINS: dict[str, str] = {
@@ -41,13 +43,18 @@ class Workload:
     inputs: tuple
     loss_fn: Callable | None = None
     loss_inputs: tuple = ()
+    kwargs: dict = field(default_factory=dict)   # keyword model inputs, after the positional ones
 
     def capture(self, train: bool = False):
         """:func:`spmdc.frontend.capture.capture_program` of this workload."""
         from spmdc.frontend.capture import capture_program
 
         return capture_program(self.model, self.inputs, train=train, loss_fn=self.loss_fn if train else None,
-                               loss_inputs=self.loss_inputs if train else ())
+                               loss_inputs=self.loss_inputs if train else (), example_kwargs=self.kwargs)
+
+    def call_model(self) -> Any:
+        """The model on the example inputs, eagerly (what spmdc's program computes)."""
+        return self.model(*self.inputs, **self.kwargs)
 
 
 def _help() -> str:
@@ -124,6 +131,9 @@ def load_workload(spec: str, **overrides: Any) -> Workload:
     loss_fn = out[2] if len(out) == 3 else None
     if not callable(model):
         raise WorkloadError(f"factory of '{spec}' returned a model of type {type(model).__name__}")
+    kwargs: dict = {}
+    if isinstance(inputs, dict):
+        kwargs, inputs = dict(inputs), ()
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     loss_inputs: tuple = ()
@@ -131,11 +141,11 @@ def load_workload(spec: str, **overrides: Any) -> Workload:
         inputs, loss_inputs = tuple(inputs[0]), tuple(inputs[1])
     import torch
 
-    for what, values in (("input", inputs), ("loss input", loss_inputs)):
+    for what, values in (("input", inputs), ("loss input", loss_inputs), ("keyword input", list(kwargs.values()))):
         for i, x in enumerate(values):
             if not isinstance(x, torch.Tensor):
                 raise WorkloadError(f"{what} #{i} of workload '{spec}' is a {type(x).__name__}, not a tensor "
                                     "(example inputs must be tensors with the shapes to compile for)")
     if loss_fn is not None and not callable(loss_fn):
         raise WorkloadError(f"the loss function of workload '{spec}' is a {type(loss_fn).__name__}, not callable")
-    return Workload(spec, model, tuple(inputs), loss_fn, tuple(loss_inputs))
+    return Workload(spec, model, tuple(inputs), loss_fn, tuple(loss_inputs), kwargs)

@@ -34,7 +34,8 @@ class CompiledModule:
     def __init__(self, model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp",
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
-                 target: str | None = None, bucket: bool = False, dump: Dump | None = None):
+                 target: str | None = None, bucket: bool = False, dump: Dump | None = None,
+                 example_kwargs: dict[str, Any] | None = None):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -63,10 +64,12 @@ class CompiledModule:
         self.comm = Collectives(device_mesh)
 
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
-        jobs = [dict(inputs=model_args, train=False, bucket=bucket, dump=dump)]
+        kwargs = dict(example_kwargs or {})
+        self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
+        jobs = [dict(inputs=model_args, train=False, bucket=bucket, dump=dump, kwargs=kwargs)]
         if train:
             jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args, bucket=bucket,
-                             dump=dump))
+                             dump=dump, kwargs=kwargs))
         steps = compile_shared(model, jobs, mesh, plan)
         self.target = target or default_target()
         self._fwd = RankRunner(compile_rank(steps[0], self.rank, self.target, dump), self.comm)
@@ -141,6 +144,13 @@ class CompiledModule:
             return local.clone()
         return to_full(local, tuple(shape), tuple(layout), self.comm)
 
+    def _with_kwargs(self, inputs: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+        """Positional inputs, then the keyword inputs in the order they were compiled with."""
+        if set(kwargs) != set(self._kw_names):
+            raise TypeError(f"the compiled program takes keyword inputs {self._kw_names or 'none'}, "
+                            f"got {sorted(kwargs) or 'none'}")
+        return list(inputs) + [kwargs[n] for n in self._kw_names]
+
     def _args(self, run: RankRunner, inputs: Sequence[Any]) -> list[Any]:
         prog = run.program
         args, it = [], iter(inputs)
@@ -159,10 +169,10 @@ class CompiledModule:
         return args
 
     # -- the model-like surface ----------------------------------------------------------------------
-    def __call__(self, *inputs: Any, full: bool = False) -> Any:
+    def __call__(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
         """Forward: inputs as full tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
         run = self._fwd
-        outs = run(self._args(run, inputs))
+        outs = run(self._args(run, self._with_kwargs(inputs, kwargs)))
         res = []
         for out, layout, shape in zip(outs, run.program.res_layouts, run.program.step.res_shapes):
             res.append(self._full(out, layout, shape) if full else self._dtensor(out, layout, shape))
@@ -170,15 +180,16 @@ class CompiledModule:
 
     forward = __call__
 
-    def step(self, *batch: Any) -> Any:
-        """One training step on ``batch`` (model inputs then loss inputs): returns the loss (0-d tensor)."""
+    def step(self, *batch: Any, **kwargs: Any) -> Any:
+        """One training step on ``batch`` (model inputs then loss inputs, then keyword inputs such
+        as ``labels=``): returns the loss (0-d tensor)."""
         if self._train is None:
             raise RuntimeError("step() needs spmdc.compile(..., train=True)")
         if len(batch) == 2 and all(isinstance(b, (tuple, list)) for b in batch):
             batch = tuple(batch[0]) + tuple(batch[1])
         run = self._train
         prog = run.program
-        outs = run(self._args(run, batch))
+        outs = run(self._args(run, self._with_kwargs(batch, kwargs)))
         loss, grads = None, {}
         for i, (kind, out) in enumerate(zip(prog.step.result_kinds, outs)):
             if kind == "loss":

@@ -169,17 +169,28 @@ def eager_reference(cfg: RunConfig) -> dict[str, Any]:
     for _ in range(cfg.steps):
         if opt is not None:
             opt.zero_grad()
-            out = model(*w.inputs)
+            out = w.call_model()
             loss = w.loss_fn(out, *w.loss_inputs) if w.loss_fn else extract_loss(out)
             loss.backward()
             opt.step()
             losses.append(loss.item())
         else:
             with torch.no_grad():
-                out = model(*w.inputs)
-            first = out[0] if isinstance(out, tuple) else out
+                out = w.call_model()
+            first = _first_tensor(out)
             losses.append(float(first.float().norm()))
     return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def _first_tensor(out: Any) -> Any:
+    """The first tensor a model returned (a tensor, a tuple, or a ModelOutput/dict): what the
+    forward run reports, as the ranks do with the program's first output."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    values = list(out.values()) if hasattr(out, "values") else list(out)
+    return next(v for v in values if isinstance(v, torch.Tensor))
 
 
 def compare(ref: dict[str, Any], got: dict[str, Any], rtol: float = 1e-4, atol: float = 1e-5) -> tuple[bool, list]:

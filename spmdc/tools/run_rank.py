@@ -42,7 +42,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
                             target=job.get("target"), bucket=job.get("bucket", False),
-                            dump=Dump(job.get("dump_ir"), job.get("dump_codegen")))
+                            dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs)
         compile_s = time.perf_counter() - t0
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
             flush=True)
@@ -52,10 +52,10 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         for k in range(job["steps"]):
             start = time.perf_counter()
             if job["train"]:
-                loss = cm.step(*w.inputs, *w.loss_inputs)
+                loss = cm.step(*w.inputs, *w.loss_inputs, **w.kwargs)
                 losses.append(float(loss.detach()))
             else:
-                out = cm(*w.inputs, full=True)
+                out = cm(*w.inputs, full=True, **w.kwargs)
                 first = out[0] if isinstance(out, tuple) else out
                 losses.append(float(first.float().norm()))
             times.append(time.perf_counter() - start)

@@ -1,0 +1,60 @@
+"""Tiny HuggingFace models at their default settings (SDPA attention, dropout as configured),
+built from configs (nothing downloaded), as workloads: ``tests/models/hf_tiny.py:llama``.
+
+Each factory returns ``(model, {"input_ids": ids, "labels": ids}, None)``: the model computes
+its own loss (causal LM: labels = input ids), as HuggingFace users train it.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers as T
+
+VOCAB, SEQ, BATCH = 64, 8, 4
+
+
+def _common(**kw):
+    base = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                max_position_embeddings=64)
+    base.update(kw)
+    return base
+
+
+CONFIGS = {
+    "gpt2": lambda: T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    "llama": lambda: T.LlamaConfig(**_common(num_key_value_heads=2)),
+    "qwen2": lambda: T.Qwen2Config(**_common(num_key_value_heads=2)),
+    "gemma": lambda: T.GemmaConfig(**_common(num_key_value_heads=2, head_dim=8)),
+    "falcon": lambda: T.FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+    "bloom": lambda: T.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4),
+    "gptj": lambda: T.GPTJConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64),
+    "stablelm": lambda: T.StableLmConfig(**_common(num_key_value_heads=2)),
+    "olmo": lambda: T.OlmoConfig(**_common(num_key_value_heads=2)),
+}
+
+
+def build(name: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = CONFIGS[name]()
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):   # tiny vocab: keep special ids inside it
+        if getattr(cfg, key, None) is not None and getattr(cfg, key) >= VOCAB:
+            setattr(cfg, key, None)
+    return T.AutoModelForCausalLM.from_config(cfg)
+
+
+def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    return ids, ids.clone()
+
+
+def _factory(name: str):
+    def factory():
+        ids, labels = batch()
+        return build(name), {"input_ids": ids, "labels": labels}, None
+    factory.__name__ = name
+    return factory
+
+
+for _name in CONFIGS:
+    globals()[_name] = _factory(_name)
