@@ -2,7 +2,8 @@
 
 Every value's global type becomes this rank's local type (``torch.chunk`` pieces,
 so uneven shards work): arguments, op results, collectives. ``shard.annotate`` ops
-vanish (identity on local values); ``shard.sharding`` attributes leave the ops (the
+vanish (identity on local values); ``tensor.random`` ops learn which piece of the global
+tensor this rank draws (``global_shape``, ``offset``); ``shard.sharding`` attributes leave the ops (the
 function's argument/result attributes keep them: they say how the rank's pieces make
 the global values). The function gets ``spmdc.rank``. Run ``lower-redistribution``
 first: a remaining ``shard.redistribute`` is an error.
@@ -25,7 +26,7 @@ from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, ShardingAttr
-from spmdc.dialects.tensor import ConstantOp
+from spmdc.dialects.tensor import ConstantOp, RandomOp
 from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.diagnostics import DiagnosticError
@@ -33,7 +34,7 @@ from spmdc.ir.rewriter import Rewriter
 from spmdc.ir.types import FunctionType, TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, func_mesh, layout_of
-from spmdc.sharding.mesh import local_shape
+from spmdc.sharding.mesh import local_offset, local_shape
 from spmdc.sharding.strategy import choose, rule_for
 
 
@@ -98,6 +99,9 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         layouts = [layout_of(r) for r in op.results]
         if isinstance(op, ConstantOp) and layouts[0] is not None:
             _partition_constant(op, layouts[0], shape, coords)
+        if isinstance(op, RandomOp) and layouts[0] is not None:
+            g, lay = op.result.tensor_type.shape, tuple(layouts[0])
+            op.localize(local_shape(g, lay, shape, coords), local_offset(g, lay, shape, coords))
         for res, lay in zip(op.results, layouts):
             res.type = local(res.type, lay)
         op.attributes.pop(SHARDING, None)

@@ -9,7 +9,18 @@ torch reference implementation (``reference``). The ops live in small modules:
     %2 = tensor.relu %1 : tensor<8x32xf32>
 """
 
-from spmdc.dialects.tensor import activation, attention, compare, elementwise, index, linalg, nn, reduction, shape
+from spmdc.dialects.tensor import (
+    activation,
+    attention,
+    compare,
+    elementwise,
+    index,
+    linalg,
+    nn,
+    random,
+    reduction,
+    shape,
+)
 from spmdc.dialects.tensor.activation import *  # noqa: F401,F403
 from spmdc.dialects.tensor.attention import AttentionGradOp, AttentionOp  # noqa: F401
 from spmdc.dialects.tensor.base import TensorOp
@@ -18,11 +29,12 @@ from spmdc.dialects.tensor.elementwise import *  # noqa: F401,F403
 from spmdc.dialects.tensor.index import *  # noqa: F401,F403
 from spmdc.dialects.tensor.linalg import MatmulOp  # noqa: F401
 from spmdc.dialects.tensor.nn import *  # noqa: F401,F403
+from spmdc.dialects.tensor.random import RandomOp, RngSeedOp  # noqa: F401
 from spmdc.dialects.tensor.reduction import AllOp, AnyOp, MaxOp, MeanOp, SumOp  # noqa: F401
 from spmdc.dialects.tensor.shape import BroadcastOp, ConstantOp, PermuteOp, ReshapeOp  # noqa: F401
 from spmdc.ir.registry import Dialect
 
 DIALECT = Dialect("tensor", [*elementwise.OPS, *reduction.OPS, *shape.OPS, *linalg.OPS,
-                             *activation.OPS, *compare.OPS, *index.OPS, *nn.OPS, *attention.OPS])
+                             *activation.OPS, *compare.OPS, *index.OPS, *nn.OPS, *attention.OPS, *random.OPS])
 
 __all__ = ["DIALECT", "TensorOp"] + [op.__name__ for op in DIALECT.ops]

@@ -11,7 +11,8 @@ A ``tensor`` op class carries everything the compiler needs to know about it:
   ``triton_expr()`` gives the expression on blocks), ``"row"`` (a reduction or normaliser
   along the last dim: ``row_kernel`` names the template), ``"matmul"``, or ``"none"``;
 * traits: ``Pure``, ``Commutative``, ``SameOperandsAndResultType``, ``View`` (moves no data
-  in torch: reshape, permute, broadcast, slice), ``StridedView`` (always a strided view).
+  in torch: reshape, permute, broadcast, slice), ``StridedView`` (always a strided view),
+  ``Random`` (draws from a generator: not ``Pure``, never merged, removed or reordered).
 
 Tables elsewhere (fusable ops, Triton lowering, view ops, Partial linearity) are derived
 from these declarations; ``tests/unit/dialects/test_op_definitions.py`` fails when an op
@@ -33,7 +34,7 @@ from spmdc.ir.core import InferError, Operation
 from spmdc.ir.types import ELEMENT_TYPE_INFO, TensorType, Type
 
 KERNEL_FORMS = ("elementwise", "row", "matmul", "none")
-TRAITS = frozenset({"Pure", "Commutative", "SameOperandsAndResultType", "View", "StridedView"})
+TRAITS = frozenset({"Pure", "Commutative", "SameOperandsAndResultType", "View", "StridedView", "Random"})
 
 # Triton helper functions that ``triton`` templates may call (emitted once per program when used)
 TRITON_HELPERS: dict[str, str] = {

@@ -83,10 +83,13 @@ class FakeCollectives(Collectives):
 
 def run_both(module: Any, func_name: str, args: list[Any], sizes: dict[str, int] | None = None,
              coords: dict[str, int] | None = None):
-    """(interpreter results, generated-code results, interpreter comm, codegen comm)."""
+    """(interpreter results, generated-code results, interpreter comm, codegen comm); both runs
+    start from the same generator state (random ops draw the same numbers)."""
     ci, cg = FakeCollectives(sizes or {}, coords), FakeCollectives(sizes or {}, coords)
+    torch.manual_seed(0)
     want = interpret(module, [a.clone() for a in args], func=func_name, comm=CountingComm(ci))
     fn, _ = load_program(module, func_name)
+    torch.manual_seed(0)
     got = fn([a.clone() for a in args], CountingComm(cg))
     return want, got, ci, cg
 

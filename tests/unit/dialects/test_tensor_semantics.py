@@ -181,7 +181,8 @@ def build(name, operand_types, attrs, result_types):
 
 def test_every_tensor_op_is_checked_against_torch():
     tensor_ops = {cls.name for cls in all_ops() if issubclass(cls, TensorOp)}
-    covered = {c[0] for c in CASES} | {"tensor.constant", "tensor.attention_grad"}   # the last: below
+    # attention_grad: below; random ops: tests/unit/dialects/test_random.py (bitwise against torch's draws)
+    covered = {c[0] for c in CASES} | {"tensor.constant", "tensor.attention_grad", "tensor.random", "tensor.rng_seed"}
     missing = sorted(tensor_ops - covered)
     assert not missing, f"add cases comparing the torch implementation with torch to CASES for: {missing}"
     assert len(tensor_ops) > 40
@@ -252,12 +253,14 @@ def test_ops_without_inference_need_result_types():
 
 
 
-@pytest.mark.parametrize("causal,gqa,masked", [(True, False, False), (False, True, False), (False, False, True)])
-def test_attention_grad_matches_autograd_of_torch_attention(causal, gqa, masked):
+@pytest.mark.parametrize("causal,gqa,masked,heads", [(True, False, False, 2), (False, True, False, 1),
+                                                     (False, False, True, 2), (False, False, False, 1)],
+                         ids=["causal", "gqa", "masked", "one-key-head-broadcast"])
+def test_attention_grad_matches_autograd_of_torch_attention(causal, gqa, masked, heads):
     """tensor.attention_grad (probabilities recomputed) against autograd through torch's own
     scaled_dot_product_attention: dq, dk, dv."""
     gen = torch.Generator().manual_seed(7)
-    hk = 1 if gqa else 2
+    hk = heads
     q = torch.randn(2, 2, 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, hk, 6 if not causal else 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, hk, k.shape[2], 4, generator=gen, dtype=torch.float64, requires_grad=True)

@@ -74,6 +74,9 @@ module @all attributes {spmdc.version = 1} {
     %sel = tensor.select %xor, %9, %e : (tensor<2x8xi1>, tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
     %sm = tensor.softmax %sel {dim = 1} : tensor<2x8xf32>
     %lsm = tensor.log_softmax %sm {dim = 1} : tensor<2x8xf32>
+    %rnd = tensor.random {distribution = "bernoulli", p = 0.9} : tensor<2x8xf32>
+    %seed = tensor.rng_seed : tensor<i64>
+    %rnd2 = tensor.random %seed {distribution = "normal", mean = 0.0, std = 1.0, stream = 0} : (tensor<i64>) -> tensor<2x8xf32>
     %all = tensor.all %xor {dims = [1], keepdim = false} : (tensor<2x8xi1>) -> tensor<2xi1>
     %any = tensor.any %xor {dims = [0, 1], keepdim = true} : (tensor<2x8xi1>) -> tensor<1x1xi1>
     %q = tensor.reshape %lsm : (tensor<2x8xf32>) -> tensor<1x2x2x4xf32>
