@@ -62,11 +62,13 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | Plan, train: bool = False,
                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = False,
-                   dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None) -> CompiledStep:
+                   dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None,
+                   rng: str = "eager") -> CompiledStep:
     """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
 
     ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
-    program's last user inputs, in their order."""
+    program's last user inputs, in their order. ``rng``: ``eager`` (random numbers bitwise
+    equal to single-device PyTorch) or ``philox`` (counter-based, each rank draws its piece)."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan
 
@@ -80,7 +82,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str |
     writer = dump.ir_writer(name, "global") if dump else None
     if writer:
         writer.write("captured", module)
-    prepare, *global_stages = [s for s in stages() if not s.per_rank]
+    prepare, *global_stages = [s for s in stages(PipelineOptions(rng=rng)) if not s.per_rank]
     PassManager(parse_pipeline(prepare.passes), on_after_pass=hook(writer)).run(module)
     apply_plan(module, mesh, resolved)   # between prepare and global: the plan is data, not a pass
     if writer:

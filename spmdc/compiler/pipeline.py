@@ -1,6 +1,7 @@
 """The one pipeline of spmdc: every stage in order, shared by the driver and ``spmdc-opt``.
 
-    prepare    canonicalize,cse                              tidy the captured graph
+    prepare    canonicalize,cse(,philox-rng)                 tidy the captured graph; rng=philox:
+                                                             counter-based random numbers
     (plan)     spmdc.sharding.apply.apply_plan               the user's layouts as attributes
     global     sharding-propagation,insert-redistribution,   every value gets a layout; each
                lower-redistribution                          change becomes collectives
@@ -22,19 +23,25 @@ from dataclasses import dataclass
 from spmdc.passes.registry import NamedPipeline, PipelineError
 
 TARGETS = ("torch", "triton")
+RNG_MODES = ("eager", "philox")
 
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """``rank``: whose program; ``bucket``: SimpleFSDP bucketing; ``target``: ``torch`` or ``triton``."""
+    """``rank``: whose program; ``bucket``: SimpleFSDP bucketing; ``target``: ``torch`` or ``triton``;
+    ``rng``: ``eager`` (random numbers bitwise equal to single-device PyTorch) or ``philox``
+    (counter-based: each rank draws only its piece)."""
 
     rank: int = 0
     bucket: bool = False
     target: str = "torch"
+    rng: str = "eager"
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise PipelineError(f"unknown codegen target '{self.target}' (choices: {', '.join(TARGETS)})")
+        if self.rng not in RNG_MODES:
+            raise PipelineError(f"unknown random-number mode '{self.rng}' (choices: {', '.join(RNG_MODES)})")
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class Stage:
 def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
     """The whole compiler, in order."""
     out = [
-        Stage("prepare", "canonicalize,cse", per_rank=False),
+        Stage("prepare", "canonicalize,cse" + (",philox-rng" if options.rng == "philox" else ""), per_rank=False),
         Stage("global", "sharding-propagation,insert-redistribution,lower-redistribution", per_rank=False),
         Stage("rank", f"partition{{rank={options.rank}}},fuse-collectives,cse,dce,canonicalize", per_rank=True),
     ]

@@ -27,6 +27,7 @@ PASS_MODULES: dict[str, str] = {
     "canonicalize": "spmdc.passes.canonicalize",
     "cse": "spmdc.passes.cse",
     "dce": "spmdc.passes.dce",
+    "philox-rng": "spmdc.passes.philox_rng",
     "sharding-propagation": "spmdc.passes.sharding_propagation",
     "insert-redistribution": "spmdc.passes.insert_redistribution",
     "lower-redistribution": "spmdc.passes.lower_redistribution",
