@@ -47,4 +47,21 @@ def default_decomposition_table() -> dict[Any, Callable]:
     # (heads, queries) and kernels, and its backward is not in the table anyway
     for name in ATTENTION_OPS:
         table.pop(getattr(torch.ops.aten, name).default, None)
+    sdpa = torch.ops.aten.scaled_dot_product_attention.default
+    math = torch_compat.core_aten_decompositions().get(sdpa) or torch_compat.registered_decomposition(sdpa)
+    if math is not None:
+        table[sdpa] = _sdpa_with_dropout_only(math)
     return table
+
+
+def _sdpa_with_dropout_only(math: Callable) -> Callable:
+    """SDPA with dropout becomes PyTorch's math form (its dropout is a ``native_dropout`` on the
+    probabilities, the draw eager PyTorch makes on CPU); without dropout it stays one op."""
+
+    def decompose(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+        if dropout_p == 0.0:
+            return NotImplemented
+        return math(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    return decompose

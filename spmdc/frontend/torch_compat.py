@@ -109,6 +109,13 @@ def core_aten_decompositions() -> dict[Any, Callable]:
     return dict(table())
 
 
+def registered_decomposition(op: Any) -> Callable | None:
+    """torch's own Python decomposition of ``op`` (e.g. SDPA's math form), if it has one."""
+    from torch._decomp import decomposition_table
+
+    return decomposition_table.get(op)
+
+
 def no_op_check_targets() -> tuple[Any, ...]:
     """Op overloads that only assert tensor metadata (``aten._assert_tensor_metadata``).
 

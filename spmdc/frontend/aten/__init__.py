@@ -1,7 +1,8 @@
 """Translation tables from torch-mlir's ``torch`` dialect to spmdc's ``tensor`` dialect.
 
 One module per op family registers handlers with :func:`~.base.handles`:
-:mod:`.elementwise`, :mod:`.shape`, :mod:`.reduction`, :mod:`.index`, :mod:`.creation`.
+:mod:`.elementwise`, :mod:`.shape`, :mod:`.reduction`, :mod:`.index`, :mod:`.creation`,
+:mod:`.attention`, :mod:`.random`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from spmdc.frontend.aten.base import HANDLERS, Emitter, TranslationError, Unsupp
 
 def handler_table() -> dict:
     """The full name -> handler table (imports every family module once)."""
-    from spmdc.frontend.aten import attention, creation, elementwise, index, reduction, shape  # noqa: F401
+    from spmdc.frontend.aten import attention, creation, elementwise, index, random, reduction, shape  # noqa: F401
 
     return HANDLERS
 
