@@ -32,8 +32,8 @@ __all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_plac
 def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
             device_mesh: Any = None, device: str | None = None, target: str | None = None,
-            bucket: bool = False, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None
-            ) -> CompiledModule:
+            bucket: bool = False, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
+            rng: str = "eager") -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
@@ -44,8 +44,12 @@ def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: s
     all-gather / reduce-scatter per model block instead of one per parameter (SimpleFSDP).
     ``dump``: write the IR after every pass and the generated code (:class:`spmdc.compiler.Dump`).
     ``example_kwargs``: keyword model inputs (``{"labels": y}`` for a HuggingFace model that computes
-    its loss); pass the same keywords to ``cm(...)`` / ``cm.step(...)``.
+    its loss); pass the same keywords to ``cm(...)`` / ``cm.step(...)``. ``rng``: ``"eager"`` —
+    dropout masks and every random op draw exactly what single-device PyTorch draws from its
+    default generator (each rank draws whole tensors and keeps its piece) — or ``"philox"``
+    (counter-based: each rank draws only its piece; the same numbers on any mesh and plan,
+    not eager's). Seed with ``torch.manual_seed`` on every rank, as for one device.
     """
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
-                          target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs)
+                          target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng)

@@ -35,7 +35,7 @@ class CompiledModule:
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
                  target: str | None = None, bucket: bool = False, dump: Dump | None = None,
-                 example_kwargs: dict[str, Any] | None = None):
+                 example_kwargs: dict[str, Any] | None = None, rng: str = "eager"):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -66,14 +66,15 @@ class CompiledModule:
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
         kwargs = dict(example_kwargs or {})
         self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
-        jobs = [dict(inputs=model_args, train=False, bucket=bucket, dump=dump, kwargs=kwargs)]
+        jobs = [dict(inputs=model_args, train=False, bucket=bucket, dump=dump, kwargs=kwargs, rng=rng)]
         if train:
             jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args, bucket=bucket,
-                             dump=dump, kwargs=kwargs))
+                             dump=dump, kwargs=kwargs, rng=rng))
         steps = compile_shared(model, jobs, mesh, plan)
         self.target = target or default_target()
-        self._fwd = RankRunner(compile_rank(steps[0], self.rank, self.target, dump), self.comm)
-        self._train = RankRunner(compile_rank(steps[1], self.rank, self.target, dump), self.comm) if train else None
+        self._fwd = RankRunner(compile_rank(steps[0], self.rank, self.target, dump), self.comm, device=self.device)
+        self._train = (RankRunner(compile_rank(steps[1], self.rank, self.target, dump), self.comm, device=self.device)
+                       if train else None)
         storage = self._train or self._fwd
         self.plan_name = storage.program.step.plan_name
 

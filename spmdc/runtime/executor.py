@@ -83,16 +83,23 @@ class RankRunner:
     interpreter op by op on the same IR (one semantics, a second execution path for tests).
     """
 
-    def __init__(self, program: RankProgram, comm: Any, executor: str = "codegen"):
+    def __init__(self, program: RankProgram, comm: Any, executor: str = "codegen", device: Any = None):
         if executor not in EXECUTORS:
             raise ValueError(f"unknown executor {executor!r} (choices: {', '.join(EXECUTORS)})")
-        self.program, self.comm, self.executor = program, comm, executor
+        self.program, self.comm, self.executor, self.device = program, comm, executor, device
 
     def __call__(self, local_args: Sequence[Any]) -> list[Any]:
+        import contextlib
+
         import torch
 
         counting = CountingComm(self.comm)
-        with torch.no_grad():
+        # factories in the program (constants, random draws) create tensors on the rank's device
+        # and random draws use that device's generator, as eager PyTorch on that device would
+        # (a TorchFunctionMode: not entered on CPU, the default device, where it would only cost time)
+        dev = torch.device(self.device) if self.device is not None else None
+        on_device = dev if dev is not None and dev.type != "cpu" else contextlib.nullcontext()
+        with torch.no_grad(), on_device:
             if self.executor == "codegen":
                 return list(self.program.fn(list(local_args), counting))
             from spmdc.runtime.interpreter import interpret

@@ -31,8 +31,11 @@ def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", targ
     return result
 
 
-def run_steps(steps: list[Any], executor: str = "codegen", target: str = "torch") -> list[dict[str, Any]]:
-    """A launch entry point: every step on this rank (gloo), one DeviceMesh per mesh shape."""
+def run_steps(steps: list[Any], executor: str = "codegen", target: str = "torch",
+              seed: int | None = None) -> list[dict[str, Any]]:
+    """A launch entry point: every step on this rank (gloo), one DeviceMesh per mesh shape.
+    ``seed``: ``torch.manual_seed(seed)`` before each step (programs with random ops)."""
+    import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -48,6 +51,8 @@ def run_steps(steps: list[Any], executor: str = "codegen", target: str = "torch"
             if key not in meshes:
                 meshes[key] = init_device_mesh("cpu", step.mesh.shape, mesh_dim_names=step.mesh.axis_names)
             comm = Collectives(meshes[key])
+            if seed is not None:
+                torch.manual_seed(seed)
             out.append(run_on_rank(step, rank, comm, executor, target=target))
     finally:
         dist.destroy_process_group()

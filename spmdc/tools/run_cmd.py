@@ -41,6 +41,8 @@ class RunConfig:
     bucket: bool = False
     force: bool = False
     verbose: bool = False
+    seed: int = 0
+    rng: str = "eager"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -88,6 +90,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", choices=("torch", "triton"), default=None,
                     help="codegen target: aten calls, or fused Triton kernels (default: triton on GPUs, "
                          "torch on CPUs; on CPU triton runs in the Triton interpreter)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of torch's generator before the first step, on every rank and in --check's "
+                         "eager run (dropout masks, random ops; default 0)")
+    ap.add_argument("--rng", choices=("eager", "philox"), default="eager",
+                    help="random numbers: 'eager' draws what single-device PyTorch draws (each rank draws "
+                         "whole tensors), 'philox' draws only each rank's piece, the same on any number of "
+                         "ranks but not eager's numbers (--check then compares losses only loosely)")
     ap.add_argument("--verbose", action="store_true",
                     help="show every rank's stderr and Python tracebacks (else a failed run writes them to a log)")
 
@@ -95,7 +104,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
                      args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout,
-                     target=args.target, bucket=args.bucket, force=args.force, verbose=args.verbose)
+                     target=args.target, bucket=args.bucket, force=args.force, verbose=args.verbose,
+                     seed=args.seed, rng=args.rng)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -144,6 +154,9 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     resolve_factory(cfg.workload)
     if isinstance(plan, str):
         preset(plan, mesh, {})
+    if cfg.check and cfg.rng == "philox":
+        raise UserError("--check compares with eager PyTorch, whose random numbers --rng philox does not "
+                        "reproduce by design; use --rng eager (the default) with --check")
     check_dump_dir(cfg.dump_ir, "--dump-ir", cfg.force)
     check_dump_dir(cfg.dump_codegen, "--dump-codegen", cfg.force)
     from spmdc.codegen.cache import cache_dir
@@ -166,6 +179,7 @@ def eager_reference(cfg: RunConfig) -> dict[str, Any]:
     opt_cls = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[cfg.optimizer]
     opt = opt_cls(model.parameters(), lr=cfg.lr) if cfg.train else None
     losses = []
+    torch.manual_seed(cfg.seed)   # as every rank does before its first step
     for _ in range(cfg.steps):
         if opt is not None:
             opt.zero_grad()
@@ -235,7 +249,8 @@ def run_main(cfg: RunConfig) -> int:
         prepare_triton()
     job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
-           "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket}
+           "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket,
+           "seed": cfg.seed, "rng": cfg.rng}
     plan_name = plan if isinstance(plan, str) else plan.name
     console.print(Text("spmdc run", style="bold"), f"{cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")

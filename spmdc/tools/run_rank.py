@@ -42,13 +42,15 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
                             target=job.get("target"), bucket=job.get("bucket", False),
-                            dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs)
+                            dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
+                            rng=job.get("rng", "eager"))
         compile_s = time.perf_counter() - t0
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
             flush=True)
         losses, times = [], []
         cm.comm.stats.counts.clear()
         cm.comm.stats.bytes.clear()
+        torch.manual_seed(job.get("seed", 0))   # the eager reference (--check) seeds the same way
         for k in range(job["steps"]):
             start = time.perf_counter()
             if job["train"]:
