@@ -11,7 +11,9 @@ mask (``i1``: true = attend; or additive, of ``q``'s element type) broadcasts to
 ``[..., H, Sq, Sk]``. ``is_causal`` masks key ``j > i`` for query ``i`` (top-left aligned, as
 torch does); ``scale`` multiplies ``q k^T`` (its default in torch, ``1/sqrt(E)``, is written out
 by the frontend); ``enable_gqa`` lets ``H`` be a multiple of ``Hk`` (query head ``i`` reads key
-head ``i // (H / Hk)``). Dropout inside attention is not part of the op.
+head ``i // (H / Hk)``); ``Hk = 1`` broadcasts one key head to every query head (multi-query).
+Dropout inside attention is not part of the op: SDPA with dropout arrives as PyTorch's math form
+(matmuls, softmax, ``native_dropout``), whose mask is the draw eager PyTorch makes.
 
 Sharding rule: batch dims and heads are parallel factors (Megatron shards heads); the
 query sequence is parallel too (``k``/``v`` replicated on that axis) unless ``is_causal``,
@@ -53,8 +55,9 @@ def _check(types: Sequence[TensorType], attrs: dict[str, Attribute]) -> tuple[Te
         raise InferError(f"batch dims of q {q}, k {k} and v {v} differ")
     h, hk = q.shape[-3], k.shape[-3]
     gqa = bool_attr(attrs, "enable_gqa")
-    if h != hk and not (gqa and h % hk == 0):
-        raise InferError(f"{h} query heads and {hk} key heads: needs enable_gqa and a multiple")
+    if h != hk and hk != 1 and not (gqa and h % hk == 0):
+        raise InferError(f"{h} query heads and {hk} key heads: needs one key head (broadcast), or enable_gqa "
+                         "and a multiple")
     if len(types) == 4:
         m = types[3]
         full = q.shape[:-1] + (k.shape[-2],)
@@ -90,7 +93,12 @@ class _AttentionBase(TensorOp):
         b = RuleBuilder()
         f: dict[str, Any] = {"batch": [b.factor(s) for s in q.shape[:-3]]}
         f["h"] = b.factor(q.shape[-3])
-        f["hk"] = f["h"] if q.shape[-3] == k.shape[-3] else b.factor(k.shape[-3])
+        if q.shape[-3] == k.shape[-3]:
+            f["hk"] = f["h"]
+        elif k.shape[-3] == 1:          # one key head broadcast to every query head (multi-query)
+            f["hk"] = None
+        else:
+            f["hk"] = b.factor(k.shape[-3])
         f["sq"], f["sk"] = b.factor(q.shape[-2]), b.factor(k.shape[-2])
         f["e"], f["ev"] = b.factor(q.shape[-1]), b.factor(v.shape[-1])
         dims = {"q": f["batch"] + [f["h"], f["sq"], f["e"]], "k": f["batch"] + [f["hk"], f["sk"], f["e"]],
@@ -107,7 +115,7 @@ class _AttentionBase(TensorOp):
 
     def _blocked(self, f: dict[str, Any]) -> set[int]:
         blocked = {f["sk"], f["e"], f["ev"]}
-        if f["h"] != f["hk"]:        # grouped heads: keep them whole
+        if f["hk"] is not None and f["h"] != f["hk"]:        # grouped heads: keep them whole
             blocked |= {f["h"], f["hk"]}
         if self.is_causal:           # the causal mask depends on global positions
             blocked.add(f["sq"])
@@ -170,7 +178,9 @@ class AttentionGradOp(_AttentionBase):
         b, f, operands = self._factors(1, 2, 3, 5, ("o", "q", "k", "v", "o"))
         results = [f["batch"] + [f["h"], f["sq"], f["e"]], f["batch"] + [f["hk"], f["sk"], f["e"]],
                    f["batch"] + [f["hk"], f["sk"], f["ev"]]]
-        return b.build(operands, results, blocked=frozenset(self._blocked(f)), reductions=((f["sq"], "sum"),))
+        # dk, dv sum over the queries (and over the query heads sharing one broadcast key head)
+        reductions = [(f["sq"], "sum")] + ([(f["h"], "sum")] if f["hk"] is None else [])
+        return b.build(operands, results, blocked=frozenset(self._blocked(f)), reductions=tuple(reductions))
 
 
 OPS = [AttentionOp, AttentionGradOp]

@@ -295,7 +295,8 @@ class ScatterOp(AlignedOp):
         return f"{ins[0]}.{fn}({literal(self.attr_value('dim'))}, {ins[1]}, {ins[2]})"
 
 
-def _index_shape(x: TensorType, idx: list[TensorType]) -> tuple[int, ...]:
+def index_shape(x: TensorType, idx: list[TensorType]) -> tuple[int, ...]:
+    """Shape of ``x[i0, i1, ...]`` (index tensors broadcast; they index the leading dims)."""
     if not idx:
         raise InferError("needs at least one index tensor")
     if len(idx) > x.rank:
@@ -323,7 +324,7 @@ class IndexOp(TensorOp):
         ts = tensor_types(operand_types, cls.name)
         if len(ts) < 2:
             raise InferError("needs a tensor and at least one index tensor")
-        return [TensorType(_index_shape(ts[0], ts[1:]), ts[0].element_type)]
+        return [TensorType(index_shape(ts[0], ts[1:]), ts[0].element_type)]
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         return f"{ins[0]}[{', '.join(ins[1:])}]"
@@ -350,7 +351,7 @@ class IndexPutOp(TensorOp):
             raise InferError("needs a tensor, at least one index tensor and the values")
         x, idx, v = ts[0], ts[1:-1], ts[-1]
         same_element_type([x, v])
-        target = _index_shape(x, idx)
+        target = index_shape(x, idx)
         try:
             ok = broadcast_shapes(v.shape, target) == target
         except InferError:
