@@ -59,19 +59,30 @@ class OutputLeftOutWarning(UserWarning):
     """A model output that is not a tensor (a cache object) is not part of the captured program."""
 
 
+class _Notes(list):
+    """A list that copies of its module share (export may copy the module it traces)."""
+
+    def __copy__(self) -> _Notes:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> _Notes:
+        return self
+
+
 class OutputWrapper(nn.Module):
     """``forward(*inputs, **kwargs) -> tuple of the model's tensor outputs`` (flattened in order)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
-        self.left_out: list[str] = []
+        self.left_out: list[str] = _Notes()
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple:
         out = self.model(*args, **kwargs)
         tensors: list[torch.Tensor] = []
-        self.left_out = []
-        _tensor_leaves(out, "output", tensors, self.left_out)
+        found: list[str] = []
+        _tensor_leaves(out, "output", tensors, found)
+        self.left_out[:] = found   # in place: the list is shared with copies of this module
         return tuple(tensors)
 
 

@@ -2,7 +2,9 @@
 built from configs (nothing downloaded), as workloads: ``tests/models/hf_tiny.py:llama``.
 
 Each factory returns ``(model, {"input_ids": ids, "labels": ids}, None)``: the model computes
-its own loss (causal LM: labels = input ids), as HuggingFace users train it.
+its own loss (causal LM: labels = input ids; BERT's masked LM: every position predicts its own
+token), as HuggingFace users train it. Models are in training mode (dropout on), as
+``from_config`` leaves them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def _common(**kw):
 
 
 CONFIGS = {
-    "gpt2": lambda: T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    "gpt2": lambda: T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
+                                 eos_token_id=0),
     "llama": lambda: T.LlamaConfig(**_common(num_key_value_heads=2)),
     "qwen2": lambda: T.Qwen2Config(**_common(num_key_value_heads=2)),
     "gemma": lambda: T.GemmaConfig(**_common(num_key_value_heads=2, head_dim=8)),
@@ -29,8 +32,15 @@ CONFIGS = {
     "bloom": lambda: T.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4),
     "gptj": lambda: T.GPTJConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64),
     "stablelm": lambda: T.StableLmConfig(**_common(num_key_value_heads=2)),
-    "olmo": lambda: T.OlmoConfig(**_common(num_key_value_heads=2)),
+    "olmo": lambda: T.OlmoConfig(**_common(num_key_value_heads=2, eos_token_id=0, pad_token_id=1)),
+    "mistral": lambda: T.MistralConfig(**_common(num_key_value_heads=2)),
+    "phi": lambda: T.PhiConfig(**_common()),
+    "gpt_neox": lambda: T.GPTNeoXConfig(**_common()),
+    "opt": lambda: T.OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
+                               max_position_embeddings=64, word_embed_proj_dim=32),
+    "bert": lambda: T.BertConfig(**_common()),
 }
+MASKED_LM = {"bert"}   # the others are causal LMs
 
 
 def build(name: str, seed: int = 0) -> torch.nn.Module:
@@ -39,7 +49,8 @@ def build(name: str, seed: int = 0) -> torch.nn.Module:
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):   # tiny vocab: keep special ids inside it
         if getattr(cfg, key, None) is not None and getattr(cfg, key) >= VOCAB:
             setattr(cfg, key, None)
-    return T.AutoModelForCausalLM.from_config(cfg)
+    cls = T.AutoModelForMaskedLM if name in MASKED_LM else T.AutoModelForCausalLM
+    return cls.from_config(cfg)
 
 
 def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

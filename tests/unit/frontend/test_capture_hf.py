@@ -1,5 +1,11 @@
-"""Models people bring: HuggingFace GPT-2 and Llama from small configs (random weights, nothing
-downloaded) capture forward and training step and interpret like eager PyTorch."""
+"""Models people bring: HuggingFace families at their default settings (SDPA attention, dropout
+as configured; tiny configs from tests/models/hf_tiny.py, nothing downloaded).
+
+Forward (eval mode) and training step (training mode: dropout on where the family's config
+has it) capture and interpret like eager PyTorch: logits rtol 1e-5; loss and gradients rtol
+1e-4, atol 1e-5, with the same seed on both sides (dropout masks are the same draws). One
+test keeps checking the eager-attention path (``attn_implementation="eager"``).
+"""
 
 from __future__ import annotations
 
@@ -8,61 +14,129 @@ import sys
 
 import pytest
 import torch
-import transformers
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models"))
 
-from capture_helpers import check_forward, check_ir, check_params_are_args, check_train, main_func  # noqa: E402
+import hf_tiny  # noqa: E402
+from capture_helpers import check_ir, check_params_are_args, main_func  # noqa: E402
 
 from spmdc.frontend.capture import capture_program  # noqa: E402
+from spmdc.ir.printer import print_module  # noqa: E402
+from spmdc.runtime.interpreter import interpret  # noqa: E402
 
-VOCAB, B, T = 64, 2, 8
-
-
-def _eager(model):
-    model.config._attn_implementation = "eager"
-    try:
-        model.set_attn_implementation("eager")
-    except Exception:  # older transformers
-        pass
-    return model.eval()
+FAMILIES = list(hf_tiny.CONFIGS)
+WITH_DROPOUT = {"gpt2", "opt", "bert"}   # families whose default config has dropout > 0
 
 
-def gpt2():
-    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=4, use_cache=False,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    return _eager(transformers.GPT2LMHeadModel(cfg))
+def _forward(model, ids):
+    model.eval()
+    cap = capture_program(model, (), example_kwargs={"input_ids": ids})
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+    return cap, want
 
 
-def llama():
-    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                   use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=None)
-    return _eager(transformers.LlamaForCausalLM(cfg))
+def _train(model, ids, labels, seed=3):
+    model.train()
+    cap = capture_program(model, (), train=True, example_kwargs={"input_ids": ids, "labels": labels})
+    torch.manual_seed(seed)
+    got = interpret(cap.module, cap.arguments(ids, labels))
+    torch.manual_seed(seed)
+    model.zero_grad()
+    loss = model(input_ids=ids, labels=labels).loss
+    loss.backward()
+    return cap, got, loss.detach()
 
 
-@pytest.fixture(scope="module", params=[gpt2, llama], ids=["gpt2", "llama"])
-def hf(request):
-    torch.manual_seed(0)
-    model = request.param()
-    g = torch.Generator().manual_seed(0)
-    ids, labels = torch.randint(0, VOCAB, (B, T), generator=g), torch.randint(0, VOCAB, (B, T), generator=g)
-    fwd = capture_program(model, (ids,))
-    train = capture_program(model, (ids,), train=True, example_kwargs={"labels": labels})
-    return model, ids, labels, fwd, train
-
-
-def test_hf_forward(hf):
-    model, ids, _, fwd, _ = hf
+@pytest.mark.parametrize("name", FAMILIES)
+def test_forward_and_training_step_match_eager(name):
+    model = hf_tiny.build(name)
+    ids, labels = hf_tiny.batch()
+    fwd, want = _forward(model, ids)
     check_ir(fwd.module)
     check_params_are_args(fwd, model)
-    check_forward(fwd, model, (ids,))
+    (logits, *_) = interpret(fwd.module, fwd.arguments(ids))
+    torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-6)
 
-
-def test_hf_training_step(hf):
-    model, ids, labels, _, train = hf
+    train, got, loss = _train(model, ids, labels)
     check_ir(train.module)
-    check_params_are_args(train, model)
-    check_train(train, model, (ids,), None, kwargs={"labels": labels})
-    func = main_func(train.module)
-    assert func.args[-1].name_hint == "labels"
+    params = dict(model.named_parameters())
+    seen = set()
+    for out, value in zip(train.info.outputs, got, strict=True):
+        if out.kind == "loss":
+            torch.testing.assert_close(value, loss, rtol=1e-4, atol=1e-5)
+        elif out.kind == "gradient":
+            seen.add(out.fqn)
+            torch.testing.assert_close(value, params[out.fqn].grad, rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, f=out.fqn: f"{name} {f}: {m}")
+    assert seen == {n for n, p in params.items() if p.grad is not None}
+    assert main_func(train.module).args[-1].name_hint == "labels"
+    has_dropout = "tensor.random" in print_module(train.module)
+    assert has_dropout == (name in WITH_DROPOUT), "dropout in the program iff the config has it"
+
+
+def test_dropout_really_drops_and_the_seed_decides_the_masks():
+    model = hf_tiny.build("gpt2")
+    ids, labels = hf_tiny.batch()
+    cap, a, _ = _train(model, ids, labels, seed=3)
+    torch.manual_seed(4)
+    b = interpret(cap.module, cap.arguments(ids, labels))
+    assert a[0].item() != b[0].item()
+    model.eval()
+    assert abs(model(input_ids=ids, labels=labels).loss.item() - a[0].item()) > 1e-5
+
+
+def test_eager_attention_path_still_captures():
+    model = hf_tiny.build("llama")
+    model.config._attn_implementation = "eager"
+    model.set_attn_implementation("eager")
+    ids, labels = hf_tiny.batch()
+    fwd, want = _forward(model, ids)
+    assert "tensor.attention" not in print_module(fwd.module)
+    torch.testing.assert_close(interpret(fwd.module, fwd.arguments(ids))[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_sdpa_becomes_one_attention_op():
+    model = hf_tiny.build("llama")
+    ids, labels = hf_tiny.batch()
+    fwd, _ = _forward(model, ids)
+    text = print_module(fwd.module)
+    assert text.count("tensor.attention ") == model.config.num_hidden_layers
+    train, _, _ = _train(model, ids, labels)
+    assert print_module(train.module).count("tensor.attention_grad ") == model.config.num_hidden_layers
+
+
+def test_use_cache_on_captures_the_logits():
+    model = hf_tiny.build("llama")
+    model.config.use_cache = True
+    ids, _ = hf_tiny.batch()
+    fwd, want = _forward(model, ids)
+    outs = interpret(fwd.module, fwd.arguments(ids))
+    assert len(outs) == 1
+    torch.testing.assert_close(outs[0], want, rtol=1e-5, atol=1e-6)
+
+
+class _Cache:
+    """Stands for a cache object (not a tensor) in a model's output."""
+
+
+class _WithCache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return {"logits": self.fc(x), "cache": _Cache(), "hidden": (x * 2, None)}
+
+
+def test_outputs_as_users_return_them_and_non_tensors_left_out_with_a_warning():
+    from spmdc.frontend.loss import OutputLeftOutWarning
+
+    x = torch.randn(2, 4)
+    model = _WithCache()
+    with pytest.warns(OutputLeftOutWarning, match=r"'cache' \(_Cache\)"):
+        cap = capture_program(model, (x,))
+    logits, hidden = interpret(cap.module, cap.arguments(x))
+    torch.testing.assert_close(logits, model(x)["logits"])
+    torch.testing.assert_close(hidden, x * 2)
