@@ -187,3 +187,27 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
     operands = tuple(tuple(s.operands[i] for s in per_axis) for i in range(len(in_types)))
     results = tuple(tuple(s.results[i] for s in per_axis) for i in range(len(out_types)))
     return Choice(operands, results, total, total_changes, ambiguous)
+
+
+def runs_locally(rule: OpShardingRule, mesh_shape: Sequence[int], operand_layouts: Sequence[Sequence[Placement]],
+                 result_layouts: Sequence[Sequence[Placement]]) -> bool:
+    """Whether the op can compute exactly ``result_layouts`` from exactly ``operand_layouts``
+    with no redistribution: on every mesh axis some strategy of ``rule`` takes and gives them."""
+    split: dict[int, int] = {}
+    for a, n in enumerate(mesh_shape):
+        match = None
+        for s in axis_strategies(rule, n):
+            if s.factor is not None and n > 1:
+                parts = split.get(s.factor, 1) * n
+                size = rule.factor_sizes[s.factor]
+                if parts > size or (s.factor in rule.even_only and size % parts):
+                    continue
+            if all(lay[a] == want for lay, want in zip(operand_layouts, s.operands)) and \
+                    all(lay[a] == got for lay, got in zip(result_layouts, s.results)):
+                match = s
+                break
+        if match is None:
+            return False
+        if match.factor is not None and n > 1:
+            split[match.factor] = split.get(match.factor, 1) * n
+    return True
