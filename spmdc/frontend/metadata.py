@@ -86,8 +86,19 @@ def node_infos(ep: ExportedProgram, strip: bool) -> dict[str, NodeInfo]:
             module_type=mtype,
             is_backward=_is_backward(node),
             stack_trace=node.meta.get("stack_trace"),
+            arg_strides=tuple(_strides(a) for a in node.args),
         )
     return infos
+
+
+def _strides(arg: object) -> tuple[int, ...] | None:
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    if isinstance(val, torch.Tensor) and not val.is_sparse:
+        try:
+            return tuple(int(s) for s in val.stride())
+        except (RuntimeError, TypeError):   # symbolic or layout without strides
+            return None
+    return None
 
 
 def shape_dtype(node: torch.fx.Node | None) -> tuple[tuple[int, ...], torch.dtype | None]:

@@ -73,6 +73,9 @@ class NodeInfo:
     module_type: str | None  # e.g. "torch.nn.modules.linear.Linear"
     is_backward: bool  # True when produced by autograd for the backward pass
     stack_trace: str | None = None
+    # strides of each positional tensor argument in the traced run (None for non-tensors):
+    # where eager PyTorch's result depends on memory layout (random draws fill in storage order)
+    arg_strides: tuple[tuple[int, ...] | None, ...] = ()
 
 
 @dataclass

@@ -165,7 +165,8 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
     for slot, (arg, name) in zip(arg_slots, zip(func.args, arg_names)):
         arg.name_hint = name
         env[f"%arg{slot}"] = arg
-    e = Emitter(builder, env, lambda rec: _describe(info, rec.fx_node))
+    e = Emitter(builder, env, lambda rec: _describe(info, rec.fx_node),
+                lambda name: info.nodes.get(name) if name else None)
     for inp in info.inputs:
         if inp.kind == "constant":
             value = info.state[inp.fqn]

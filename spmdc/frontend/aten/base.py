@@ -106,10 +106,12 @@ def torch_op_label(name: str) -> str:
 class Emitter:
     """Builds the ``tensor`` ops of one torch op; shared state lives in the translator."""
 
-    def __init__(self, builder: Builder, env: dict[str, Any], describe: Callable[[Any], dict]):
+    def __init__(self, builder: Builder, env: dict[str, Any], describe: Callable[[Any], dict],
+                 node_info: Callable[[str | None], Any] = lambda name: None):
         self.b = builder
         self.env = env
         self._describe = describe
+        self._node_info = node_info
         self._consts: dict[tuple, Value] = {}
         self._const_ids: set[int] = set()
         self.rec: Any = None
@@ -122,6 +124,12 @@ class Emitter:
         label = torch_op_label(rec.name)
         self.loc = NameLoc(f"{rec.module_path}/{label}" if rec.module_path else label)
         self.created = []
+
+    def arg_strides(self, i: int) -> tuple[int, ...] | None:
+        """Strides of tensor argument ``i`` in the traced run (None when unknown)."""
+        info = self._node_info(self.rec.fx_node)
+        strides = getattr(info, "arg_strides", ())
+        return strides[i] if i < len(strides) else None
 
     @property
     def num_operands(self) -> int:
