@@ -13,6 +13,7 @@ from spmdc.dialects.tensor import (
     activation,
     attention,
     compare,
+    conv,
     elementwise,
     index,
     linalg,
@@ -25,6 +26,7 @@ from spmdc.dialects.tensor.activation import *  # noqa: F401,F403
 from spmdc.dialects.tensor.attention import AttentionGradOp, AttentionOp  # noqa: F401
 from spmdc.dialects.tensor.base import TensorOp
 from spmdc.dialects.tensor.compare import *  # noqa: F401,F403
+from spmdc.dialects.tensor.conv import ConvInputGradOp, ConvOp, ConvWeightGradOp  # noqa: F401
 from spmdc.dialects.tensor.elementwise import *  # noqa: F401,F403
 from spmdc.dialects.tensor.index import *  # noqa: F401,F403
 from spmdc.dialects.tensor.linalg import MatmulOp  # noqa: F401
@@ -35,6 +37,7 @@ from spmdc.dialects.tensor.shape import BroadcastOp, ConstantOp, PermuteOp, Resh
 from spmdc.ir.registry import Dialect
 
 DIALECT = Dialect("tensor", [*elementwise.OPS, *reduction.OPS, *shape.OPS, *linalg.OPS,
-                             *activation.OPS, *compare.OPS, *index.OPS, *nn.OPS, *attention.OPS, *random.OPS])
+                             *activation.OPS, *compare.OPS, *index.OPS, *nn.OPS, *attention.OPS, *random.OPS,
+                             *conv.OPS])
 
 __all__ = ["DIALECT", "TensorOp"] + [op.__name__ for op in DIALECT.ops]

@@ -12,7 +12,16 @@ from spmdc.frontend.aten.base import HANDLERS, Emitter, TranslationError, Unsupp
 
 def handler_table() -> dict:
     """The full name -> handler table (imports every family module once)."""
-    from spmdc.frontend.aten import attention, creation, elementwise, index, random, reduction, shape  # noqa: F401
+    from spmdc.frontend.aten import (  # noqa: F401
+        attention,
+        conv,
+        creation,
+        elementwise,
+        index,
+        random,
+        reduction,
+        shape,
+    )
 
     return HANDLERS
 

@@ -117,6 +117,13 @@ CASES = [
     ("tensor.attention", [T(1, 4, 3, 2), T(1, 2, 5, 2), T(1, 2, 5, 3)], {"enable_gqa": True, "scale": 1.0}, None,
      lambda q, k, v: torch.softmax(q @ k.repeat_interleave(2, 1).transpose(-2, -1), -1) @ v.repeat_interleave(2, 1),
      False),
+    # convolution against unfold + matmul (an independent formulation)
+    ("tensor.conv", [T(2, 3, 7, 6), T(4, 3, 3, 2)], {"stride": [2, 1], "padding": [1, 0], "dilation": [1, 2]}, None,
+     lambda x, w: (w.reshape(4, -1) @ F.unfold(x, (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1))
+                   ).reshape(2, 4, 4, 4), False),
+    ("tensor.conv", [T(2, 4, 9), T(6, 2, 3)], {"stride": [1], "padding": [1], "dilation": [1], "groups": 2}, None,
+     lambda x, w: torch.cat([(w[3 * g:3 * g + 3].reshape(3, -1) @ F.unfold(
+         x[:, 2 * g:2 * g + 2, None, :], (1, 3), padding=(0, 1))).reshape(2, 3, 9) for g in range(2)], 1), False),
     ("tensor.softmax", [T(2, 3, 4)], {"dim": 2}, None, lambda a: torch.softmax(a, 2), False),
     ("tensor.softmax", [T(3, 4, elt="f64")], {"dim": 0}, None, lambda a: torch.softmax(a, 0), False),
     ("tensor.log_softmax", [T(2, 5)], {"dim": 1}, None, lambda a: torch.log_softmax(a, 1), False),
@@ -182,7 +189,8 @@ def build(name, operand_types, attrs, result_types):
 def test_every_tensor_op_is_checked_against_torch():
     tensor_ops = {cls.name for cls in all_ops() if issubclass(cls, TensorOp)}
     # attention_grad: below; random ops: tests/unit/dialects/test_random.py (bitwise against torch's draws)
-    covered = {c[0] for c in CASES} | {"tensor.constant", "tensor.attention_grad", "tensor.random", "tensor.rng_seed"}
+    covered = {c[0] for c in CASES} | {"tensor.constant", "tensor.attention_grad", "tensor.random", "tensor.rng_seed",
+                                       "tensor.conv_input_grad", "tensor.conv_weight_grad"}  # the last two: below
     missing = sorted(tensor_ops - covered)
     assert not missing, f"add cases comparing the torch implementation with torch to CASES for: {missing}"
     assert len(tensor_ops) > 40
@@ -279,3 +287,25 @@ def test_attention_grad_matches_autograd_of_torch_attention(causal, gqa, masked,
     dq, dk, dv = op.reference(*args)
     for got, want in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("spatial,attrs", [
+    (1, {"stride": [2], "padding": [1], "dilation": [1], "groups": 1}),
+    (2, {"stride": [1, 2], "padding": [1, 0], "dilation": [2, 1], "groups": 1}),
+    (2, {"stride": [1, 1], "padding": [0, 1], "dilation": [1, 1], "groups": 2}),
+], ids=["conv1d-stride", "conv2d-dilation", "conv2d-groups"])
+def test_conv_grads_match_autograd_of_torch_convolution(spatial, attrs):
+    """tensor.conv_input_grad / conv_weight_grad against autograd through torch's convolution."""
+    gen = torch.Generator().manual_seed(3)
+    g = attrs["groups"]
+    x = torch.randn(2, 4, *([7] * spatial), generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, 4 // g, *([3] * spatial), generator=gen, dtype=torch.float64, requires_grad=True)
+    conv = getattr(F, f"conv{spatial}d")
+    y = conv(x, w, None, attrs["stride"], attrs["padding"], attrs["dilation"], g)
+    dy = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    y.backward(dy)
+    tx, tw, ty = (TensorType(tuple(t.shape), "f64") for t in (x, w, y))
+    dx = build("tensor.conv_input_grad", [ty, tw], attrs, [tx]).reference(dy, w.detach())
+    dw = build("tensor.conv_weight_grad", [tx, ty], attrs, [tw]).reference(x.detach(), dy)
+    torch.testing.assert_close(dx, x.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(dw, w.grad, rtol=1e-10, atol=1e-10)

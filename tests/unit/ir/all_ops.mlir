@@ -77,6 +77,11 @@ module @all attributes {spmdc.version = 1} {
     %rnd = tensor.random {distribution = "bernoulli", p = 0.9} : tensor<2x8xf32>
     %seed = tensor.rng_seed : tensor<i64>
     %rnd2 = tensor.random %seed {distribution = "normal", mean = 0.0, std = 1.0, stream = 0} : (tensor<i64>) -> tensor<2x8xf32>
+    %img = tensor.reshape %lsm : (tensor<2x8xf32>) -> tensor<1x2x2x4xf32>
+    %cw = tensor.constant {value = dense<0.5> : tensor<3x2x1x2xf32>} : tensor<3x2x1x2xf32>
+    %cy = tensor.conv %img, %cw {dilation = [1, 1], groups = 1, padding = [0, 0], stride = [1, 1]} : (tensor<1x2x2x4xf32>, tensor<3x2x1x2xf32>) -> tensor<1x3x2x3xf32>
+    %cdx = tensor.conv_input_grad %cy, %cw {dilation = [1, 1], groups = 1, padding = [0, 0], stride = [1, 1]} : (tensor<1x3x2x3xf32>, tensor<3x2x1x2xf32>) -> tensor<1x2x2x4xf32>
+    %cdw = tensor.conv_weight_grad %img, %cy {dilation = [1, 1], groups = 1, padding = [0, 0], stride = [1, 1]} : (tensor<1x2x2x4xf32>, tensor<1x3x2x3xf32>) -> tensor<3x2x1x2xf32>
     %all = tensor.all %xor {dims = [1], keepdim = false} : (tensor<2x8xi1>) -> tensor<2xi1>
     %any = tensor.any %xor {dims = [0, 1], keepdim = true} : (tensor<2x8xi1>) -> tensor<1x1xi1>
     %q = tensor.reshape %lsm : (tensor<2x8xf32>) -> tensor<1x2x2x4xf32>
