@@ -47,9 +47,9 @@ from spmdc.dialects.pyexpr import literal
 from spmdc.ir.core import Block, Operation, Value
 from spmdc.ir.symbols import lookup_symbol
 
-EMITTER_VERSION = "4"
+EMITTER_VERSION = "6"
 TARGETS = ("torch", "triton")
-_MODULE_NAMES = frozenset({"torch", "ENTRY", "args", "comm", "triton", "tl", "spmdc_ops"})
+_MODULE_NAMES = frozenset({"torch", "ENTRY", "args", "comm", "triton", "tl", "spmdc_ops", "spmdc_attn"})
 
 
 def emit_python(module: Operation, func_name: str = "main", target: str = "torch") -> str:
@@ -102,6 +102,9 @@ class PythonEmitter:
         if any("spmdc_ops." in chunk for chunk in body):
             # ops whose torch form spans several statements (see spmdc.dialects.torch_helpers)
             head[-1:] = ["from spmdc.dialects import torch_helpers as spmdc_ops", ""]
+        if any("spmdc_attn." in chunk for chunk in body):
+            # flash-attention kernels (target triton; see spmdc.codegen.triton_attention)
+            head[-1:] = ["from spmdc.codegen import triton_attention as spmdc_attn", ""]
         if self.target == "triton" and self.n_fused:
             from spmdc.codegen.triton_emitter import helpers_used
 
@@ -166,11 +169,14 @@ class PythonEmitter:
         return f"{fname}({', '.join(ins)})"
 
     def emit_block(self, block: Block, names: Namer, env: dict[Value, str]) -> list[str]:
-        out: list[str] = []
+        """The block's statements; a local is deleted right after its last use (or its definition,
+        when nothing uses it), so a tensor is freed as soon as the program no longer needs it,
+        as eager PyTorch frees activations the backward does not save."""
+        steps: list[tuple[str, list[str], list[str]]] = []   # (statement, names read, names bound)
         for op in block.ops:
             ins = [env[v] for v in op.operands]
             if op.has_trait("Terminator"):
-                out.append(f"    return [{', '.join(ins)}]")
+                steps.append((f"    return [{', '.join(ins)}]", ins, []))
                 continue
             expr = self.emit_op(op, ins)
             if len(op.results) == 1 and expr in ins:  # an alias (shard.annotate on one device)
@@ -179,11 +185,22 @@ class PythonEmitter:
             outs = [self._bind(names, env, r, op.results[0].name_hint if k else None)
                     for k, r in enumerate(op.results)]
             if not outs:
-                out.append(f"    {expr}")
+                steps.append((f"    {expr}", ins, []))
             elif len(outs) == 1 and op.name not in ("kernel.fused", "func.call"):
-                out.append(f"    {outs[0]} = {expr}")
+                steps.append((f"    {outs[0]} = {expr}", ins, outs))
             else:
-                out.append(f"    {', '.join(outs)}, = {expr}")
+                steps.append((f"    {', '.join(outs)}, = {expr}", ins, outs))
+        last: dict[str, int] = {}
+        for i, (_, ins, outs) in enumerate(steps):
+            for n in outs + ins:
+                last[n] = i
+        returned = set(steps[-1][1]) if steps and steps[-1][0].startswith("    return") else set()
+        out: list[str] = []
+        for i, (line, ins, outs) in enumerate(steps):
+            out.append(line)
+            dead = [n for n in dict.fromkeys(ins + outs) if last[n] == i and n not in returned]
+            if dead and not line.startswith("    return"):
+                out.append(f"    del {', '.join(dead)}")
         return out
 
     def _bind(self, names: Namer, env: dict[Value, str], v: Value, sibling: str | None = None) -> str:
@@ -202,6 +219,9 @@ class PythonEmitter:
             return self.emit_fused(op, ins)
         if op.name == "func.call":
             return f"{self.fn_names[op.symbol_ref('callee')]}([{', '.join(ins)}], comm)"
+        triton_call = getattr(op, "triton_call", None) if self.target == "triton" else None
+        if triton_call is not None:   # a Triton kernel library call (flash attention)
+            return triton_call(ins)
         torch_expr = getattr(op, "torch_expr", None)
         expr = torch_expr(ins) if torch_expr is not None else None
         if expr is not None:
