@@ -23,6 +23,7 @@ The data model and the decomposition table are re-exported here.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ import torch
 import torch.nn as nn
 from torch.export import ExportedProgram
 
+from spmdc.frontend.checkpoint import marking_checkpoints, rematerialize
 from spmdc.frontend.decompositions import default_decomposition_table
 from spmdc.frontend.graph_surgery import cleanup_graph, make_views_safe, merge_aliased_and_unused
 from spmdc.frontend.joint import joint_decompose
@@ -99,6 +101,7 @@ def export_program(
     return_model_outputs: bool = False,
     decomposition_table: dict[Any, Callable] | None = None,
     example_kwargs: Mapping[str, Any] | None = None,
+    checkpoint: str | None = None,
 ) -> ExportedProgramInfo:
     """Export ``model`` with torch.export and decompose it to (near-)core ATen.
 
@@ -116,6 +119,9 @@ def export_program(
         (only when ``loss_fn`` is given).
       decomposition_table: overrides :func:`default_decomposition_table`.
       example_kwargs: keyword model inputs (e.g. ``labels=`` for HF models).
+      checkpoint: ``"blocks"`` checkpoints every repeated block (a plan's ``checkpoint:
+        blocks``); ``torch.utils.checkpoint`` regions are kept either way
+        (:mod:`spmdc.frontend.checkpoint`).
 
     User inputs are numbered (``InputInfo.user_index``) in the flattened order
     ``[*example_inputs, *loss_inputs, *example_kwargs.values()]``; pass them in that
@@ -129,6 +135,8 @@ def export_program(
     kwargs: dict[str, Any] = dict(example_kwargs or {})
     table = (default_decomposition_table() if decomposition_table is None
              else dict(decomposition_table))
+    if checkpoint not in (None, "blocks"):
+        raise ExportError(f"checkpoint={checkpoint!r}: expected None or 'blocks'")
     if not train and (loss_fn is not None or loss_inputs):
         raise ExportError("loss_fn / loss_inputs require train=True")
     if train:
@@ -138,12 +146,16 @@ def export_program(
         root, args = OutputWrapper(model), example_inputs
     was_training = model.training
     t0 = time.perf_counter()
+    marking = marking_checkpoints(model, blocks=checkpoint == "blocks") if train else contextlib.nullcontext()
     try:
-        ep = _export(root, args, kwargs)
-        timings["export"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        ep, tied, unused = merge_aliased_and_unused(ep, root, train)
-        ep, metadata_complete = _decompose(ep, table, train)
+        with marking:
+            ep = _export(root, args, kwargs)
+            timings["export"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            ep, tied, unused = merge_aliased_and_unused(ep, root, train)
+            ep, metadata_complete = _decompose(ep, table, train)
+        if train and rematerialize(ep.graph_module.graph):
+            ep.graph_module.recompile()
         timings["decompose"] = time.perf_counter() - t1
     finally:
         model.train(was_training)

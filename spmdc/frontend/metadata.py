@@ -15,6 +15,7 @@ import torch
 from torch.export import ExportedProgram
 
 from spmdc.frontend import torch_compat
+from spmdc.frontend.checkpoint import RECOMPUTE_KEY
 from spmdc.frontend.loss import LossWrapper, OutputWrapper, strip_wrapper
 from spmdc.frontend.program import NodeInfo
 
@@ -87,6 +88,7 @@ def node_infos(ep: ExportedProgram, strip: bool) -> dict[str, NodeInfo]:
             is_backward=_is_backward(node),
             stack_trace=node.meta.get("stack_trace"),
             arg_strides=tuple(_strides(a) for a in node.args),
+            recompute=(node.meta.get("custom") or {}).get(RECOMPUTE_KEY),
         )
     return infos
 

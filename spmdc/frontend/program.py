@@ -76,6 +76,7 @@ class NodeInfo:
     # strides of each positional tensor argument in the traced run (None for non-tensors):
     # where eager PyTorch's result depends on memory layout (random draws fill in storage order)
     arg_strides: tuple[tuple[int, ...] | None, ...] = ()
+    recompute: int | None = None   # checkpoint region this backward op recomputes (spmdc.frontend.checkpoint)
 
 
 @dataclass

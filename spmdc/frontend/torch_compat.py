@@ -109,6 +109,22 @@ def core_aten_decompositions() -> dict[Any, Callable]:
     return dict(table())
 
 
+@contextlib.contextmanager
+def checkpoint_implementations(non_reentrant: Callable, reentrant: Any) -> Iterator[None]:
+    """Replace ``torch.utils.checkpoint``'s two implementations while a model is traced: the
+    generator behind ``use_reentrant=False`` and the ``autograd.Function`` behind
+    ``use_reentrant=True``. ``checkpoint()`` looks both up in its module at call time, so this
+    reaches every caller, however it imported ``checkpoint``."""
+    import torch.utils.checkpoint as ckpt
+
+    saved = ckpt._checkpoint_without_reentrant_generator, ckpt.CheckpointFunction
+    ckpt._checkpoint_without_reentrant_generator, ckpt.CheckpointFunction = non_reentrant, reentrant
+    try:
+        yield
+    finally:
+        ckpt._checkpoint_without_reentrant_generator, ckpt.CheckpointFunction = saved
+
+
 def registered_decomposition(op: Any) -> Callable | None:
     """torch's own Python decomposition of ``op`` (e.g. SDPA's math form), if it has one."""
     from torch._decomp import decomposition_table

@@ -26,7 +26,7 @@ from typing import Any
 
 from spmdc.frontend.aten import TranslationError, UnsupportedOpError, UnsupportedOpsError, handler_table
 from spmdc.frontend.aten.base import Emitter, Unavailable, Uninitialized, torch_op_label
-from spmdc.ir.attributes import ArrayAttr, DenseAttr, DictAttr, StringAttr, UnitAttr
+from spmdc.ir.attributes import ArrayAttr, DenseAttr, DictAttr, IntegerAttr, StringAttr, UnitAttr
 from spmdc.ir.core import Value
 from spmdc.ir.location import NameLoc
 from spmdc.ir.printer import _HINT_OK
@@ -203,6 +203,11 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
             for op in e.created:
                 if op.results and op.results[0].name_hint is None and not e.is_cached_constant(op.results[0]):
                     op.results[0].name_hint = f"{rec.fx_node}.{op.name.split('.', 1)[1]}"
+        recompute = getattr(info.nodes.get(rec.fx_node) if rec.fx_node else None, "recompute", None)
+        if recompute is not None:   # a checkpointed op recomputed for the backward: CSE must keep it apart
+            for op in e.created:
+                if op.results and not e.is_cached_constant(op.results[0]):
+                    op.attributes["spmdc.recompute"] = IntegerAttr(recompute)
         stats.spmdc_ops += len(e.created)
 
     # -- results -----------------------------------------------------------------------
