@@ -63,18 +63,22 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | Plan, train: bool = False,
                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = False,
                    dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None,
-                   rng: str = "eager") -> CompiledStep:
+                   rng: str = "eager", checkpoint: str | None = None) -> CompiledStep:
     """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
 
     ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
     program's last user inputs, in their order. ``rng``: ``eager`` (random numbers bitwise
-    equal to single-device PyTorch) or ``philox`` (counter-based, each rank draws its piece)."""
+    equal to single-device PyTorch) or ``philox`` (counter-based, each rank draws its piece).
+    ``checkpoint``: ``"blocks"`` recomputes every repeated block in the backward (default: the
+    plan's ``checkpoint``; ``torch.utils.checkpoint`` regions in the model are kept anyway)."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan
 
     kwargs = dict(kwargs or {})
+    if checkpoint is None and isinstance(plan, Plan):
+        checkpoint = plan.checkpoint
     cap = capture_program(model, tuple(inputs), train=train, loss_fn=loss_fn, loss_inputs=tuple(loss_inputs),
-                          example_kwargs=kwargs)
+                          example_kwargs=kwargs, checkpoint=checkpoint)
     module, name = cap.module, program_name(train)
     func = main_function(module)
     resolved = plan_for(plan, mesh, func)

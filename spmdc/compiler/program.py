@@ -65,6 +65,14 @@ class RankProgram:
     kernel_stats: Any = None          # spmdc.codegen.kernel_stats.KernelStats for target "triton"
 
     @property
+    def peak_bytes(self) -> int:
+        """Peak bytes the program allocates beyond its arguments (static liveness estimate,
+        :mod:`spmdc.compiler.memory`): what activation checkpointing lowers."""
+        from spmdc.compiler.memory import peak_bytes
+
+        return peak_bytes(self.module)
+
+    @property
     def comm_ops(self) -> dict[str, int]:
         """Collective ops in the program, by name (what one call issues)."""
         counts: dict[str, int] = {}

@@ -33,7 +33,7 @@ def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: s
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
             device_mesh: Any = None, device: str | None = None, target: str | None = None,
             bucket: bool = False, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
-            rng: str = "eager") -> CompiledModule:
+            rng: str = "eager", checkpoint: str | None = None) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
@@ -49,7 +49,10 @@ def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: s
     default generator (each rank draws whole tensors and keeps its piece) — or ``"philox"``
     (counter-based: each rank draws only its piece; the same numbers on any mesh and plan,
     not eager's). Seed with ``torch.manual_seed`` on every rank, as for one device.
+    ``checkpoint``: ``"blocks"`` recomputes every repeated block (``layers.N``) in the backward;
+    ``torch.utils.checkpoint`` calls in the model are kept either way.
     """
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
-                          target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng)
+                          target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
+                          checkpoint=checkpoint)

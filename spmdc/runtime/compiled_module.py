@@ -35,7 +35,8 @@ class CompiledModule:
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
                  target: str | None = None, bucket: bool = False, dump: Dump | None = None,
-                 example_kwargs: dict[str, Any] | None = None, rng: str = "eager"):
+                 example_kwargs: dict[str, Any] | None = None, rng: str = "eager",
+                 checkpoint: str | None = None):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -69,7 +70,7 @@ class CompiledModule:
         jobs = [dict(inputs=model_args, train=False, bucket=bucket, dump=dump, kwargs=kwargs, rng=rng)]
         if train:
             jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args, bucket=bucket,
-                             dump=dump, kwargs=kwargs, rng=rng))
+                             dump=dump, kwargs=kwargs, rng=rng, checkpoint=checkpoint))
         steps = compile_shared(model, jobs, mesh, plan)
         self.target = target or default_target()
         self._fwd = RankRunner(compile_rank(steps[0], self.rank, self.target, dump), self.comm, device=self.device)

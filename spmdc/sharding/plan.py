@@ -52,6 +52,7 @@ class Plan:
     outputs: list[Any] = field(default_factory=list)           # per model output (loss: R)
     reshard_after_forward: bool = True
     name: str = "custom"
+    checkpoint: str | None = None   # "blocks": recompute every repeated block in the backward
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> Plan:
@@ -61,8 +62,11 @@ class Plan:
                 params[pat] = ParamLayout(spec.get("storage"), spec.get("compute"))
             else:
                 params[pat] = spec
+        checkpoint = d.get("checkpoint")
+        if checkpoint not in (None, "blocks"):
+            raise PlanError(f"checkpoint: expected 'blocks' (recompute every repeated block), got {checkpoint!r}")
         return Plan(params, list(d.get("inputs") or []), list(d.get("outputs") or []),
-                    bool(d.get("reshard_after_forward", True)), str(d.get("name", "custom")))
+                    bool(d.get("reshard_after_forward", True)), str(d.get("name", "custom")), checkpoint)
 
     @staticmethod
     def load(path: str) -> Plan:

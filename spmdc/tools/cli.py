@@ -13,9 +13,10 @@ diagnostic) and exits 1; a bug in spmdc prints an internal-error line and exits 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from spmdc.tools.errors import guard
+from spmdc.tools.errors import EXIT_INTERRUPTED, guard
 
 
 def version_text(prog: str) -> str:
@@ -49,7 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "run":
         from spmdc.tools.run_cmd import config_from_args, run_main
 
-        return guard(prog, lambda: run_main(config_from_args(args)), verbose=args.verbose)
+        rc = guard(prog, lambda: run_main(config_from_args(args)), verbose=args.verbose)
+        if rc == EXIT_INTERRUPTED:
+            # torch's rendezvous store may still run a thread in this process, which a normal
+            # interpreter exit would destroy mid-run (std::terminate, "Fatal Python error"). The
+            # ranks are gone and the launcher has removed its files: leave now, with the code.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+        return rc
     if args.cmd == "capture":
         from spmdc.tools.capture_cmd import capture_main
 

@@ -43,6 +43,7 @@ class RunConfig:
     verbose: bool = False
     seed: int = 0
     rng: str = "eager"
+    checkpoint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -97,6 +98,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="random numbers: 'eager' draws what single-device PyTorch draws (each rank draws "
                          "whole tensors), 'philox' draws only each rank's piece, the same on any number of "
                          "ranks but not eager's numbers (--check then compares losses only loosely)")
+    ap.add_argument("--checkpoint", choices=("blocks",), default=None,
+                    help="activation checkpointing: recompute every repeated block (layers.N) in the backward "
+                         "(torch.utils.checkpoint calls in the model are kept either way)")
     ap.add_argument("--verbose", action="store_true",
                     help="show every rank's stderr and Python tracebacks (else a failed run writes them to a log)")
 
@@ -105,7 +109,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
                      args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout,
                      target=args.target, bucket=args.bucket, force=args.force, verbose=args.verbose,
-                     seed=args.seed, rng=args.rng)
+                     seed=args.seed, rng=args.rng, checkpoint=args.checkpoint)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -250,7 +254,7 @@ def run_main(cfg: RunConfig) -> int:
     job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
            "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket,
-           "seed": cfg.seed, "rng": cfg.rng}
+           "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint}
     plan_name = plan if isinstance(plan, str) else plan.name
     console.print(Text("spmdc run", style="bold"), f"{cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")
@@ -281,6 +285,10 @@ def run_main(cfg: RunConfig) -> int:
     console.print(comm)
     if r0.get("kernels"):
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
+    if r0.get("peak_bytes") is not None:
+        note = " with --checkpoint blocks" if cfg.checkpoint else ""
+        console.print(f"memory the step allocates beyond parameters and inputs (rank 0, static liveness{note}): "
+                      f"peak {r0['peak_bytes'] / 1024:,.1f} KiB")
     for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen)):
         if where:
             console.print(f"{what} written to {where}/")

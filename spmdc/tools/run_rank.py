@@ -20,6 +20,12 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         from spmdc.codegen.cache import prepare_triton
 
         prepare_triton()
+    import signal
+
+    # Ctrl-C: torch's agent passes SIGINT on to the ranks; a rank unwinding from a collective
+    # would be torn down with gloo's threads still running (std::terminate, a "Fatal Python
+    # error" on the user's terminal). The agent reports the interruption; a rank just stops.
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
     import torch
     import torch.distributed as dist
 
@@ -43,7 +49,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
                             target=job.get("target"), bucket=job.get("bucket", False),
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
-                            rng=job.get("rng", "eager"))
+                            rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"))
         compile_s = time.perf_counter() - t0
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
             flush=True)
@@ -68,6 +74,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
+                "peak_bytes": prog.peak_bytes,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels}
     finally:
         if own_group:

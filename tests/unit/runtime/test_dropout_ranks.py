@@ -3,8 +3,9 @@
 Eager mode: each rank's dropout mask, put together, is bitwise the mask eager PyTorch draws on
 one device with the same seed (megatron, fsdp, fsdp+tp), and a training step with dropout
 0.1 (residual and attention dropout) matches eager's loss and gradients (rtol 1e-4, atol
-1e-5). Counter mode (``rng="philox"``): the masks are the same bits on every mesh and plan,
-and training steps agree across meshes to rounding.
+1e-5), also with every block checkpointed (recomputed in the backward, masks replayed).
+Counter mode (``rng="philox"``): the masks are the same bits on every mesh and plan, and
+training steps agree across meshes to rounding.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def runs():
             model, x, y = _drop_model()
             steps.append(compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=_loss,
                                       loss_inputs=(y,), rng=rng))
+    for plan, mesh in MESHES[:2]:   # activation checkpointing: every block recomputed in the backward
+        model, x, y = _drop_model()
+        steps.append(compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=_loss,
+                                  loss_inputs=(y,), checkpoint="blocks"))
     return steps, launch(run_steps, 4, (steps, "codegen", "torch", SEED))
 
 
@@ -115,7 +120,8 @@ def test_counter_mode_masks_are_the_same_bits_under_every_plan(runs):
     assert "tensor.rng_seed" in steps[len(MESHES)].global_ir
 
 
-def test_training_with_dropout_matches_eager(runs):
+@pytest.mark.parametrize("first", [2 * len(MESHES), 2 * len(MESHES) + 4], ids=["plain", "checkpointed"])
+def test_training_with_dropout_matches_eager(runs, first):
     steps, results = runs
     model, x, y = _drop_model()
     torch.manual_seed(SEED)
@@ -124,7 +130,6 @@ def test_training_with_dropout_matches_eager(runs):
     grads = {n: p.grad for n, p in model.named_parameters()}
     model.eval()
     assert abs(_loss(model(x), y).item() - loss.item()) > 1e-3   # dropout changes the loss
-    first = 2 * len(MESHES)
     for case in (first, first + 1):
         for rank in range(4):
             for kind, got in zip(steps[case].result_kinds, results[rank][case]["outputs"], strict=True):
@@ -137,3 +142,10 @@ def test_counter_mode_training_agrees_across_meshes(runs):
     a, b = results[0][2 * len(MESHES) + 2], results[0][2 * len(MESHES) + 3]
     for got, want in zip(a["outputs"], b["outputs"], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpointed_fsdp_gathers_weights_again_for_the_recomputation(runs):
+    steps, results = runs
+    plain, ckpt = results[0][2 * len(MESHES) + 1], results[0][2 * len(MESHES) + 5]
+    assert "spmdc.recompute" in steps[2 * len(MESHES) + 5].global_ir
+    assert ckpt["comm_ops"]["comm.all_gather"] > plain["comm_ops"]["comm.all_gather"]
