@@ -43,7 +43,8 @@ from spmdc.ir.types import TensorType
 
 MAX_BLOCK = 1024
 # names the templates use inside kernels; inputs and values never take them
-_KERNEL_LOCALS = frozenset({"tl", "triton", "torch", *TRITON_HELPERS, "offs", "mask", "row", "cols", "zero", "acc",
+_KERNEL_LOCALS = frozenset({"tl", "triton", "torch", *TRITON_HELPERS, "_philox_word", "offs", "mask", "row", "cols",
+                            "zero", "acc",
                             "res", "c0", "k0", "mean", "d", "row_max", "denom", "pid_m", "pid_n", "pid_b", "rm", "rn",
                             "rk", "a", "b", "BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K"}
                            | {f"{p}{i}" for p in "irb" for i in range(16)})
@@ -75,10 +76,15 @@ def splat_literal(op: Operation) -> str:
     return f"tl.full([], {literal(v)}, {triton_type(t)})"
 
 
-def triton_expr(op: Operation, ins: list[str]) -> str:
+def triton_expr(op: Operation, ins: list[str], index: dict[int, str] | None = None,
+                space: tuple[int, ...] | None = None) -> str:
     """``op`` on block values ``ins``: its declared Triton expression (``fuse-kernels`` only
-    puts ops that have one into regions)."""
-    expr = op.triton_expr(ins) if hasattr(op, "triton_expr") else None  # type: ignore[attr-defined]
+    puts ops that have one into regions). Ops whose value depends on the position (counter-based
+    random draws) get the kernel's index variables: ``index[d]`` for dim ``d`` of ``space``."""
+    if hasattr(op, "triton_index_expr") and index is not None and space is not None:
+        expr = op.triton_index_expr(ins, index, space)  # type: ignore[attr-defined]
+    else:
+        expr = op.triton_expr(ins) if hasattr(op, "triton_expr") else None  # type: ignore[attr-defined]
     if expr is None:
         raise op.emit_error("has no Triton lowering")
     return expr
@@ -171,7 +177,7 @@ class TritonEmitter:
             if o.name == "tensor.matmul":
                 self.env[o.result] = "acc"
                 continue
-            expr = triton_expr(o, [self.env[v] for v in o.operands])
+            expr = triton_expr(o, [self.env[v] for v in o.operands], index, space)
             lines.append(f"{indent}{self.local(o.result)} = {expr}")
         return lines
 
@@ -341,7 +347,8 @@ class TritonEmitter:
             elif o is mm:
                 self.env[o.result] = "acc"
             else:
-                lines.append(f"    {self.local(o.result)} = {triton_expr(o, [self.env[v] for v in o.operands])}")
+                expr = triton_expr(o, [self.env[v] for v in o.operands], index, space)
+                lines.append(f"    {self.local(o.result)} = {expr}")
         return lines
 
 

@@ -29,8 +29,9 @@ tensor) gets Philox-4x32-10 with key = the step's seed (``tensor.rng_seed`` draw
 number from torch's generator per program run) and counter ``(i mod 2^32, i >> 32, stream,
 0)``, the first output word made a float as ``tl.rand`` does. The numbers do not depend on
 the mesh, the plan or the rank, only on the seed, the op's ``stream`` and the global index;
-Triton kernels compute the same bits (``tl.philox``). They are not the numbers eager PyTorch
-draws. ``normal`` uses Box-Muller on the first two words.
+Triton kernels compute the same bits (``tl.philox``: bernoulli, uniform and randint draws are
+elementwise ops in fused kernels). They are not the numbers eager PyTorch draws. ``normal``
+uses Box-Muller on the first two words (a torch call on every target).
 
 Sharding rule: every dim is a free factor (a piece is computed where it is needed); the
 result is never ``Partial``. Random ops are not ``Pure``: they are never merged, removed or
@@ -44,7 +45,7 @@ from typing import Any
 
 from spmdc.dialects.pyexpr import literal, shape_literal
 from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder
-from spmdc.dialects.tensor.base import TensorOp, dtype_source
+from spmdc.dialects.tensor.base import TRITON_HELPERS, TensorOp, dtype_source, triton_type
 from spmdc.ir.attributes import ArrayAttr, FloatAttr, IntegerAttr, StringAttr
 from spmdc.ir.types import TensorType
 
@@ -54,6 +55,7 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "bernoulli": ("p",),
     "randint": ("low", "high"),
 }
+_TRITON_DISTRIBUTIONS = ("bernoulli", "uniform", "randint")
 # the in-place torch method eager PyTorch calls for each distribution
 _EAGER_METHOD = {"uniform": "uniform_", "normal": "normal_", "bernoulli": "bernoulli_", "randint": "random_"}
 
@@ -161,6 +163,44 @@ class RandomOp(TensorOp):
         index = ", ".join(f"{o}:{o + n}" for o, n in zip(self.offset, t.shape))
         return f"{draw}[{index}]"
 
+    # -- Triton (counter mode) ------------------------------------------------------------
+    def kernel_role(self) -> str | None:
+        """Counter-mode bernoulli / uniform / randint draws are elementwise in Triton kernels
+        (the same bits as :meth:`torch_expr`); eager draws and normal samples stay torch calls."""
+        ok = self.is_counter_based and self.distribution in _TRITON_DISTRIBUTIONS
+        return "elementwise" if ok and isinstance(self.result.type, TensorType) else None
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        """On blocks indexed by ``i0, i1, ...`` over the result's own shape."""
+        t = self.result.tensor_type
+        return self.triton_index_expr(ins, {d: f"i{d}" for d in range(t.rank) if t.shape[d] != 1}, t.shape)
+
+    def triton_index_expr(self, ins: Sequence[str], index: dict[int, str], space: Sequence[int]) -> str | None:
+        """The draw at the point of the kernel's iteration ``space`` whose dim ``d`` is ``index[d]``
+        (the result broadcasts to ``space``: its size-1 dims read index 0)."""
+        if self.kernel_role() is None:
+            return None
+        t = self.result.tensor_type
+        lead = len(space) - t.rank
+        terms, stride = [], 1
+        for d in reversed(range(t.rank)):
+            pos = index.get(lead + d) if t.shape[d] != 1 else None
+            off = self.offset[d]
+            term = f"({pos}.to(tl.int64) + {off})" if pos is not None else (str(off) if off else None)
+            if term is not None:
+                terms.append(term if stride == 1 else f"{term} * {stride}")
+            stride *= self.global_shape[d]
+        gidx = " + ".join(reversed(terms)) if terms else "0"
+        word = f"_philox_word({ins[0]}, {gidx}, {self.attributes['stream'].value})"  # type: ignore[attr-defined]
+        out = triton_type(t)
+        if self.distribution == "bernoulli":
+            return f"(tl.uint_to_uniform_float({word}) < {literal(float(self.params[0]))}).to({out})"
+        if self.distribution == "uniform":
+            low, high = (float(v) for v in self.params)
+            return f"(tl.uint_to_uniform_float({word}) * {literal(high - low)} + {literal(low)}).to({out})"
+        low, high = (int(v) for v in self.params)
+        return f"(({word} % {high - low}).to(tl.int64) + {low}).to({out})"
+
     def sharding_rule(self) -> OpShardingRule:
         b = RuleBuilder()
         fs = [b.factor(s) for s in self.result.tensor_type.shape]
@@ -198,3 +238,14 @@ class RngSeedOp(TensorOp):
 
 
 OPS = [RandomOp, RngSeedOp]
+
+
+TRITON_HELPERS["_philox_word"] = '''@triton.jit
+def _philox_word(seed, gidx, stream):
+    # first word of Philox-4x32-10 at counter (gidx mod 2^32, gidx >> 32, stream, 0), keyed by seed
+    # (spmdc.dialects.torch_helpers.philox_random computes the same bits with torch ops)
+    c0 = (gidx & 0xFFFFFFFF).to(tl.uint32)
+    c1 = ((gidx >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c2 = (c0 * 0 + stream).to(tl.uint32)
+    w0, _, _, _ = tl.philox(seed, c0, c1, c2, c0 * 0)
+    return w0'''
