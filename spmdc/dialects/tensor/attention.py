@@ -142,6 +142,12 @@ class AttentionOp(_AttentionBase):
                 f"dropout_p=0.0, is_causal={literal(self.is_causal)}, "
                 f"scale={literal(self.scale(self.operand(0).tensor_type))}, enable_gqa={literal(self.gqa)})")
 
+    def triton_call(self, ins: Sequence[str]) -> str:
+        """The triton target: a flash-attention kernel (:mod:`spmdc.codegen.triton_attention`)."""
+        mask = ins[3] if len(ins) > 3 else "None"
+        return (f"spmdc_attn.attention_forward({ins[0]}, {ins[1]}, {ins[2]}, {mask}, "
+                f"is_causal={literal(self.is_causal)}, scale={literal(self.scale(self.operand(0).tensor_type))})")
+
     def sharding_rule(self) -> OpShardingRule:
         b, f, operands = self._factors(0, 1, 2, 3, ("q", "k", "v"))
         out = f["batch"] + [f["h"], f["sq"], f["ev"]]
@@ -173,6 +179,12 @@ class AttentionGradOp(_AttentionBase):
         return (f"spmdc_ops.attention_backward({', '.join(ins[:5])}, {mask}, "
                 f"is_causal={literal(self.is_causal)}, scale={literal(self.scale(self.operand(1).tensor_type))}, "
                 f"enable_gqa={literal(self.gqa)})")
+
+    def triton_call(self, ins: Sequence[str]) -> str:
+        """The triton target: FlashAttention-2 backward kernels (:mod:`spmdc.codegen.triton_attention`)."""
+        mask = ins[5] if len(ins) > 5 else "None"
+        return (f"spmdc_attn.attention_backward({', '.join(ins[:5])}, {mask}, is_causal={literal(self.is_causal)}, "
+                f"scale={literal(self.scale(self.operand(1).tensor_type))}, enable_gqa={literal(self.gqa)})")
 
     def sharding_rule(self) -> OpShardingRule:
         b, f, operands = self._factors(1, 2, 3, 5, ("o", "q", "k", "v", "o"))
