@@ -34,12 +34,19 @@ def _pow2(n: int) -> int:
 
 
 @triton.jit
+def _tile(PTR, base, rows, cols, s_row, s_col, n_rows, n_cols):
+    """The fp32 tile ``PTR[base + rows * s_row + cols * s_col]`` (zeros outside ``n_rows x n_cols``);
+    ``rows`` / ``cols`` carry their broadcast axis (``[:, None]`` / ``[None, :]``)."""
+    return tl.load(PTR + base + rows * s_row + cols * s_col, mask=(rows < n_rows) & (cols < n_cols),
+                   other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _scores(q, K, M, b, h, hk, offs_m, offs_n, offs_e, skb, skh, skn, ske, smb, smh, smm, smn, SQ, SK, E, scale,
             HAS_MASK: tl.constexpr, MASK_BOOL: tl.constexpr, CAUSAL: tl.constexpr):
     """``q k^T * scale`` (+ additive mask) for one query block and one key block, and which
     entries may be attended."""
-    k = tl.load(K + b * skb + hk * skh + offs_n[None, :] * skn + offs_e[:, None] * ske,
-                mask=(offs_n[None, :] < SK) & (offs_e[:, None] < E), other=0.0).to(tl.float32)
+    k = _tile(K, b * skb + hk * skh, offs_e[:, None], offs_n[None, :], ske, skn, E, SK)
     s = tl.dot(q, k, input_precision="ieee") * scale
     valid = (offs_m[:, None] < SQ) & (offs_n[None, :] < SK)
     if CAUSAL:
@@ -64,8 +71,7 @@ def _attn_fwd(Q, K, V, M, OUT, sqb, sqh, sqm, sqe, skb, skh, skn, ske, svb, svh,
     hk = h // GROUP
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_e, offs_ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_e[None, :] * sqe,
-                mask=(offs_m[:, None] < SQ) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
+    q = _tile(Q, b * sqb + h * sqh, offs_m[:, None], offs_e[None, :], sqm, sqe, SQ, E)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], dtype=tl.float32)
@@ -78,8 +84,7 @@ def _attn_fwd(Q, K, V, M, OUT, sqb, sqh, sqm, sqe, skb, skh, skn, ske, svb, svh,
         alpha = tl.exp(m_i - m_safe)
         p = tl.where(valid, tl.exp(s - m_safe[:, None]), 0.0)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svn + offs_ev[None, :] * sve,
-                    mask=(offs_n[:, None] < SK) & (offs_ev[None, :] < EV), other=0.0).to(tl.float32)
+        v = _tile(V, b * svb + hk * svh, offs_n[:, None], offs_ev[None, :], svn, sve, SK, EV)
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
         m_i = m_new
     out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
@@ -99,8 +104,7 @@ def _attn_stats(Q, K, M, DO, OUT, LSE, DELTA, sqb, sqh, sqm, sqe, skb, skh, skn,
     hk = h // GROUP
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_e, offs_ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_e[None, :] * sqe,
-                mask=(offs_m[:, None] < SQ) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
+    q = _tile(Q, b * sqb + h * sqh, offs_m[:, None], offs_e[None, :], sqm, sqe, SQ, E)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start in range(0, SK, BLOCK_N):
@@ -114,10 +118,8 @@ def _attn_stats(Q, K, M, DO, OUT, LSE, DELTA, sqb, sqh, sqm, sqe, skb, skh, skn,
     lse = tl.where(l_i > 0, m_i + tl.log(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
     rows = pid_bh * SQ + offs_m
     tl.store(LSE + rows, lse, mask=offs_m < SQ)
-    ptr = b * sob + h * soh + offs_m[:, None] * som + offs_ev[None, :] * soe
-    io = (offs_m[:, None] < SQ) & (offs_ev[None, :] < EV)
-    do = tl.load(DO + ptr, mask=io, other=0.0).to(tl.float32)
-    o = tl.load(OUT + ptr, mask=io, other=0.0).to(tl.float32)
+    do = _tile(DO, b * sob + h * soh, offs_m[:, None], offs_ev[None, :], som, soe, SQ, EV)
+    o = _tile(OUT, b * sob + h * soh, offs_m[:, None], offs_ev[None, :], som, soe, SQ, EV)
     tl.store(DELTA + rows, tl.sum(do * o, axis=1), mask=offs_m < SQ)
 
 
@@ -137,24 +139,21 @@ def _attn_bwd_kv(Q, K, V, M, DO, LSE, DELTA, DK, DV, sqb, sqh, sqm, sqe, skb, sk
     b, hk = pid_bk // HK, pid_bk % HK
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_e, offs_ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
-    v_t = tl.load(V + b * svb + hk * svh + offs_n[None, :] * svn + offs_ev[:, None] * sve,
-                  mask=(offs_n[None, :] < SK) & (offs_ev[:, None] < EV), other=0.0).to(tl.float32)   # [EV, N]
+    v_t = _tile(V, b * svb + hk * svh, offs_ev[:, None], offs_n[None, :], sve, svn, EV, SK)   # [EV, N]
     dk = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], dtype=tl.float32)
     for g in range(0, GROUP):
         h = hk * GROUP + g
         for start in range(0, SQ, BLOCK_M):
             offs_m = start + tl.arange(0, BLOCK_M)
-            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_e[None, :] * sqe,
-                        mask=(offs_m[:, None] < SQ) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
+            q = _tile(Q, b * sqb + h * sqh, offs_m[:, None], offs_e[None, :], sqm, sqe, SQ, E)
             s, valid = _scores(q, K, M, b, h, hk, offs_m, offs_n, offs_e, skb, skh, skn, ske, smb, smh, smm, smn,
                                SQ, SK, E, scale, HAS_MASK, MASK_BOOL, CAUSAL)
             rows = (b * H + h) * SQ + offs_m
             lse = tl.load(LSE + rows, mask=offs_m < SQ, other=float("-inf"))
             delta = tl.load(DELTA + rows, mask=offs_m < SQ, other=0.0)
             p = _probs(s, valid, lse)
-            do = tl.load(DO + b * sob + h * soh + offs_m[:, None] * som + offs_ev[None, :] * soe,
-                         mask=(offs_m[:, None] < SQ) & (offs_ev[None, :] < EV), other=0.0).to(tl.float32)
+            do = _tile(DO, b * sob + h * soh, offs_m[:, None], offs_ev[None, :], som, soe, SQ, EV)
             dv += tl.dot(tl.trans(p), do, input_precision="ieee")
             dp = tl.dot(do, v_t, input_precision="ieee")
             ds = p * (dp - delta[:, None])
@@ -176,10 +175,8 @@ def _attn_bwd_q(Q, K, V, M, DO, LSE, DELTA, DQ, sqb, sqh, sqm, sqe, skb, skh, sk
     hk = h // GROUP
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_e, offs_ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_e[None, :] * sqe,
-                mask=(offs_m[:, None] < SQ) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
-    do = tl.load(DO + b * sob + h * soh + offs_m[:, None] * som + offs_ev[None, :] * soe,
-                 mask=(offs_m[:, None] < SQ) & (offs_ev[None, :] < EV), other=0.0).to(tl.float32)
+    q = _tile(Q, b * sqb + h * sqh, offs_m[:, None], offs_e[None, :], sqm, sqe, SQ, E)
+    do = _tile(DO, b * sob + h * soh, offs_m[:, None], offs_ev[None, :], som, soe, SQ, EV)
     rows = pid_bh * SQ + offs_m
     lse = tl.load(LSE + rows, mask=offs_m < SQ, other=float("-inf"))
     delta = tl.load(DELTA + rows, mask=offs_m < SQ, other=0.0)
@@ -189,11 +186,9 @@ def _attn_bwd_q(Q, K, V, M, DO, LSE, DELTA, DQ, sqb, sqh, sqm, sqe, skb, skh, sk
         s, valid = _scores(q, K, M, b, h, hk, offs_m, offs_n, offs_e, skb, skh, skn, ske, smb, smh, smm, smn,
                            SQ, SK, E, scale, HAS_MASK, MASK_BOOL, CAUSAL)
         p = _probs(s, valid, lse)
-        v_t = tl.load(V + b * svb + hk * svh + offs_n[None, :] * svn + offs_ev[:, None] * sve,
-                      mask=(offs_n[None, :] < SK) & (offs_ev[:, None] < EV), other=0.0).to(tl.float32)
+        v_t = _tile(V, b * svb + hk * svh, offs_ev[:, None], offs_n[None, :], sve, svn, EV, SK)
         ds = p * (tl.dot(do, v_t, input_precision="ieee") - delta[:, None])
-        k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skn + offs_e[None, :] * ske,
-                    mask=(offs_n[:, None] < SK) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
+        k = _tile(K, b * skb + hk * skh, offs_n[:, None], offs_e[None, :], skn, ske, SK, E)
         dq += tl.dot(ds, k, input_precision="ieee") * scale
     tl.store(DQ + (pid_bh * SQ + offs_m[:, None]) * E + offs_e[None, :], dq.to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < SQ) & (offs_e[None, :] < E))

@@ -78,6 +78,17 @@ class _ConvBase(TensorOp):
         stride, padding, dilation, groups = conv_params(self.attributes, spatial)
         return f"{literal(stride)}, {literal(padding)}, {literal(dilation)}, {literal(groups)}"
 
+    def _verify_gradient(self, x: Any, w: Any, dy: Any) -> None:
+        """A gradient op: ``dy`` must be what convolving ``x`` with ``w`` gives."""
+        if not all(isinstance(t, TensorType) for t in (dy, w, x)):
+            raise self.emit_error("operates on tensors only")
+        try:
+            want = conv_output_shape(x, w, self.attributes)
+        except InferError as e:
+            raise self.emit_error(str(e)) from None
+        if tuple(dy.shape) != want or len({dy.element_type, w.element_type, x.element_type}) != 1:
+            raise self.emit_error(f"output gradient {dy} does not match convolving {x} with {w}")
+
     @property
     def groups(self) -> int:
         return int_attr(self.attributes, "groups", 1)
@@ -138,15 +149,7 @@ class ConvInputGradOp(_ConvBase):
     name = "tensor.conv_input_grad"
 
     def verify_(self) -> None:
-        dy, w, x = self.operand(0).type, self.operand(1).type, self.result.type
-        if not all(isinstance(t, TensorType) for t in (dy, w, x)):
-            raise self.emit_error("operates on tensors only")
-        try:
-            want = conv_output_shape(x, w, self.attributes)  # type: ignore[arg-type]
-        except InferError as e:
-            raise self.emit_error(str(e)) from None
-        if tuple(dy.shape) != want or len({dy.element_type, w.element_type, x.element_type}) != 1:  # type: ignore
-            raise self.emit_error(f"output gradient {dy} does not match convolving {x} with {w}")
+        self._verify_gradient(x=self.result.type, w=self.operand(1).type, dy=self.operand(0).type)
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         d = self.result.tensor_type.rank - 2
@@ -173,15 +176,7 @@ class ConvWeightGradOp(_ConvBase):
     name = "tensor.conv_weight_grad"
 
     def verify_(self) -> None:
-        x, dy, w = self.operand(0).type, self.operand(1).type, self.result.type
-        if not all(isinstance(t, TensorType) for t in (dy, w, x)):
-            raise self.emit_error("operates on tensors only")
-        try:
-            want = conv_output_shape(x, w, self.attributes)  # type: ignore[arg-type]
-        except InferError as e:
-            raise self.emit_error(str(e)) from None
-        if tuple(dy.shape) != want or len({dy.element_type, w.element_type, x.element_type}) != 1:  # type: ignore
-            raise self.emit_error(f"output gradient {dy} does not match convolving {x} with {w}")
+        self._verify_gradient(x=self.operand(0).type, w=self.result.type, dy=self.operand(1).type)
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         d = self.result.tensor_type.rank - 2

@@ -161,12 +161,9 @@ def _convert(e: Emitter):
     return [e.cast(e.tensor(0), e.out_type().element_type)]
 
 
-@handles(A + "clone", A + "alias", A + "contiguous", A + "detach", A + "lift_fresh_copy", A + "copy",
-         A + "dropout", A + "feature_dropout")
+@handles(A + "clone", A + "alias", A + "contiguous", A + "detach", A + "lift_fresh_copy", A + "copy")
 def _identity(e: Emitter):
     name = e.rec.name
-    if name.endswith("dropout") and e.const(1) != 0 and e.const(2):
-        raise e.unsupported(f"with p={e.const(1)} in training mode is random; capture with p=0 or eval()")
     if name == A + "copy":  # copy(self, src): the values of src in self's dtype
         return [e.cast(e.broadcast(e.tensor(1), e.out_type().shape), e.out_type().element_type)]
     return [e.cast(e.tensor(0), e.out_type().element_type)]

@@ -7,7 +7,9 @@ bitwise equal to the single-device run under any plan (see
 :mod:`spmdc.dialects.tensor.random`). ``torch.bernoulli(probs)`` arrives decomposed as
 ``rand_like(probs) < probs``, which is what eager PyTorch computes too.
 
-``native_dropout(x, p, train)`` draws ``mask = bernoulli(1 - p)`` of ``x``'s type and returns
+``native_dropout(x, p, train)`` (what export makes of ``F.dropout``; ``aten.dropout`` /
+``feature_dropout`` follow eager's composite form when they survive) draws
+``mask = bernoulli(1 - p)`` of ``x``'s type and returns
 ``(x * mask) * (1 / (1 - p))`` and the mask as ``i1``, the order of operations of PyTorch's
 kernel; its backward is ``grad * (mask * scale)``. An explicit ``torch.Generator`` is refused:
 spmdc only follows the default generator.
@@ -156,3 +158,26 @@ def _native_dropout_backward(e: Emitter):
     elt = g.tensor_type.element_type
     scaled = e.create(T.MulOp, [e.cast(mask, elt), e.scalar(scale, elt)])
     return [e.create(T.MulOp, [g, scaled])]
+
+
+@handles(A + "dropout", A + "feature_dropout")
+def _dropout(e: Emitter):
+    # (input, p, train): eager's composite form, x * (noise / (1 - p)) with noise = bernoulli(1 - p)
+    # of x's layout, or of [N, C, 1, ...] for feature dropout (one draw per channel)
+    x = e.tensor(0)
+    t = x.tensor_type
+    p, train = _number(e, 1, "dropout probability"), e.const(2)
+    if not train or p == 0.0:
+        return [x]
+    if not t.is_float:
+        raise e.unsupported(f"on a non-floating-point tensor {t}")
+    if p == 1.0:
+        return [e.splat(0, t)]
+    if e.rec.name.endswith("feature_dropout"):
+        if t.rank < 2:
+            raise e.unsupported(f"feature dropout needs [N, C, ...], got {t}")
+        noise = _random(e, "bernoulli", None, out=t.with_shape(t.shape[:2] + (1,) * (t.rank - 2)), p=1.0 - p)
+    else:
+        noise = _random(e, "bernoulli", 0, out=t, p=1.0 - p)
+    scaled = e.create(T.DivOp, [noise, e.scalar(1.0 - p, t.element_type)])
+    return [e.create(T.MulOp, [x, scaled])]

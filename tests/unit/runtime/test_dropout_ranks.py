@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from rank_checks import assert_step_matches
 
 from spmdc.compiler import compile_step
 from spmdc.runtime.launcher import launch
@@ -131,10 +132,8 @@ def test_training_with_dropout_matches_eager(runs, first):
     model.eval()
     assert abs(_loss(model(x), y).item() - loss.item()) > 1e-3   # dropout changes the loss
     for case in (first, first + 1):
-        for rank in range(4):
-            for kind, got in zip(steps[case].result_kinds, results[rank][case]["outputs"], strict=True):
-                want = loss.detach() if kind == "loss" else grads[kind.split(":", 1)[1]]
-                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{kind}: {m}")
+        assert_step_matches(steps[case], [results[rank][case] for rank in range(4)], loss.detach(), grads,
+                            f"case {case}")
 
 
 def test_counter_mode_training_agrees_across_meshes(runs):

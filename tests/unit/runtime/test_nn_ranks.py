@@ -14,6 +14,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models"))
 
 import nn_models  # noqa: E402
+from rank_checks import assert_step_matches  # noqa: E402
 
 from spmdc.compiler import compile_step  # noqa: E402
 from spmdc.runtime.launcher import launch  # noqa: E402
@@ -48,12 +49,8 @@ def test_training_step_matches_one_device(runs, case):
     steps, results = runs
     name = CASES[case][0]
     loss, grads = _eager(name)
-    for rank in range(4):
-        r = results[rank][case]
-        for kind, got in zip(steps[case].result_kinds, r["outputs"], strict=True):
-            want = loss if kind == "loss" else grads[kind.split(":", 1)[1]]
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m, k=kind: f"{name} {k}: {m}")
-        assert r["issued"] == r["comm_ops"]
+    assert_step_matches(steps[case], [results[rank][case] for rank in range(4)], loss, grads,
+                        f"{name} {CASES[case][1]}")
 
 
 def test_convolution_is_captured_as_conv_ops(runs):
