@@ -114,12 +114,11 @@ def lm_loss(logits, targets):
 
 
 def _hf_gpt2():
+    """Default settings: SDPA attention, dropout 0.1, training mode."""
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=4, use_cache=False,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
-    )
-    return _set_eager(transformers.GPT2LMHeadModel(cfg))
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=2, n_head=4, use_cache=False,
+                                  bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(cfg)
 
 
 def _hf_llama():
@@ -129,16 +128,7 @@ def _hf_llama():
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
         use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=None,
     )
-    return _set_eager(transformers.LlamaForCausalLM(cfg))
-
-
-def _set_eager(model):
-    model.config._attn_implementation = "eager"
-    try:
-        model.set_attn_implementation("eager")
-    except Exception:
-        pass
-    return model.eval()
+    return transformers.LlamaForCausalLM(cfg)
 
 
 # ----------------------------------------------------------------------------------
@@ -201,7 +191,9 @@ def _run_forward(model, args, rtol=1e-5):
     info = export_program(model, args)
     assert not info.train
     _check_inputs_are_args(info, model)
+    torch.manual_seed(0)   # dropout (if the model is training) draws the same masks on both sides
     outs = info.run(*args)
+    torch.manual_seed(0)
     with torch.no_grad():
         ref = model(*args)
     ref = getattr(ref, "logits", ref)
@@ -216,8 +208,10 @@ def _run_train(model, args, loss_fn=None, loss_inputs=(), kwargs=None):
     assert info.train
     _check_inputs_are_args(info, model)
     user = list(args) + list(loss_inputs) + list((kwargs or {}).values())
+    torch.manual_seed(0)
     outs = info.run(*user)
     model.zero_grad()
+    torch.manual_seed(0)
     out = model(*args, **(kwargs or {}))
     loss = loss_fn(out, *loss_inputs) if loss_fn else out.loss
     loss.backward()
