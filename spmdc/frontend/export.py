@@ -35,7 +35,13 @@ from torch.export import ExportedProgram
 
 from spmdc.frontend.checkpoint import marking_checkpoints, rematerialize
 from spmdc.frontend.decompositions import default_decomposition_table
-from spmdc.frontend.graph_surgery import cleanup_graph, make_views_safe, merge_aliased_and_unused
+from spmdc.frontend.graph_surgery import (
+    cleanup_graph,
+    flash_attention_as_cpu_kernels,
+    make_views_safe,
+    merge_aliased_and_unused,
+    retype_attention_bookkeeping,
+)
 from spmdc.frontend.joint import joint_decompose
 from spmdc.frontend.loss import LossWrapper, OutputLeftOutWarning, OutputWrapper, strip_wrapper
 from spmdc.frontend.metadata import node_infos
@@ -165,6 +171,8 @@ def export_program(
 
     cleanup_graph(ep.graph_module)
     make_views_safe(ep.graph_module)
+    flash_attention_as_cpu_kernels(ep.graph_module)
+    retype_attention_bookkeeping(ep.graph_module)
     strip = True   # both wrappers hold the model as the submodule 'model'
     inputs, state = input_infos(ep, strip)
     info = ExportedProgramInfo(

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -176,6 +178,80 @@ def cleanup_graph(gm: torch.fx.GraphModule) -> int:
             g.erase_node(node)
             count += 1
     if count:
+        g.lint()
+        gm.recompile()
+    return count
+
+
+def retype_attention_bookkeeping(gm: torch.fx.GraphModule) -> int:
+    """Give the CUDA attention kernels' ``philox_seed`` / ``philox_offset`` outputs an
+    ``int64`` type in the node metadata (they are ``uint64``, which torch-mlir's importer cannot
+    type). Only the attention's own backward reads them, and spmdc translates that pair without
+    them (they become "unavailable" values an op reading them would be refused for), so the
+    type is never computed with. Returns how many values were retyped."""
+    targets = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
+               torch.ops.aten._scaled_dot_product_flash_attention.default}
+    count = 0
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "call_function" or node.target not in targets or not isinstance(val, (tuple, list)):
+            continue
+        fixed = []
+        for v in val:
+            if isinstance(v, torch.Tensor) and v.dtype == torch.uint64:
+                mode = getattr(v, "fake_mode", None)
+                with mode if mode is not None else contextlib.nullcontext():
+                    v = torch.empty(v.shape, dtype=torch.int64, device=v.device)
+                count += 1
+            fixed.append(v)
+        node.meta["val"] = type(val)(fixed)
+        for user in node.users:
+            if user.target is operator.getitem and isinstance(user.meta.get("val"), torch.Tensor):
+                user.meta["val"] = fixed[user.args[1]]
+                user.meta.pop("tensor_meta", None)   # the importer types a value from it first
+    return count
+
+
+def flash_attention_as_cpu_kernels(gm: torch.fx.GraphModule) -> int:
+    """Rewrite the CUDA flash-attention pair (``_scaled_dot_product_flash_attention`` and its
+    backward, from a model captured on a GPU) as the CPU flash kernels, which compute the same
+    function without the sequence-length bookkeeping (``cum_seq_q``, ``max_q``, ... are ``None``
+    or integers torch-mlir's importer cannot type). Dropout stays refused by the translation.
+    Returns how many nodes were rewritten."""
+    aten = torch.ops.aten
+    fwd, bwd = aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_flash_attention_backward
+    cpu_fwd = aten._scaled_dot_product_flash_attention_for_cpu.default
+    cpu_bwd = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    g = gm.graph
+    count = 0
+    for node in list(g.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is fwd:
+            q, k, v, dropout_p, is_causal = (list(node.args) + [0.0, False])[:5]
+            with g.inserting_before(node):
+                new = g.call_function(cpu_fwd, (q, k, v, dropout_p, is_causal), {"scale": node.kwargs.get("scale")})
+            new.meta.update(node.meta)
+            new.meta["val"] = tuple(node.meta["val"][:2])
+            for user in list(node.users):
+                if user.target is operator.getitem and user.args[1] < 2:
+                    user.replace_input_with(node, new)
+            count += 1
+        elif node.target is bwd.default:
+            do, q, k, v, out, lse = node.args[:6]
+            dropout_p, is_causal = node.args[10], node.args[11]
+            with g.inserting_before(node):
+                new = g.call_function(cpu_bwd, (do, q, k, v, out, lse, dropout_p, is_causal),
+                                      {"scale": node.kwargs.get("scale")})
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            g.erase_node(node)
+            count += 1
+    if count:   # the CUDA forwards' bookkeeping outputs are now unread: drop them and the forwards
+        for node in reversed(list(g.nodes)):
+            dead_getitem = node.target is operator.getitem and not node.users and node.args[0].target is fwd
+            if dead_getitem or (node.target is fwd and not node.users):
+                g.erase_node(node)
         g.lint()
         gm.recompile()
     return count
