@@ -189,8 +189,8 @@ def retype_attention_bookkeeping(gm: torch.fx.GraphModule) -> int:
     type). Only the attention's own backward reads them, and spmdc translates that pair without
     them (they become "unavailable" values an op reading them would be refused for), so the
     type is never computed with. Returns how many values were retyped."""
-    targets = {torch.ops.aten._scaled_dot_product_efficient_attention.default,
-               torch.ops.aten._scaled_dot_product_flash_attention.default}
+    ops = torch_compat.fused_attention_ops()
+    targets = {ops["cuda_efficient"], ops["cuda_flash"]} - {None}
     count = 0
     for node in gm.graph.nodes:
         val = node.meta.get("val")
@@ -218,10 +218,11 @@ def flash_attention_as_cpu_kernels(gm: torch.fx.GraphModule) -> int:
     function without the sequence-length bookkeeping (``cum_seq_q``, ``max_q``, ... are ``None``
     or integers torch-mlir's importer cannot type). Dropout stays refused by the translation.
     Returns how many nodes were rewritten."""
-    aten = torch.ops.aten
-    fwd, bwd = aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_flash_attention_backward
-    cpu_fwd = aten._scaled_dot_product_flash_attention_for_cpu.default
-    cpu_bwd = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    ops = torch_compat.fused_attention_ops()
+    fwd, bwd, cpu_fwd, cpu_bwd = (ops[k] for k in ("cuda_flash", "cuda_flash_backward", "cpu_flash",
+                                                   "cpu_flash_backward"))
+    if fwd is None or cpu_fwd is None or cpu_bwd is None:
+        return 0
     g = gm.graph
     count = 0
     for node in list(g.nodes):
@@ -237,7 +238,7 @@ def flash_attention_as_cpu_kernels(gm: torch.fx.GraphModule) -> int:
                 if user.target is operator.getitem and user.args[1] < 2:
                     user.replace_input_with(node, new)
             count += 1
-        elif node.target is bwd.default:
+        elif node.target is bwd and bwd is not None:
             do, q, k, v, out, lse = node.args[:6]
             dropout_p, is_causal = node.args[10], node.args[11]
             with g.inserting_before(node):

@@ -125,6 +125,22 @@ def checkpoint_implementations(non_reentrant: Callable, reentrant: Any) -> Itera
         ckpt._checkpoint_without_reentrant_generator, ckpt.CheckpointFunction = saved
 
 
+_FUSED_ATTENTION = {
+    "cuda_flash": "_scaled_dot_product_flash_attention",
+    "cuda_flash_backward": "_scaled_dot_product_flash_attention_backward",
+    "cpu_flash": "_scaled_dot_product_flash_attention_for_cpu",
+    "cpu_flash_backward": "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "cuda_efficient": "_scaled_dot_product_efficient_attention",
+}
+
+
+def fused_attention_ops() -> dict[str, Any]:
+    """ATen's fused attention kernels by role (``cuda_flash``, ``cpu_flash_backward``, ...): their
+    ``.default`` overloads, None where this torch lacks one."""
+    return {role: getattr(getattr(torch.ops.aten, name, None), "default", None)
+            for role, name in _FUSED_ATTENTION.items()}
+
+
 def registered_decomposition(op: Any) -> Callable | None:
     """torch's own Python decomposition of ``op`` (e.g. SDPA's math form), if it has one."""
     from torch._decomp import decomposition_table
