@@ -60,17 +60,22 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
     return preset(plan, mesh, params, in_ranks, out_ranks)
 
 
-def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str | Plan, train: bool = False,
+def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,
                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = False,
                    dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None,
-                   rng: str = "eager", checkpoint: str | None = None) -> CompiledStep:
+                   rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
+                   partial_grads: bool = False) -> CompiledStep:
     """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
 
     ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
     program's last user inputs, in their order. ``rng``: ``eager`` (random numbers bitwise
     equal to single-device PyTorch) or ``philox`` (counter-based, each rank draws its piece).
     ``checkpoint``: ``"blocks"`` recomputes every repeated block in the backward (default: the
-    plan's ``checkpoint``; ``torch.utils.checkpoint`` regions in the model are kept anyway)."""
+    plan's ``checkpoint``; ``torch.utils.checkpoint`` regions in the model are kept anyway).
+    ``mesh``: a Mesh, ``"dp=2,tp=2"``, ``{"dp": 2}`` or a named DeviceMesh. ``clip_grad_norm``:
+    the step returns gradients clipped to that global norm, and the norm
+    (:mod:`spmdc.compiler.clipping`). ``partial_grads``: gradients are returned before their
+    reduction (``P(sum)`` where the batch is split), for gradient accumulation."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan
 
@@ -88,7 +93,11 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Mesh, plan: str |
         writer.write("captured", module)
     prepare, *global_stages = [s for s in stages(PipelineOptions(rng=rng)) if not s.per_rank]
     PassManager(parse_pipeline(prepare.passes), on_after_pass=hook(writer)).run(module)
-    apply_plan(module, mesh, resolved)   # between prepare and global: the plan is data, not a pass
+    apply_plan(module, mesh, resolved, reduce_grads=not partial_grads)   # the plan is data, not a pass
+    if clip_grad_norm is not None and train:
+        from spmdc.compiler.clipping import add_gradient_clipping
+
+        add_gradient_clipping(module, clip_grad_norm)
     if writer:
         writer.write("planned", module)
     for stage in global_stages:
@@ -112,6 +121,8 @@ def _signature(func: FuncOp) -> tuple[list[str], list[str], list[tuple[int, ...]
         attrs = func.res_attrs(i)
         if "spmdc.loss" in attrs:
             result_kinds.append("loss")
+        elif "spmdc.grad_norm" in attrs:
+            result_kinds.append("grad_norm")
         elif "spmdc.grad_of" in attrs:
             result_kinds.append("grad:" + attrs["spmdc.grad_of"].value)  # type: ignore[attr-defined]
         else:

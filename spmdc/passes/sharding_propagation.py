@@ -11,7 +11,9 @@ decides the rest (details and the reasons in docs/passes.md):
    unknown values when the known ones select a single free strategy;
 3. conflicts: the cheapest (α-β cost of the redistributions it needs) is resolved with
    its best strategy (:mod:`spmdc.sharding.strategy`), and 1-2 continue;
-4. gradient results' annotated layouts come last; anything still unknown is replicated.
+4. gradient results' annotated layouts come last (and ``shard.annotate {spmdc.late}``, the
+   stored layout of a gradient that is used again, as by gradient clipping); anything still
+   unknown is replicated.
 
 A value is only ever made ``Partial`` by its own producer. ``SPMDC_TRACE_PROPAGATION=1``
 prints every decision.
@@ -45,6 +47,8 @@ from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.cost import INF
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
 from spmdc.sharding.strategy import choose, rule_for
+
+LATE = "spmdc.late"   # on a shard.annotate: constrains its operand only in the last phase (a stored gradient)
 
 
 def can_make_partial(v: Value, p: object) -> bool:
@@ -218,6 +222,8 @@ class Propagation:
             if phase == 0:
                 self.push(op, 1)
                 return
+            if LATE in op.attributes and phase < 2:
+                return   # a stored gradient's layout: it speaks with the gradient results, last
             lay = op.sharding.placements if isinstance(op, AnnotateOp) else op.source.placements
             if id(op.operand(0)) not in self.known and self.producer_admits(op.operand(0), lay):
                 self.assign(op.operand(0), lay)
@@ -251,6 +257,10 @@ class Propagation:
             s = self.func.res_attrs(i).get(SHARDING)
             if isinstance(s, ShardingAttr) and id(v) not in self.known and self.producer_admits(v, s.placements):
                 self.assign(v, s.placements)
+        if phase == 2:
+            for op in self.ops:
+                if isinstance(op, AnnotateOp) and LATE in op.attributes:
+                    self.visit(op, 2)
 
     # -- results ----------------------------------------------------------------------------------
     def write_back(self, mesh: str) -> None:

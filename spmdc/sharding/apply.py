@@ -31,7 +31,8 @@ from spmdc.sharding.plan import Plan, PlanError
 def forward_ops(func: FuncOp) -> set[int]:
     """ids of ops that the loss or a model output (a result that is not a gradient) depends on."""
     ret = func.return_op
-    roots = [v for i, v in enumerate(ret.operands) if "spmdc.grad_of" not in func.res_attrs(i)]
+    roots = [v for i, v in enumerate(ret.operands)
+             if "spmdc.grad_of" not in func.res_attrs(i) and "spmdc.grad_norm" not in func.res_attrs(i)]
     seen: set[int] = set()
     stack = [v.defining_op() for v in roots]
     while stack:
@@ -86,8 +87,10 @@ def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[i
             op.set_operand(idx, copy(v))
 
 
-def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main") -> dict:
-    """Annotate ``@func_name`` of ``module`` with ``plan`` on ``mesh``; returns the resolved params."""
+def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main", reduce_grads: bool = True) -> dict:
+    """Annotate ``@func_name`` of ``module`` with ``plan`` on ``mesh``; returns the resolved params.
+    ``reduce_grads=False`` leaves the gradients' layouts to propagation (unreduced, for
+    accumulating them over micro-batches before one reduction)."""
     func = next((op for op in module.body.ops if isinstance(op, FuncOp) and op.sym_name == func_name), None)
     if func is None:
         raise PlanError(f"no function '@{func_name}' to apply the plan to")
@@ -135,8 +138,9 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
         attrs = func.res_attrs(i)
         g = attrs.get("spmdc.grad_of")
         if isinstance(g, StringAttr) and g.value in resolved:
-            func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, resolved[g.value].storage))
-        elif isinstance(attrs.get("spmdc.loss"), UnitAttr):
+            if reduce_grads:
+                func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, resolved[g.value].storage))
+        elif isinstance(attrs.get("spmdc.loss"), UnitAttr) or isinstance(attrs.get("spmdc.grad_norm"), UnitAttr):
             func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, tuple(resolved_rep(mesh))))
     for k, i in enumerate(model_outputs):
         if out_specs[k] is not None:
@@ -146,7 +150,7 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
 
 def is_model_output(func: FuncOp, i: int) -> bool:
     attrs = func.res_attrs(i)
-    return "spmdc.grad_of" not in attrs and "spmdc.loss" not in attrs and "spmdc.kind" not in attrs
+    return not any(k in attrs for k in ("spmdc.grad_of", "spmdc.loss", "spmdc.kind", "spmdc.grad_norm"))
 
 
 def resolved_rep(mesh: Mesh):

@@ -25,13 +25,31 @@ from spmdc.dialects.shard import (
 from spmdc.dialects.shard.ops import MAX_MESH_DEVICES
 
 
+def _is_device_mesh(obj: Any) -> bool:
+    """A ``torch.distributed.DeviceMesh`` (duck-typed: the sharding layer does not import torch)."""
+    return type(obj).__name__ == "DeviceMesh" and hasattr(obj, "mesh_dim_names")
+
+
+def _device_mesh_axes(dm: Any) -> list[tuple[str, int]]:
+    names = dm.mesh_dim_names
+    if not names:
+        raise ValueError('a DeviceMesh used as a mesh needs dim names: init_device_mesh(..., mesh_dim_names=("dp",)); '
+                         "spmdc plans refer to mesh axes by name")
+    return [(str(n), int(s)) for n, s in zip(names, tuple(dm.mesh.shape))]
+
+
 @dataclass(frozen=True)
 class Mesh:
     axes: tuple[tuple[str, int], ...]
     name: str = "mesh"
 
     def __init__(self, axes: Mapping[str, int] | Iterable[tuple[str, int]], name: str = "mesh"):
+        if _is_device_mesh(axes):
+            axes = _device_mesh_axes(axes)
         items = tuple(axes.items()) if isinstance(axes, Mapping) else tuple(axes)
+        if not all(isinstance(it, tuple) and len(it) == 2 and isinstance(it[0], str) for it in items):
+            raise TypeError(f"a mesh is given as {{'dp': 2, 'tp': 2}}, [('dp', 2)], 'dp=2,tp=2' (Mesh.of) or a "
+                            f"torch DeviceMesh with dim names, got {axes!r}")
         for axis, size in items:
             if not isinstance(size, int) or size <= 0:
                 raise ValueError(f"mesh axis '{axis}' has size {size}; sizes must be positive integers")
@@ -46,6 +64,16 @@ class Mesh:
                              f"spmdc supports meshes of at most {MAX_MESH_DEVICES} devices")
         object.__setattr__(self, "axes", items)
         object.__setattr__(self, "name", name)
+
+    @staticmethod
+    def of(mesh: Any) -> Mesh:
+        """A Mesh from any form users give: a Mesh, ``"dp=2,tp=2"``, ``{"dp": 2}`` or a
+        ``torch.distributed.DeviceMesh`` whose dims are named (``init_device_mesh(..., mesh_dim_names=...)``)."""
+        if isinstance(mesh, Mesh):
+            return mesh
+        if isinstance(mesh, str):
+            return Mesh.parse(mesh)
+        return Mesh(mesh)
 
     @staticmethod
     def parse(text: str) -> Mesh:
