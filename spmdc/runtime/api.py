@@ -23,17 +23,17 @@ from spmdc.compiler import Dump
 from spmdc.runtime.compiled_module import CompiledModule
 from spmdc.runtime.dtensors import dtensor_placements
 from spmdc.runtime.optimizers import OPTIMIZERS, Optimizer, make_optimizer
-from spmdc.sharding.mesh import Mesh
 from spmdc.sharding.plan import Plan
 
 __all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_placements", "make_optimizer"]
 
 
-def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp", train: bool = False,
+def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
             device_mesh: Any = None, device: str | None = None, target: str | None = None,
             bucket: bool = False, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
-            rng: str = "eager", checkpoint: str | None = None) -> CompiledModule:
+            rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
+            grad_accum: int = 1, inputs: str = "global") -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
@@ -51,8 +51,14 @@ def compile(model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: s
     not eager's). Seed with ``torch.manual_seed`` on every rank, as for one device.
     ``checkpoint``: ``"blocks"`` recomputes every repeated block (``layers.N``) in the backward;
     ``torch.utils.checkpoint`` calls in the model are kept either way.
+    ``mesh`` may be a ``torch.distributed.DeviceMesh`` with named dims (it is then the device mesh).
+    ``clip_grad_norm``: each step clips the gradients to that global norm (inside the program: one
+    all-reduce of a scalar); ``cm.last_grad_norm`` is the norm before clipping. ``grad_accum=N``:
+    each step splits its batch into N micro-batches along dim 0 and reduces the gradients once.
+    ``inputs="local"``: each rank passes its own piece of the batch (a DistributedSampler's),
+    laid out as the plan's inputs (even pieces); the default passes the global batch.
     """
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
                           target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
-                          checkpoint=checkpoint)
+                          checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs)

@@ -1,59 +1,85 @@
-"""The module-like object :func:`spmdc.compile` returns: call it like the model, ``step`` trains.
+"""The module :func:`spmdc.compile` returns: an ``nn.Module`` whose parameters are DTensors.
 
     cm = spmdc.compile(model, (x,), mesh=Mesh({"dp": 2, "tp": 2}), plan="fsdp+tp",
                        train=True, loss_fn=F.mse_loss, loss_inputs=(y,), optimizer=("adamw", {"lr": 1e-3}))
     out = cm(x)                 # DTensor laid out as the program's output (cm(x, full=True): a tensor)
-    loss = cm.step(x, y)        # forward + backward + optimizer update; 0-d tensor
-    cm.named_parameters()       # this rank's shards as DTensors
-    cm.state_dict()             # full tensors (gathered; every rank gets them)
-    cm.programs["train"].source # the generated code this rank runs
+    loss = cm.step(x, y)        # forward + backward (+ clipping) + optimizer update; 0-d tensor
 
-Each rank cuts its shard of every parameter out of its own copy of ``model`` (ranks must build
-the model with the same initialization, e.g. the same seed; both runs then start identical)
-and keeps it in the storage layout; programs run through :class:`~spmdc.runtime.executor.RankRunner`.
+    loss = cm.backward(x, y)    # or: gradients into p.grad (DTensors, accumulating), then any optimizer
+    torch.nn.utils.clip_grad_norm_(cm.parameters(), 1.0)
+    opt.step(); opt.zero_grad()
+
+Like FSDP2, the compiled module holds each parameter as an ``nn.Parameter`` wrapping a DTensor
+in its storage layout, under the model's own names (``named_parameters()``, ``state_dict()``
+give DTensors; tied weights appear under every name). So ``torch.optim`` optimizers, LR
+schedulers, ``clip_grad_norm_`` and ``torch.distributed.checkpoint`` (``get_state_dict(cm, opt)``)
+work on it unchanged, and an optimizer that is not elementwise (Adafactor, Muon) computes on the
+global tensors DTensor presents, never silently on shards.
+
+Programs are compiled per (forward | training step, ``cm.training``, input shapes): a new batch
+size or ``cm.eval()`` compiles (collectively, on every rank) instead of failing. Each rank cuts its
+shard of every parameter out of its own copy of ``model`` (ranks build the model with the same
+initialization; see :mod:`spmdc.runtime.meta_init` for models too big for one device).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
+import torch.nn as nn
 
 from spmdc.compiler import Dump, RankProgram, compile_rank, default_target, split_example_inputs
 from spmdc.dialects.shard import Partial, Replicate
+from spmdc.runtime.collectives import CountingComm
 from spmdc.runtime.compile_shared import compile_shared
-from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
+from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements, mesh_of
 from spmdc.runtime.executor import RankRunner, local_piece, to_full
-from spmdc.runtime.optimizers import make_optimizer
-from spmdc.sharding.mesh import Mesh
+from spmdc.runtime.gradients import clip_grads_, reduce_gradients
+from spmdc.runtime.optimizers import is_elementwise, make_optimizer, optimizer_class
 from spmdc.sharding.plan import Plan
 
 
-class CompiledModule:
-    """The result of :func:`compile`: call it like the model; ``step`` trains (see module doc)."""
+class _Options:
+    """What the programs are compiled with (kept off the nn.Module attribute machinery)."""
 
-    def __init__(self, model: Any, example_inputs: Any, *, mesh: Mesh | str | dict, plan: str | Plan = "fsdp",
+    def __init__(self, **kw: Any):
+        self.__dict__.update(kw)
+
+
+class CompiledModule(nn.Module):
+    """The result of :func:`spmdc.compile` (see the module doc)."""
+
+    def __init__(self, model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp",
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
                  target: str | None = None, bucket: bool = False, dump: Dump | None = None,
                  example_kwargs: dict[str, Any] | None = None, rng: str = "eager",
-                 checkpoint: str | None = None):
+                 checkpoint: str | None = None, clip_grad_norm: float | None = None, grad_accum: int = 1,
+                 inputs: str = "global"):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
             prepare_triton()
-        import torch
         import torch.distributed as dist
 
+        super().__init__()
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
-        if not isinstance(mesh, Mesh):  # "dp=2,tp=2" or {"dp": 2, "tp": 2}
-            mesh = Mesh.parse(mesh) if isinstance(mesh, str) else Mesh(mesh)
+        mesh, device_mesh = mesh_of(mesh, device_mesh)
         if dist.get_world_size() != mesh.size:
             raise ValueError(f"mesh {mesh} has {mesh.size} devices but the job has {dist.get_world_size()} ranks")
+        if inputs not in ("global", "local"):
+            raise ValueError(f"inputs must be 'global' or 'local', got {inputs!r}")
+        if grad_accum < 1 or int(grad_accum) != grad_accum:
+            raise ValueError(f"grad_accum must be a positive integer, got {grad_accum!r}")
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm!r}")
         if device is None:
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        self.mesh, self.train, self.rank = mesh, train, dist.get_rank()
+        self.mesh, self.rank = mesh, dist.get_rank()
         if device_mesh is None:
             from torch.distributed.device_mesh import init_device_mesh
 
@@ -63,70 +89,136 @@ class CompiledModule:
         from spmdc.runtime.collectives import Collectives
 
         self.comm = Collectives(device_mesh)
-
+        object.__setattr__(self, "_model", model)   # compiles new programs from it; not a submodule
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
         kwargs = dict(example_kwargs or {})
         self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
-        jobs = [dict(inputs=model_args, train=False, bucket=bucket, dump=dump, kwargs=kwargs, rng=rng)]
+        self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), bucket=bucket, dump=dump, rng=rng,
+                              checkpoint=checkpoint, clip=clip_grad_norm, accum=int(grad_accum), inputs=inputs,
+                              target=target or default_target(), can_train=train)
+        self.target = self._opts.target
+        self.training = model.training
+        self._runners: dict[tuple, RankRunner] = {}
+        example = list(model_args) + list(loss_args) + list(kwargs.values())
         if train:
-            jobs.append(dict(inputs=model_args, train=True, loss_fn=loss_fn, loss_inputs=loss_args, bucket=bucket,
-                             dump=dump, kwargs=kwargs, rng=rng, checkpoint=checkpoint))
-        steps = compile_shared(model, jobs, mesh, plan)
-        self.target = target or default_target()
-        self._fwd = RankRunner(compile_rank(steps[0], self.rank, self.target, dump), self.comm, device=self.device)
-        self._train = (RankRunner(compile_rank(steps[1], self.rank, self.target, dump), self.comm, device=self.device)
-                       if train else None)
-        storage = self._train or self._fwd
+            self._runner("train", example if grad_accum == 1 else self._micro(example)[0], compile_now=True,
+                         forward_too=list(model_args) + list(kwargs.values()))
+        else:
+            self._runner("forward", list(model_args) + list(kwargs.values()), compile_now=True)
+        storage = next(iter(self._runners.values()))
         self.plan_name = storage.program.step.plan_name
+        self._storage = self._storage_layouts(storage.program)
+        self.optimizer_class = optimizer_class(optimizer) if train else None
+        self.whole_parameters = self.optimizer_class is not None and not is_elementwise(self.optimizer_class)
+        if self.whole_parameters:   # the optimizer needs whole tensors: store every parameter whole
+            self._storage = {k: tuple(Replicate() for _ in self.mesh.axis_names) for k in self._storage}
+        self._install_parameters(model, storage.program)
+        self.optimizer = make_optimizer(optimizer, list(self.parameters())) if train else None
+        self.last_grad_norm: Any = None
 
-        # parameters: this rank's shard of the single-device values, stored in the storage layout
-        named = dict(model.named_parameters(remove_duplicate=False))
-        named.update(dict(model.named_buffers(remove_duplicate=False)))
-        self._param_names = [n for n, _ in model.named_parameters()]  # canonical (tied: first name)
-        self._state_keys = list(model.state_dict().keys())
-        self._aliases = {}  # state-dict key -> canonical parameter name
-        by_id = {id(p): n for n, p in model.named_parameters()}
-        for n, p in model.named_parameters(remove_duplicate=False):
-            self._aliases[n] = by_id[id(p)]
-        self._local: dict[str, Any] = {}
-        self._layout: dict[str, tuple[Any, ...]] = {}
-        self._shape: dict[str, tuple[int, ...]] = {}
-        self._buffers: dict[str, Any] = {}
-        for prog in (storage.program, self._fwd.program):
-            for i, kind in enumerate(prog.step.arg_kinds):
-                if not kind.startswith("param:"):
-                    continue
-                fqn = kind.split(":", 1)[1]
-                if fqn in self._local or fqn in self._buffers:
-                    continue
-                if fqn not in named:
-                    raise KeyError(f"compiled program takes '{fqn}' but the model has no such parameter or buffer")
-                full = named[fqn].detach()
-                if i in prog.step.buffers:
-                    self._buffers[fqn] = full.to(self.device).clone()
-                    continue
+    # -- programs ---------------------------------------------------------------------------------
+    def _signature(self, tensors: Sequence[Any]) -> tuple:
+        return tuple((tuple(t.shape), str(t.dtype)) for t in tensors)
+
+    def _runner(self, kind: str, tensors: Sequence[Any], compile_now: bool = False,
+                forward_too: Sequence[Any] | None = None) -> RankRunner:
+        """The program for ``kind`` ("forward" / "train" / "train_partial") in the current mode at
+        these global input shapes, compiled (on every rank together) the first time."""
+        key = (kind, self.training, self._signature(tensors))
+        if key in self._runners:
+            return self._runners[key]
+        o = self._opts
+        n_model = len(tensors) - (o.n_loss if kind != "forward" else 0) - len(self._kw_names)
+        kw = dict(zip(self._kw_names, tensors[len(tensors) - len(self._kw_names):]))
+        model_in = list(tensors[:n_model])
+        jobs = []
+        if kind == "forward" or forward_too is not None:
+            fwd_in = model_in if kind == "forward" else list(forward_too)[:len(forward_too) - len(self._kw_names)]
+            jobs.append(dict(inputs=fwd_in, train=False, bucket=o.bucket, dump=o.dump, kwargs=kw, rng=o.rng))
+        if kind != "forward":
+            jobs.append(dict(inputs=model_in, train=True, loss_fn=o.loss_fn, bucket=o.bucket, dump=o.dump, kwargs=kw,
+                             rng=o.rng, checkpoint=o.checkpoint, loss_inputs=list(tensors[n_model:n_model + o.n_loss]),
+                             clip_grad_norm=o.clip if kind == "train" else None,
+                             partial_grads=kind == "train_partial"))
+        model = self._model
+        was = model.training
+        model.train(self.training)
+        try:
+            steps = compile_shared(model, jobs, self.mesh, o.plan)
+        finally:
+            model.train(was)
+        for job, step in zip(jobs, steps):
+            runner = RankRunner(compile_rank(step, self.rank, o.target, o.dump), self.comm, device=self.device)
+            sig = self._signature(job["inputs"] + job.get("loss_inputs", []) + list(job["kwargs"].values()))
+            name = "forward" if not job["train"] else kind
+            self._runners[(name, self.training, sig)] = runner
+        return self._runners[key]
+
+    def _storage_layouts(self, prog: RankProgram) -> dict[str, tuple[Any, ...]]:
+        out = {}
+        for i, kind in enumerate(prog.step.arg_kinds):
+            if kind.startswith("param:") and i not in prog.step.buffers:
                 layout = prog.arg_layouts[i]
                 if any(isinstance(p, Partial) for p in layout):
-                    raise ValueError(f"parameter '{fqn}' is stored Partial {layout}; parameters must be S or R")
-                self._layout[fqn], self._shape[fqn] = layout, tuple(full.shape)
-                self._local[fqn] = self._cut(full, layout)
-        self.optimizer = self.set_optimizer(optimizer) if train else None
-        self.last_grads: dict[str, Any] = {}
-        self._check_grad_layouts()
+                    raise ValueError(f"parameter '{kind[6:]}' is stored Partial {layout}; parameters must be S or R")
+                out[kind[6:]] = layout
+        return out
 
-    # -- tensors in and out ----------------------------------------------------------------------
+    # -- parameters and buffers, under the model's names ---------------------------------------------
+    def _install_parameters(self, model: Any, prog: RankProgram) -> None:
+        from torch.distributed.tensor import DTensor
+
+        canonical = dict(model.named_parameters())
+        params_by_id: dict[int, nn.Parameter] = {}
+        for name, p in model.named_parameters(remove_duplicate=False):
+            if id(p) not in params_by_id:
+                first = next(n for n, q in canonical.items() if q is p)
+                layout = self._storage.get(first, tuple(Replicate() for _ in self.mesh.axis_names))
+                local = self._cut(p.detach(), layout)
+                dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(layout), run_check=False,
+                                        shape=tuple(p.shape), stride=contiguous_stride(p.shape))
+                params_by_id[id(p)] = nn.Parameter(dt, requires_grad=p.requires_grad)
+                self._storage.setdefault(first, layout)
+            self._place(name, params_by_id[id(p)], kind="param")
+        persistent = set(model.state_dict().keys())
+        for name, b in model.named_buffers(remove_duplicate=False):
+            self._place(name, None if b is None else b.detach().to(self.device).clone(), kind="buffer",
+                        persistent=name in persistent)
+
+    def _place(self, fqn: str, value: Any, kind: str, persistent: bool = True) -> None:
+        *path, leaf = fqn.split(".")
+        owner: nn.Module = self
+        for part in path:
+            child = owner._modules.get(part)
+            if child is None:
+                child = nn.Module()
+                owner._modules[part] = child
+            owner = child
+        if kind == "param":
+            owner._parameters[leaf] = value
+        else:
+            owner.register_buffer(leaf, value, persistent=persistent)
+
     def _cut(self, full: Any, layout: Sequence[Any]) -> Any:
         return local_piece(full.detach(), layout, self.mesh, self.rank).to(self.device).clone()
 
-    def _local_arg(self, x: Any, layout: Sequence[Any], shape: tuple[int, ...], what: str) -> Any:
-        import torch
-        from torch.distributed.tensor import DTensor
+    def _param(self, fqn: str) -> nn.Parameter:
+        return self.get_parameter(fqn)
 
+    # -- tensors in and out ----------------------------------------------------------------------
+    def _global(self, x: Any, what: str) -> Any:
+        """A user input as a global value (DTensors and, with ``inputs="local"``, this rank's
+        batch piece laid out as the plan's inputs say)."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{what}: expected a tensor or DTensor, got {type(x).__name__}")
-        if tuple(x.shape) != tuple(shape):
-            raise ValueError(f"{what}: shape {tuple(x.shape)} differs from the compiled shape {tuple(shape)}")
+        return x
+
+    def _local_arg(self, x: Any, layout: Sequence[Any], shape: tuple[int, ...], what: str) -> Any:
+        from torch.distributed.tensor import DTensor
+
         if isinstance(x, DTensor):
+            if tuple(x.shape) != tuple(shape):
+                raise ValueError(f"{what}: shape {tuple(x.shape)} differs from the program's {tuple(shape)}")
             return x.redistribute(self.device_mesh, dtensor_placements(layout)).to_local().to(self.device)
         return self._cut(x, layout)
 
@@ -146,12 +238,32 @@ class CompiledModule:
             return local.clone()
         return to_full(local, tuple(shape), tuple(layout), self.comm)
 
-    def _with_kwargs(self, inputs: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
-        """Positional inputs, then the keyword inputs in the order they were compiled with."""
+    def _inputs(self, tensors: Sequence[Any], kwargs: dict[str, Any], kind: str) -> list[Any]:
+        """Positional inputs then keyword inputs (compiled order), as global tensors or DTensors."""
         if set(kwargs) != set(self._kw_names):
             raise TypeError(f"the compiled program takes keyword inputs {self._kw_names or 'none'}, "
                             f"got {sorted(kwargs) or 'none'}")
-        return list(inputs) + [kwargs[n] for n in self._kw_names]
+        values = list(tensors) + [kwargs[n] for n in self._kw_names]
+        for i, v in enumerate(values):
+            self._global(v, f"input #{i}")
+        if self._opts.inputs == "local":
+            values = self._from_local(values, kind)
+        return values
+
+    def _from_local(self, values: list[Any], kind: str) -> list[Any]:
+        """``inputs="local"``: each tensor is this rank's piece of the global input, split like the
+        plan's input layout (a DistributedSampler's batch: even pieces along the batch dim)."""
+        from torch.distributed.tensor import DTensor
+
+        # the layout of each input is the program's; any program of this kind has the same plan layouts
+        runner = next((r for k, r in self._runners.items() if k[0] == kind), None) or next(iter(self._runners.values()))
+        prog = runner.program
+        layouts = [prog.arg_layouts[i] for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
+        if len(layouts) != len(values):
+            raise TypeError(f"the compiled program takes {len(layouts)} input tensors, got {len(values)}")
+        return [v if isinstance(v, DTensor) else
+                DTensor.from_local(v.to(self.device), self.device_mesh, dtensor_placements(lay), run_check=False)
+                for v, lay in zip(values, layouts)]
 
     def _args(self, run: RankRunner, inputs: Sequence[Any]) -> list[Any]:
         prog = run.program
@@ -159,124 +271,215 @@ class CompiledModule:
         n_inputs = sum(1 for k in prog.step.arg_kinds if k.startswith("input:"))
         if len(inputs) != n_inputs:
             raise TypeError(f"the compiled program takes {n_inputs} input tensors, got {len(inputs)}")
-        for i, kind in enumerate(prog.step.arg_kinds):
-            name = kind.split(":", 1)[1]
-            if kind.startswith("input:"):
-                args.append(self._local_arg(next(it), prog.arg_layouts[i], prog.step.arg_shapes[i], f"input '{name}'"))
-            elif name in self._buffers:
-                args.append(self._buffers[name])
-            else:
-                args.append(self._relayout(self._local[name], self._layout[name], prog.arg_layouts[i],
-                                           self._shape[name]))
+        with torch.no_grad():
+            for i, kind in enumerate(prog.step.arg_kinds):
+                name = kind.split(":", 1)[1]
+                if kind.startswith("input:"):
+                    args.append(self._local_arg(next(it), prog.arg_layouts[i], prog.step.arg_shapes[i],
+                                                f"input '{name}'"))
+                elif i in prog.step.buffers:
+                    args.append(self.get_buffer(name))
+                else:
+                    p = self._param(name)
+                    args.append(self._relayout(p.to_local(), self._storage[name], prog.arg_layouts[i],
+                                               tuple(p.shape)))
         return args
 
     # -- the model-like surface ----------------------------------------------------------------------
-    def __call__(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
-        """Forward: inputs as full tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
-        run = self._fwd
-        outs = run(self._args(run, self._with_kwargs(inputs, kwargs)))
+    def forward(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
+        """Inputs as tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
+        values = self._inputs(inputs, kwargs, "forward")
+        run = self._runner("forward", values)
+        outs = run(self._args(run, values))
         res = []
         for out, layout, shape in zip(outs, run.program.res_layouts, run.program.step.res_shapes):
             res.append(self._full(out, layout, shape) if full else self._dtensor(out, layout, shape))
         return res[0] if len(res) == 1 else tuple(res)
 
-    forward = __call__
-
-    def step(self, *batch: Any, **kwargs: Any) -> Any:
-        """One training step on ``batch`` (model inputs then loss inputs, then keyword inputs such
-        as ``labels=``): returns the loss (0-d tensor)."""
-        if self._train is None:
-            raise RuntimeError("step() needs spmdc.compile(..., train=True)")
+    def _batch(self, batch: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        if not self._opts.can_train:
+            raise RuntimeError("training needs spmdc.compile(..., train=True)")
         if len(batch) == 2 and all(isinstance(b, (tuple, list)) for b in batch):
             batch = tuple(batch[0]) + tuple(batch[1])
-        run = self._train
+        return self._inputs(batch, kwargs, "train")
+
+    def _train_program(self, kind: str, values: list[Any]) -> tuple[Any, dict[str, tuple[Any, Any]], Any]:
+        """Run a training program: (loss, {fqn: (local gradient, its layout)}, gradient norm or None)."""
+        run = self._runner(kind, values)
         prog = run.program
-        outs = run(self._args(run, self._with_kwargs(batch, kwargs)))
-        loss, grads = None, {}
-        for i, (kind, out) in enumerate(zip(prog.step.result_kinds, outs)):
-            if kind == "loss":
+        outs = run(self._args(run, values))
+        loss, grads, norm = None, {}, None
+        for i, (rkind, out) in enumerate(zip(prog.step.result_kinds, outs)):
+            if rkind == "loss":
                 loss = self._full(out, prog.res_layouts[i], prog.step.res_shapes[i])
-            elif kind.startswith("grad:"):
-                fqn = kind.split(":", 1)[1]
-                layout = prog.res_layouts[i]
-                assert not any(isinstance(p, Partial) for p in layout), (
-                    f"gradient of '{fqn}' is stored Partial {layout}; stored gradients must be S or R")
-                grads[fqn] = self._relayout(out, layout, self._layout[fqn], self._shape[fqn])
-        self.last_grads = grads
-        if self.optimizer is not None:
-            for fqn, t in self._local.items():
-                t.grad = grads.get(fqn)
-            self.optimizer.step()
-            for t in self._local.values():
-                t.grad = None
+            elif rkind == "grad_norm":
+                norm = self._full(out, prog.res_layouts[i], prog.step.res_shapes[i])
+            elif rkind.startswith("grad:"):
+                grads[rkind[5:]] = (out, prog.res_layouts[i])
+        return loss, grads, norm
+
+    def _accumulate(self, grads: dict[str, Any]) -> None:
+        """Add gradients (DTensors laid out like their parameters) into ``p.grad``."""
+        for fqn, g in grads.items():
+            p = self._param(fqn)
+            if not p.requires_grad:
+                continue
+            p.grad = g if p.grad is None else p.grad + g
+
+    def backward(self, *batch: Any, **kwargs: Any) -> Any:
+        """Forward and backward on ``batch`` (model inputs, loss inputs, keyword inputs): adds the
+        gradients to each parameter's ``.grad`` (a DTensor laid out like the parameter), as
+        ``loss.backward()`` would; returns the loss (0-d tensor). With ``grad_accum=N`` the batch is
+        split into N micro-batches along dim 0 and the gradients are reduced once."""
+        values = self._batch(batch, kwargs)
+        if self._opts.accum > 1:
+            return self._backward_accumulated(values)
+        loss, grads, norm = self._train_program("train", values)
+        self.last_grad_norm = norm
+        self._accumulate({fqn: self._dtensor(self._relayout(g, lay, self._storage[fqn], tuple(self._param(fqn).shape)),
+                                             self._storage[fqn], tuple(self._param(fqn).shape))
+                          for fqn, (g, lay) in grads.items()})
+        return loss
+
+    def _micro(self, values: list[Any]) -> list[list[Any]]:
+        n = self._opts.accum
+        for v in values:
+            if v.dim() == 0 or v.shape[0] % n:
+                raise ValueError(f"grad_accum={n} splits every input along dim 0, but an input has shape "
+                                 f"{tuple(v.shape)}")
+        pieces = [v.chunk(n, dim=0) if not _is_dtensor(v) else _dtensor_chunks(v, n) for v in values]
+        return [[p[k] for p in pieces] for k in range(n)]
+
+    def _backward_accumulated(self, values: list[Any]) -> Any:
+        """N micro-batches through the program whose gradients stay unreduced (``P(sum)`` where the
+        batch is split), summed locally, then one reduction per gradient; the loss and the
+        gradients are the mean over micro-batches (one big batch, for a mean-reduced loss)."""
+        n = self._opts.accum
+        acc: dict[str, list[Any]] = {}
+        losses = []
+        for micro in self._micro(values):
+            loss, grads, _ = self._train_program("train_partial", micro)
+            losses.append(loss)
+            for fqn, (g, lay) in grads.items():
+                if fqn in acc:
+                    acc[fqn][0] = acc[fqn][0] + g
+                else:
+                    acc[fqn] = [g.clone(), lay]
+        def as_dtensor(fqn: str, g: Any, lay: Any) -> Any:
+            return self._dtensor(g, lay, tuple(self._param(fqn).shape))
+
+        reduced = reduce_gradients({fqn: (g / n, lay) for fqn, (g, lay) in acc.items()}, self._storage,
+                                   CountingComm(self.comm), as_dtensor)
+        if self._opts.clip is not None:
+            self.last_grad_norm = clip_grads_(list(reduced.values()), self._opts.clip, self.comm)
+        self._accumulate(reduced)
+        return torch.stack(losses).mean()
+
+    def step(self, *batch: Any, **kwargs: Any) -> Any:
+        """One training step: fresh gradients for ``batch`` (clipped when compiled with
+        ``clip_grad_norm``), the optimizer's update, gradients cleared. Returns the loss."""
+        if self.optimizer is None:
+            raise RuntimeError("step() needs an optimizer (spmdc.compile(..., optimizer=...)); or call "
+                               "backward() and run your own optimizer on cm.parameters()")
+        self.zero_grad(set_to_none=True)
+        loss = self.backward(*batch, **kwargs)
+        self.optimizer.step()
+        self.zero_grad(set_to_none=True)
         return loss
 
     def set_optimizer(self, optimizer: Any) -> Any:
-        """Replace the optimizer (fresh state) over this rank's shards; returns it."""
-        self.optimizer = make_optimizer(optimizer, [self._local[n] for n in self._param_names if n in self._local])
+        """Replace the optimizer (fresh state) over the module's parameters; returns it. One that
+        is not elementwise needs the parameters stored whole: compile with it instead."""
+        cls = optimizer_class(optimizer)
+        if not is_elementwise(cls) and not self.whole_parameters:
+            raise ValueError(f"{cls.__name__ if cls else optimizer!r} is not an elementwise optimizer: it needs whole "
+                             "parameters, which spmdc stores only when the optimizer is given to spmdc.compile "
+                             "(optimizer=...); the parameters here are sharded")
+        self.optimizer = make_optimizer(optimizer, list(self.parameters()))
         return self.optimizer
 
-    def _check_grad_layouts(self) -> None:
-        if self._train is None:
-            return
-        prog = self._train.program
-        for kind, layout in zip(prog.step.result_kinds, prog.res_layouts):
-            if kind.startswith("grad:") and any(isinstance(p, Partial) for p in layout):
-                raise AssertionError(f"gradient of '{kind[5:]}' is stored Partial {layout}; "
-                                     "stored gradients must be S or R")
-
-    def named_parameters(self) -> Iterator[tuple[str, Any]]:
-        """This rank's parameter shards as DTensors (global shape, storage placements)."""
-        for n in self._param_names:
-            if n in self._local:
-                yield n, self._dtensor(self._local[n], self._layout[n], self._shape[n])
-
-    def named_grads(self) -> Iterator[tuple[str, Any]]:
-        """Gradients of the last :meth:`step` as DTensors, laid out like their parameters."""
-        for n in self._param_names:
-            if n in self.last_grads:
-                yield n, self._dtensor(self.last_grads[n], self._layout[n], self._shape[n])
-
-    def parameters(self) -> Iterator[Any]:
-        for _, p in self.named_parameters():
-            yield p
+    def named_grads(self) -> Any:
+        """``(name, p.grad)`` for parameters that have a gradient (DTensors)."""
+        for n, p in self.named_parameters():
+            if p.grad is not None:
+                yield n, p.grad
 
     def placements(self) -> dict[str, tuple[Any, ...]]:
         """Storage placements per parameter (spmdc placements)."""
-        return dict(self._layout)
+        return dict(self._storage)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Full tensors under the model's own keys (gathered on every rank; a collective)."""
-        full = {n: self._full(self._local[n], self._layout[n], self._shape[n]).cpu() for n in self._local}
+    # -- state --------------------------------------------------------------------------------------
+    def full_state_dict(self) -> dict[str, Any]:
+        """Full tensors (CPU) under the model's own keys; a collective every rank calls."""
         out = {}
-        for k in self._state_keys:
-            name = self._aliases.get(k, k)
-            if name in full:
-                out[k] = full[name]
-            elif name in self._buffers:
-                out[k] = self._buffers[name].cpu().clone()
+        for k, v in self.state_dict().items():
+            out[k] = (v.detach().full_tensor() if _is_dtensor(v) else v.detach()).cpu().clone()   # never a view
         return out
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Take full tensors (model keys) and keep this rank's shards (in place: optimizer state stays)."""
-        import torch
-
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """Full tensors (cut to this rank's shards) or DTensors in any layout (redistributed), in
+        place, so an optimizer's references stay valid."""
+        state = state_dict
+        own = self.state_dict()
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
         with torch.no_grad():
             for k, v in state.items():
-                name = self._aliases.get(k, k)
-                if name in self._local:
-                    self._local[name].copy_(self._cut(v, self._layout[name]))
-                elif name in self._buffers:
-                    self._buffers[name].copy_(v)
+                if k not in own:
+                    continue
+                target = own[k]
+                if _is_dtensor(target):
+                    if _is_dtensor(v):
+                        v = v.redistribute(target.device_mesh, target.placements)
+                        target.to_local().copy_(v.to_local())
+                    else:
+                        layout = self._storage[_canonical(self, k)]
+                        target.to_local().copy_(self._cut(v, layout))
+                else:
+                    target.copy_(v.full_tensor() if _is_dtensor(v) else v)
+        from torch.nn.modules.module import _IncompatibleKeys
+
+        return _IncompatibleKeys(missing, unexpected)
+
+    def save(self, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None) -> None:
+        """Model and optimizer state (``cm.optimizer`` unless given) to ``path`` with
+        torch.distributed.checkpoint, sharded as they are; a collective."""
+        from spmdc.runtime.checkpointing import save
+
+        save(self, path, optimizer if optimizer is not None else self.optimizer, extra)
+
+    def load(self, path: str, optimizer: Any = None) -> dict[str, Any]:
+        """Load what :meth:`save` wrote, under any plan and mesh (resharded by DCP); returns the
+        ``extra`` dict saved with it."""
+        from spmdc.runtime.checkpointing import load
+
+        return load(self, path, optimizer if optimizer is not None else self.optimizer)
 
     @property
     def programs(self) -> dict[str, RankProgram]:
-        """This rank's compiled programs (``forward``, and ``train`` when training): IR, code, layouts."""
-        out = {"forward": self._fwd.program}
-        if self._train is not None:
-            out["train"] = self._train.program
+        """This rank's compiled programs, latest per kind (``forward``, ``train``): IR, code, layouts."""
+        out = {}
+        for (kind, _mode, _sig), run in self._runners.items():
+            out["train" if kind.startswith("train") else kind] = run.program
         return out
 
-    def __repr__(self) -> str:
-        return (f"CompiledModule(mesh={self.mesh}, plan={self.plan_name!r}, train={self.train}, "
-                f"params={len(self._local)}, rank={self.rank})")
+    def extra_repr(self) -> str:
+        return f"mesh={self.mesh}, plan={self.plan_name!r}, rank={self.rank}"
+
+
+def _is_dtensor(x: Any) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(x, DTensor)
+
+
+def _dtensor_chunks(x: Any, n: int) -> list[Any]:
+    full = x.full_tensor()
+    return [c for c in full.chunk(n, dim=0)]
+
+
+def _canonical(cm: CompiledModule, key: str) -> str:
+    p = cm.get_parameter(key)
+    return next(n for n, q in cm.named_parameters() if q is p)

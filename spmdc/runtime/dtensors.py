@@ -32,3 +32,17 @@ def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
         stride.append(acc)
         acc *= max(int(s), 1)
     return tuple(reversed(stride))
+
+
+def mesh_of(mesh: Any, device_mesh: Any = None) -> tuple[Any, Any]:
+    """``(spmdc Mesh, DeviceMesh or None)`` from what a user passes as ``mesh`` (see
+    :meth:`spmdc.sharding.mesh.Mesh.of`); a DeviceMesh given as ``mesh`` is also the device mesh."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from spmdc.sharding.mesh import Mesh
+
+    if isinstance(mesh, DeviceMesh):
+        if device_mesh is not None and device_mesh is not mesh:
+            raise ValueError("pass the DeviceMesh once, as mesh= (device_mesh= goes with an spmdc Mesh)")
+        return Mesh.of(mesh), mesh
+    return Mesh.of(mesh), device_mesh

@@ -1,7 +1,11 @@
-"""Optimizers over this rank's parameter shards.
+"""Optimizers over the compiled module's parameters (DTensors).
 
-A gradient arrives in its parameter's storage layout, so an elementwise optimizer updates
-each shard on its own and its state is sharded like the parameter. A spec is
+A gradient arrives in its parameter's storage layout, so an elementwise optimizer (SGD, Adam,
+AdamW, ...: :data:`ELEMENTWISE`) updates each shard on its own and its state is sharded like the
+parameter. Any other optimizer (Adafactor, Muon, LBFGS, a class of your own) needs whole
+tensors: spmdc then stores every parameter whole on every rank (the programs still compute in
+the plan's layouts), so the optimizer sees exactly the single-device tensors and its state is
+whole too. Never a silently different update. A spec is
 
 * ``("sgd", {"lr": 0.1, "momentum": 0.9})`` or ``("adamw", {"lr": 1e-3, ...})`` (or just the name),
 * :class:`Optimizer` (``Optimizer("adamw", lr=1e-3)``),
@@ -18,6 +22,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OPTIMIZERS = ("sgd", "adamw")
+
+
+def _elementwise_classes() -> tuple[type, ...]:
+    import torch
+
+    names = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Rprop", "Adagrad", "Adadelta", "ASGD")
+    return tuple(getattr(torch.optim, n) for n in names if hasattr(torch.optim, n))
+
+
+def optimizer_class(spec: Any) -> type | None:
+    """The torch.optim class a spec builds (a factory is asked once, over a dummy parameter)."""
+    import torch
+
+    if spec is None:
+        return None
+    probe = make_optimizer(spec, [torch.zeros(1, requires_grad=True)])
+    return type(probe)
+
+
+def is_elementwise(cls: type | None) -> bool:
+    """Whether an optimizer class updates every element from that element alone (exactly the
+    classes spmdc knows to be: torch's SGD, Adam(W), Adamax, NAdam, RAdam, RMSprop, Rprop,
+    Adagrad, Adadelta, ASGD; subclasses may change the update, so they do not count)."""
+    return cls is not None and cls in _elementwise_classes()
 
 
 @dataclass

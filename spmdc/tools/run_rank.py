@@ -72,7 +72,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
         prog = cm.programs["train" if job["train"] else "forward"]
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
-        state = cm.state_dict() if job["check"] else None
+        state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
                 "peak_bytes": prog.peak_bytes,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels}

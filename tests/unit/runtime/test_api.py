@@ -74,16 +74,17 @@ def run_api_cases(cases: list) -> list[dict]:
             r["forward_dtensor"] = cm(*inputs).full_tensor()
             batch_dt = [distribute_tensor(x, dm, [Shard(0)] + [Replicate()] * (len(axes) - 1)) for x in inputs]
             r["forward_from_dtensor"] = cm(*batch_dt, full=True)
-            initial = cm.state_dict()
+            initial = cm.full_state_dict()
             r["initial"] = initial
-            r["param_dtensors"] = {n: (p.full_tensor().clone(), tuple(p.to_local().shape), tuple(p.placements))
+            r["param_dtensors"] = {n: (p.detach().full_tensor().clone(), tuple(p.to_local().shape), tuple(p.placements))
                                    for n, p in cm.named_parameters()}
             r["sgd_losses"] = [float(cm.step(*inputs, *targets)) for _ in range(STEPS)]
-            r["sgd_params"] = cm.state_dict()
+            r["sgd_params"] = cm.full_state_dict()
             cm.load_state_dict(initial)
             cm.set_optimizer(ADAMW)
             r["adamw_losses"] = [float(cm.step(*inputs, *targets)) for _ in range(STEPS)]
-            r["adamw_params"] = cm.state_dict()
+            r["adamw_params"] = cm.full_state_dict()
+            cm.backward(*inputs, *targets)   # gradients into p.grad (step() clears them)
             r["grad_names"] = [n for n, g in cm.named_grads() if tuple(g.shape) == tuple(r["initial"][n].shape)]
             r["run_s"] = time.perf_counter() - t1
             out.append(r)

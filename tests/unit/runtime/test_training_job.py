@@ -1,0 +1,198 @@
+"""A whole training job through the compiled module, on 4 and 2 gloo ranks, against one device.
+
+One 4-rank launch (:func:`training_job_workers.features_four`) and one 2-rank launch cover: the
+``nn.Module`` surface (DTensor parameters and gradients, ``clip_grad_norm_``, a user's own AdamW
+and LR scheduler), clipping in the program, gradient accumulation, a new batch size, local
+batches, DCP through ``get_state_dict``, checkpoints that reshard (fsdp 4 → megatron 2, fsdp+tp
+2×2 → dp 4 and → megatron 4), Adafactor and a Muon-style optimizer. Tolerances: gradients,
+losses and parameters rtol 1e-5 / atol 1e-6 (a mean over shards adds in a different order than
+one device); resumed losses rtol 1e-6; what a checkpoint restores: bitwise.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+import training_job_workers as W  # noqa: E402
+
+from spmdc.runtime.launcher import launch  # noqa: E402
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("ckpt"))
+    return launch(W.features_four, 4, (tmp,), timeout_s=900), tmp
+
+
+@pytest.fixture(scope="module")
+def two(four):
+    return launch(W.reshard_two, 2, (four[1],), timeout_s=600)
+
+
+def close(got, want, rtol=RTOL, atol=ATOL):
+    if isinstance(want, dict):
+        assert set(got) == set(want)
+        for k in want:
+            close(got[k], want[k], rtol, atol)
+        return
+    torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), rtol=rtol, atol=atol)
+
+
+def grads_at_init(batch=8):
+    model, x, y, _ = W.mlp_job(batch)
+    F.mse_loss(model(x), y).backward()
+    return model
+
+
+def test_parameters_and_grads_are_dtensors_on_every_rank(four):
+    res, _ = four
+    for r in res.values():
+        assert r["params_are_dtensors"] and r["grads_are_dtensors"]
+
+
+def test_clip_grad_norm_on_module_parameters_is_the_global_norm(four):
+    model = grads_at_init()
+    want = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))
+    res, _ = four
+    for r in res.values():
+        close(r["clip_norm"], want)
+        close(r["grad_full"], {n: p.grad for n, p in model.named_parameters()})
+
+
+def test_own_optimizer_and_scheduler_on_module_parameters(four):
+    model, x, y, _ = W.mlp_job()
+    opt = torch.optim.AdamW(model.parameters(), **W.ADAMW)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    F.mse_loss(model(x), y).backward()
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    opt.step()
+    res, _ = four
+    close(res[1]["own_optimizer_state"], model.state_dict())
+    # the module goes on from there: a new batch size compiles a new program
+    _, x2, y2, _ = W.mlp_job(batch=12)
+    close(res[2]["bigger_batch_loss"], F.mse_loss(model(x2), y2))
+
+
+def test_clipping_in_the_program_matches_clip_grad_norm(four):
+    model, x, y, _ = W.mlp_job()
+    losses, norms, state, _ = W.eager_steps(model, [(x, y)] * 2, lambda ps: torch.optim.SGD(ps, lr=0.1), clip=0.05)
+    assert norms[0] > 0.05   # the clip is active
+    res, _ = four
+    for r in res.values():
+        close(r["clip_losses"], losses)
+        close(r["clip_norms"], norms)
+        close(r["clip_state"], state)
+    # the norm costs one scalar all-reduce; the gradients are still reduce-scattered, never gathered
+    prog, base = res[0]["clip_program"], res[0]["noclip_program"]
+    assert prog["comm.all_reduce"] == base["comm.all_reduce"] + 1
+    assert prog.get("comm.reduce_scatter") == base.get("comm.reduce_scatter")
+    assert prog.get("comm.all_gather") == base.get("comm.all_gather")
+    assert "comm.all_to_all" not in prog
+
+
+def test_accumulation_equals_one_big_batch(four):
+    model, xb, yb, _ = W.mlp_job(batch=32)
+    losses, _, state, _ = W.eager_steps(model, [(xb, yb)] * 2, lambda ps: torch.optim.SGD(ps, lr=0.1))
+    res, _ = four
+    for r in res.values():
+        close(r["accum_losses"], losses)
+        close(r["accum_state"], state)
+    # one step: 4 micro-batches gather parameters (8 each) and reduce their loss; the gradients
+    # are reduced once, in one bucket
+    issued = res[0]["accum_issued"]
+    assert issued.get("comm.reduce_scatter_bucket") == 1
+    assert "comm.reduce_scatter" not in issued
+    assert issued["comm.all_gather"] == 4 * 8 and issued["comm.all_reduce"] == 4
+
+
+def test_accumulation_with_clipping(four):
+    model, xb, yb, _ = W.mlp_job(batch=32)
+    losses, norms, state, _ = W.eager_steps(model, [(xb, yb)] * 2, lambda ps: torch.optim.SGD(ps, lr=0.1),
+                                            clip=0.05)
+    res, _ = four
+    for r in res.values():
+        close(r["accum_clip_losses"], losses)
+        close(r["accum_clip_norm"], norms[-1])
+        close(r["accum_clip_state"], state)
+
+
+def test_local_batches(four):
+    model, x, y, _ = W.mlp_job()
+    res, _ = four
+    for r in res.values():
+        close(r["local_loss"], F.mse_loss(model(x), y))
+
+
+def test_dcp_state_dict_of_the_optimizer_is_sharded_and_right(four):
+    model, x, y, _ = W.mlp_job()
+    _, _, _, opt = W.eager_steps(model, [(x, y)] * 2, lambda ps: torch.optim.AdamW(ps, **W.ADAMW))
+    names = [n for n, _ in model.named_parameters()]   # the optimizer's parameters are a copy's, in this order
+    want = {n: opt.state[p]["exp_avg"] for n, p in zip(names, opt.param_groups[0]["params"])}
+    res, _ = four
+    for r in res.values():
+        assert r["optim_keys"] == sorted(want)
+        assert r["exp_avg_placements"] == "(Shard(dim=0),)"
+        close(r["exp_avg_full"], want)
+
+
+def _bitwise(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
+
+
+@pytest.mark.parametrize("target", ["to_dp4", "to_megatron4"])
+def test_checkpoint_reshards_fsdp_tp_into_other_plans(four, target):
+    res, _ = four
+    saved, loaded = res[0]["ckpt"]["fsdptp"], res[0]["ckpt"][target]
+    assert loaded["extra"] == {"step": 2}
+    _bitwise(loaded["params"], saved["params"])
+    _bitwise(loaded["exp_avg_sq"], saved["exp_avg_sq"])
+    close(loaded["after"], saved["after"], rtol=1e-6, atol=0)
+
+
+def test_checkpoint_of_four_ranks_loads_on_two(four, two):
+    res, _ = four
+    saved, loaded = res[0]["ckpt"]["fsdp4"], two[0]
+    assert loaded["extra"] == {"step": 2}
+    _bitwise(loaded["params"], saved["params"])
+    _bitwise(loaded["exp_avg_sq"], saved["exp_avg_sq"])
+    close(loaded["after"], saved["after"], rtol=1e-6, atol=0)
+
+
+def test_checkpointed_run_matches_one_device(four):
+    model, x, y, _ = W.mlp_job()
+    losses, _, _, _ = W.eager_steps(model, [(x, y)] * 4, lambda ps: torch.optim.AdamW(ps, **W.ADAMW))
+    res, _ = four
+    for name in ("fsdp4", "fsdptp"):
+        ck = res[0]["ckpt"][name]
+        close(ck["before"] + ck["after"], losses)
+
+
+@pytest.mark.parametrize("name,factory", [("adafactor", lambda ps: torch.optim.Adafactor(ps, lr=1e-2)),
+                                          ("muon", lambda ps: W.Muon(ps, lr=2e-2))])
+def test_optimizers_that_are_not_elementwise(four, name, factory):
+    model, x, y, _ = W.mlp_job()
+    losses, _, state, _ = W.eager_steps(copy.deepcopy(model), [(x, y)] * 3, factory)
+    res, _ = four
+    for r in res.values():
+        close(r[name]["losses"], losses, rtol=1e-4, atol=1e-5)
+        close(r[name]["state"], state, rtol=1e-4, atol=1e-5)
+
+
+def test_a_matrix_optimizer_on_sharded_parameters_is_refused(four):
+    res, _ = four
+    msg = res[0]["refused"]
+    assert msg is not None and "Adafactor" in msg and "not an elementwise optimizer" in msg

@@ -1,0 +1,220 @@
+"""Rank workers for test_training_job.py (module level: launched ranks import them by name)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ADAMW = {"lr": 1e-2, "betas": (0.9, 0.99), "eps": 1e-6, "weight_decay": 0.1}
+
+
+def mlp_job(batch: int = 8):
+    """A 3-layer MLP with uneven sizes and a mean-reduced loss."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 30), torch.nn.GELU(), torch.nn.Linear(30, 18), torch.nn.Tanh(),
+                                torch.nn.Linear(18, 6))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(batch, 12, generator=g), torch.randn(batch, 6, generator=g)
+    return model, x, y, F.mse_loss
+
+
+def eager_steps(model, batches, opt_fn, clip=None, steps=None):
+    """Single-device reference: losses, grad norms and final state over ``batches``."""
+    model = copy.deepcopy(model)
+    opt = opt_fn(model.parameters())
+    losses, norms = [], []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        if clip is not None:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        opt.step()
+        losses.append(float(loss))
+    return losses, norms, {k: v.detach().clone() for k, v in model.state_dict().items()}, opt
+
+
+def _init(dims=None):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    return dist.get_rank()
+
+
+def features_four(tmp: str) -> dict[str, Any]:
+    """4 ranks: nn.Module surface, clipping, accumulation, optimizers, DCP, reshard within 4 ranks."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import spmdc
+
+    rank = _init()
+    out: dict[str, Any] = {}
+    try:
+        model, x, y, loss_fn = mlp_job()
+        # -- a DeviceMesh as the mesh; parameters(), .grad, clip_grad_norm_ -----------------------------
+        dm = init_device_mesh("cpu", (4,), mesh_dim_names=("dp",))
+        cm = spmdc.compile(model, (x,), mesh=dm, plan="fsdp", train=True, loss_fn=loss_fn, loss_inputs=(y,))
+        loss = cm.backward(x, y)
+        out["params_are_dtensors"] = all(type(p).__name__ in ("Parameter", "DTensor") and hasattr(p, "placements")
+                                         for p in cm.parameters())
+        out["grads_are_dtensors"] = all(hasattr(p.grad, "placements") for p in cm.parameters())
+        out["clip_norm"] = float(torch.nn.utils.clip_grad_norm_(cm.parameters(), 1e9))
+        out["loss"] = float(loss)
+        out["grad_full"] = {n: p.grad.full_tensor() for n, p in cm.named_parameters()}
+        # your own optimizer and scheduler on the module's parameters (FSDP2 style)
+        opt = torch.optim.AdamW(cm.parameters(), **ADAMW)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        cm.backward(x, y)
+        opt.step()
+        out["own_optimizer_state"] = cm.full_state_dict()
+        try:   # a matrix optimizer on sharded parameters: refused, not silently wrong
+            cm.set_optimizer(lambda ps: torch.optim.Adafactor(ps, lr=1e-2))
+            out["refused"] = None
+        except ValueError as e:
+            out["refused"] = str(e)
+
+        # -- clipping inside the program ------------------------------------------------------------
+        cmc = spmdc.compile(model, (x,), mesh={"dp": 2, "tp": 2}, plan="fsdp+tp", train=True, loss_fn=loss_fn,
+                            loss_inputs=(y,), optimizer=("sgd", {"lr": 0.1}), clip_grad_norm=0.05)
+        out["clip_losses"], out["clip_norms"] = [], []
+        for _ in range(2):
+            out["clip_losses"].append(float(cmc.step(x, y)))
+            out["clip_norms"].append(float(cmc.last_grad_norm))
+        out["clip_program"] = cmc.programs["train"].comm_ops
+        noclip = spmdc.compile(model, (x,), mesh={"dp": 2, "tp": 2}, plan="fsdp+tp", train=True, loss_fn=loss_fn,
+                               loss_inputs=(y,), optimizer=("sgd", {"lr": 0.1}))
+        out["noclip_program"] = noclip.programs["train"].comm_ops
+        _, xb, yb, _ = mlp_job(batch=32)   # micro-batches of 8 or 16 rows: 2+ rows per rank each
+        # clipping with accumulation: the norm of the accumulated gradients, one scalar all-reduce
+        cmac = spmdc.compile(model, (xb,), mesh={"dp": 4}, plan="fsdp", train=True, loss_fn=loss_fn,
+                             loss_inputs=(yb,), optimizer=("sgd", {"lr": 0.1}), grad_accum=2, clip_grad_norm=0.05)
+        out["accum_clip_losses"] = [float(cmac.step(xb, yb)) for _ in range(2)]
+        out["accum_clip_norm"] = float(cmac.last_grad_norm)
+        out["accum_clip_state"] = cmac.full_state_dict()
+        out["clip_state"] = cmc.full_state_dict()
+        out["clip_ir"] = cmc.programs["train"].step.global_ir.count("spmdc.grad_norm")
+
+        # -- gradient accumulation: 4 micro-batches = one big batch ----------------------------------
+        cma = spmdc.compile(model, (xb,), mesh={"dp": 4}, plan="fsdp", train=True, loss_fn=loss_fn,
+                            loss_inputs=(yb,), optimizer=("sgd", {"lr": 0.1}), grad_accum=4)
+        out["accum_losses"] = [float(cma.step(xb, yb))]
+        cma.comm.stats.counts.clear()
+        out["accum_losses"].append(float(cma.step(xb, yb)))
+        out["accum_issued"] = dict(cma.comm.stats.counts)
+        out["accum_state"] = cma.full_state_dict()
+        prog = cma.programs["train"]
+        out["accum_program_reductions"] = {k: v for k, v in prog.comm_ops.items() if "reduce" in k}
+
+        # -- a new batch size compiles a new program; local batches ------------------------------------
+        model2, x2, y2, _ = mlp_job(batch=12)
+        out["bigger_batch_loss"] = float(cm.backward(x2, y2))
+        cml = spmdc.compile(model, (x,), mesh={"dp": 4}, plan="fsdp", train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                            inputs="local")
+        out["local_loss"] = float(cml.backward(x.chunk(4)[rank], y.chunk(4)[rank]))
+
+        # -- DCP through get_state_dict: optimizer state sharded like the parameters ------------------
+        cmo = spmdc.compile(model, (x,), mesh={"dp": 4}, plan="fsdp", train=True, loss_fn=loss_fn,
+                            loss_inputs=(y,), optimizer=("adamw", ADAMW))
+        for _ in range(2):
+            cmo.step(x, y)
+        msd, osd = get_state_dict(cmo, cmo.optimizer)
+        out["optim_keys"] = sorted(osd["state"])
+        first = osd["state"][out["optim_keys"][0]]["exp_avg"]
+        out["exp_avg_placements"] = str(first.placements)
+        out["exp_avg_full"] = {k: v["exp_avg"].full_tensor().clone() for k, v in osd["state"].items()}
+
+        # -- checkpoints: save fsdp(4) and fsdp+tp(2x2); load fsdp+tp into dp(4) and megatron(tp 4) ---------
+        res = {}
+        for name, mesh, plan in (("fsdp4", {"dp": 4}, "fsdp"), ("fsdptp", {"dp": 2, "tp": 2}, "fsdp+tp")):
+            cmk = spmdc.compile(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                                optimizer=("adamw", ADAMW))
+            before = [float(cmk.step(x, y)) for _ in range(2)]
+            cmk.save(f"{tmp}/{name}", extra={"step": 2})
+            saved_params = cmk.full_state_dict()
+            _, osd = get_state_dict(cmk, cmk.optimizer)
+            saved_opt = {k: v["exp_avg_sq"].full_tensor().clone() for k, v in osd["state"].items()}
+            after = [float(cmk.step(x, y)) for _ in range(2)]
+            res[name] = {"before": before, "after": after, "params": saved_params, "exp_avg_sq": saved_opt}
+        for name, mesh, plan in (("to_dp4", {"dp": 4}, "dp"), ("to_megatron4", {"tp": 4}, "megatron")):
+            fresh, _, _, _ = mlp_job()
+            for p in fresh.parameters():   # a different starting point: the checkpoint must replace it
+                torch.nn.init.zeros_(p)
+            cmr = spmdc.compile(fresh, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                                optimizer=("adamw", ADAMW))
+            extra = cmr.load(f"{tmp}/fsdptp")
+            _, osd = get_state_dict(cmr, cmr.optimizer)
+            res[name] = {"extra": extra, "params": cmr.full_state_dict(),
+                         "exp_avg_sq": {k: v["exp_avg_sq"].full_tensor().clone() for k, v in osd["state"].items()},
+                         "after": [float(cmr.step(x, y)) for _ in range(2)]}
+        out["ckpt"] = res
+
+        # -- optimizers that are not elementwise: Adafactor and a Muon-style orthogonalization ----------
+        out["adafactor"] = _optimizer_run(model, x, y, loss_fn, lambda ps: torch.optim.Adafactor(ps, lr=1e-2))
+        out["muon"] = _optimizer_run(model, x, y, loss_fn, lambda ps: Muon(ps, lr=2e-2))
+    finally:
+        dist.destroy_process_group()
+    return out
+
+
+def _optimizer_run(model, x, y, loss_fn, factory):
+    import spmdc
+
+    cm = spmdc.compile(model, (x,), mesh={"dp": 2, "tp": 2}, plan="fsdp+tp", train=True, loss_fn=loss_fn,
+                       loss_inputs=(y,), optimizer=factory)
+    losses = [float(cm.step(x, y)) for _ in range(3)]
+    return {"losses": losses, "state": cm.full_state_dict()}
+
+
+class Muon(torch.optim.Optimizer):
+    """A few lines of Muon: momentum, then each 2-D update orthogonalized by Newton-Schulz
+    iterations (a matrix operation on the whole parameter: not elementwise)."""
+
+    def __init__(self, params, lr=0.02, momentum=0.9, steps=3):
+        super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum", torch.zeros_like(p))
+                buf.mul_(group["momentum"]).add_(p.grad)
+                update = buf
+                if p.dim() == 2:
+                    x = update / (update.norm() + 1e-7)
+                    for _ in range(group["steps"]):
+                        x = 1.5 * x - 0.5 * (x @ x.T) @ x
+                    update = x
+                p.add_(update, alpha=-group["lr"])
+
+
+def reshard_two(tmp: str) -> dict[str, Any]:
+    """2 ranks: the fsdp checkpoint of 4 ranks loads into megatron on 2 and training resumes."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    import spmdc
+
+    _init()
+    try:
+        fresh, x, y, loss_fn = mlp_job()
+        for p in fresh.parameters():
+            torch.nn.init.zeros_(p)
+        cm = spmdc.compile(fresh, (x,), mesh={"tp": 2}, plan="megatron", train=True, loss_fn=loss_fn,
+                           loss_inputs=(y,), optimizer=("adamw", ADAMW))
+        extra = cm.load(f"{tmp}/fsdp4")
+        _, osd = get_state_dict(cm, cm.optimizer)
+        return {"extra": extra, "params": cm.full_state_dict(),
+                "exp_avg_sq": {k: v["exp_avg_sq"].full_tensor().clone() for k, v in osd["state"].items()},
+                "after": [float(cm.step(x, y)) for _ in range(2)]}
+    finally:
+        dist.destroy_process_group()
