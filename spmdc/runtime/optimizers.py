@@ -7,13 +7,13 @@ tensors: spmdc then stores every parameter whole on every rank (the programs sti
 the plan's layouts), so the optimizer sees exactly the single-device tensors and its state is
 whole too. Never a silently different update. A spec is
 
-* ``("sgd", {"lr": 0.1, "momentum": 0.9})`` or ``("adamw", {"lr": 1e-3, ...})`` (or just the name),
+* ``("sgd", {"lr": 0.1, "momentum": 0.9})`` or ``("adamw", {"lr": 1e-3, ...})`` (or just the
+  name): any ``torch.optim`` class by its lower-case name (:data:`OPTIMIZERS`),
 * :class:`Optimizer` (``Optimizer("adamw", lr=1e-3)``),
-* a callable ``factory(local_params) -> torch.optim.Optimizer``; it must be elementwise
-  (SGD, Adam, AdamW, RMSprop, ...), since each rank only sees its shards.
+* a callable ``factory(params) -> torch.optim.Optimizer`` (any class, your own included; it is
+  asked once over a dummy parameter which class it builds).
 
-The named forms build ``torch.optim.SGD`` / ``torch.optim.AdamW``, so formulas and defaults
-are torch's own.
+The named forms build torch's classes, so formulas and defaults are torch's own.
 """
 
 from __future__ import annotations
@@ -21,7 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-OPTIMIZERS = ("sgd", "adamw")
+
+def _torch_optimizers() -> dict[str, type]:
+    import torch
+
+    return {n.lower(): c for n, c in vars(torch.optim).items()
+            if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer
+            and n.lower() not in ("lbfgs", "sparseadam")}   # these need a closure / sparse gradients
+
+
+OPTIMIZERS = tuple(sorted(_torch_optimizers()))
 
 
 def _elementwise_classes() -> tuple[type, ...]:
@@ -63,10 +72,8 @@ class Optimizer:
                              "or pass a factory(params) -> torch.optim.Optimizer)")
 
     def build(self, params: list[Any]) -> Any:
-        import torch
 
-        cls = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[self.name]
-        return cls(params, **self.options)
+        return _torch_optimizers()[self.name](params, **self.options)
 
 
 def make_optimizer(spec: Any, params: list[Any]) -> Any:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from spmdc.runtime.optimizers import OPTIMIZERS
 from spmdc.tools.errors import UserError
 
 DEFAULT_WORKLOAD = "gpt2-tiny"
@@ -44,7 +45,19 @@ class RunConfig:
     seed: int = 0
     rng: str = "eager"
     checkpoint: str | None = None
+    save: str | None = None
+    load: str | None = None
+    clip_grad_norm: float | None = None
+    grad_accum: int = 1
+    rtol: float = 1e-4
+    atol: float = 1e-5
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Any:
+        from spmdc.tools.reference import TrainSettings
+
+        return TrainSettings(self.optimizer, self.lr, self.clip_grad_norm, self.grad_accum)
 
 
 def positive(kind: type) -> Any:
@@ -72,8 +85,19 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--train", dest="train", action="store_true", default=True,
                     help="run training steps (forward, backward, optimizer) — the default")
     ap.add_argument("--forward", dest="train", action="store_false", help="run the forward only")
-    ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", metavar="NAME",
+                    help=f"a torch.optim class by name: {', '.join(OPTIMIZERS)} (default sgd)")
     ap.add_argument("--lr", type=positive(float), default=0.05)
+    ap.add_argument("--clip-grad-norm", type=positive(float), default=None, metavar="X",
+                    help="clip gradients to global 2-norm X inside the step (as torch.nn.utils.clip_grad_norm_)")
+    ap.add_argument("--grad-accum", type=positive(int), default=1, metavar="N",
+                    help="split each batch into N micro-batches; gradients are reduced once per step")
+    ap.add_argument("--save", default=None, metavar="DIR",
+                    help="after the steps, save parameters, optimizer state and step (torch.distributed.checkpoint)")
+    ap.add_argument("--load", default=None, metavar="DIR",
+                    help="resume from a checkpoint of --save, saved under any plan, mesh or rank count")
+    ap.add_argument("--rtol", type=positive(float), default=1e-4, help="--check's relative tolerance (default 1e-4)")
+    ap.add_argument("--atol", type=positive(float), default=1e-5, help="--check's absolute tolerance (default 1e-5)")
     ap.add_argument("--check", action="store_true",
                     help="also run one device in eager PyTorch and compare; exit 1 when over tolerance")
     ap.add_argument("--dump-ir", default=None, metavar="DIR",
@@ -109,7 +133,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
                      args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout,
                      target=args.target, bucket=args.bucket, force=args.force, verbose=args.verbose,
-                     seed=args.seed, rng=args.rng, checkpoint=args.checkpoint)
+                     seed=args.seed, rng=args.rng, checkpoint=args.checkpoint, save=args.save, load=args.load,
+                     clip_grad_norm=args.clip_grad_norm, grad_accum=args.grad_accum, rtol=args.rtol, atol=args.atol)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -150,6 +175,14 @@ def check_dump_dir(path: str | None, option: str, force: bool) -> None:
         raise UserError(f"{option} '{path}': cannot create it: {e.strerror or e}") from None
 
 
+def check_checkpoint(path: str) -> None:
+    """``--load DIR`` must be a checkpoint written by ``--save`` (DCP's ``.metadata`` file)."""
+    if not os.path.isdir(path):
+        raise UserError(f"--load '{path}': no such directory")
+    if not os.path.isfile(os.path.join(path, ".metadata")):
+        raise UserError(f"--load '{path}' is not a checkpoint (no .metadata file; write one with --save)")
+
+
 def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     """Check the workload spec, a preset's name and mesh axes and the dump directories without ranks."""
     from spmdc.frontend.workloads import resolve_factory
@@ -161,6 +194,14 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     if cfg.check and cfg.rng == "philox":
         raise UserError("--check compares with eager PyTorch, whose random numbers --rng philox does not "
                         "reproduce by design; use --rng eager (the default) with --check")
+    if not cfg.train and (cfg.save or cfg.load or cfg.clip_grad_norm or cfg.grad_accum > 1):
+        raise UserError("--save, --load, --clip-grad-norm and --grad-accum are for training; drop --forward")
+    if cfg.load is not None:
+        check_checkpoint(cfg.load)
+    if cfg.save is not None:
+        if cfg.load and os.path.abspath(cfg.save) == os.path.abspath(cfg.load):
+            cfg.force = True   # resuming into the same directory overwrites it, as intended
+        check_dump_dir(cfg.save, "--save", cfg.force)
     check_dump_dir(cfg.dump_ir, "--dump-ir", cfg.force)
     check_dump_dir(cfg.dump_codegen, "--dump-codegen", cfg.force)
     from spmdc.codegen.cache import cache_dir
@@ -171,69 +212,12 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         raise UserError(str(e)) from None
 
 
-def eager_reference(cfg: RunConfig) -> dict[str, Any]:
-    """The same workload on one device in eager PyTorch: losses per step and final parameters."""
-    import torch
-
-    from spmdc.frontend.loss import extract_loss
-    from spmdc.frontend.workloads import load_workload
-
-    w = load_workload(cfg.workload)
-    model = w.model
-    opt_cls = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[cfg.optimizer]
-    opt = opt_cls(model.parameters(), lr=cfg.lr) if cfg.train else None
-    losses = []
-    torch.manual_seed(cfg.seed)   # as every rank does before its first step
-    for _ in range(cfg.steps):
-        if opt is not None:
-            opt.zero_grad()
-            out = w.call_model()
-            loss = w.loss_fn(out, *w.loss_inputs) if w.loss_fn else extract_loss(out)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        else:
-            with torch.no_grad():
-                out = w.call_model()
-            first = _first_tensor(out)
-            losses.append(float(first.float().norm()))
-    return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-
-
-def _first_tensor(out: Any) -> Any:
-    """The first tensor a model returned (a tensor, a tuple, or a ModelOutput/dict): what the
-    forward run reports, as the ranks do with the program's first output."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out
-    values = list(out.values()) if hasattr(out, "values") else list(out)
-    return next(v for v in values if isinstance(v, torch.Tensor))
-
-
-def compare(ref: dict[str, Any], got: dict[str, Any], rtol: float = 1e-4, atol: float = 1e-5) -> tuple[bool, list]:
-    """Max abs/rel differences of losses and parameters; ok when every one is within tolerance."""
-    import torch
-
-    rows, ok = [], True
-    pairs = [("losses", torch.tensor(ref["losses"]), torch.tensor(got["losses"]))]
-    for k, v in ref["state"].items():
-        if got["state"] is not None and k in got["state"]:
-            pairs.append((k, v, got["state"][k]))
-    for name, a, b in pairs:
-        diff = (a.double() - b.double()).abs()
-        rel = (diff / a.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
-        good = bool(torch.allclose(b.double(), a.double(), rtol=rtol, atol=atol))
-        ok &= good
-        rows.append((name, diff.max().item() if diff.numel() else 0.0, rel, good))
-    return ok, rows
-
-
 def run_main(cfg: RunConfig) -> int:
     from rich.table import Table
     from rich.text import Text
 
     from spmdc.runtime.launcher import launch
+    from spmdc.tools.reference import NOISE_FACTOR, TrainSettings, compare, eager_reference, judge_by_float64
     from spmdc.tools.run_rank import run_rank
     from spmdc.tools.show import plain_console
 
@@ -254,7 +238,8 @@ def run_main(cfg: RunConfig) -> int:
     job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
            "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket,
-           "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint}
+           "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint, "save": cfg.save, "load": cfg.load,
+           "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum, "settings": cfg.settings.as_dict()}
     plan_name = plan if isinstance(plan, str) else plan.name
     console.print(Text("spmdc run", style="bold"), f"{cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps")
@@ -270,9 +255,10 @@ def run_main(cfg: RunConfig) -> int:
     table = Table(title="steps")
     for col in ("step", "loss" if cfg.train else "|output|", "step ms (slowest rank)"):
         table.add_column(col, justify="right")
+    start_step = r0.get("start_step", 0)
     for k, loss in enumerate(r0["losses"]):
         slowest = max(r["times"][k] for r in results.values())
-        table.add_row(str(k + 1), f"{loss:.6f}", f"{1000 * slowest:.1f}")
+        table.add_row(str(start_step + k + 1), f"{loss:.6f}", f"{1000 * slowest:.1f}")
     console.print(table)
     comm = Table(title="collectives per step (rank 0)")
     for col in ("op", "count", "bytes"):
@@ -292,14 +278,34 @@ def run_main(cfg: RunConfig) -> int:
     for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen)):
         if where:
             console.print(f"{what} written to {where}/")
+    if cfg.save:
+        console.print(f"checkpoint of step {start_step + cfg.steps} written to {cfg.save}/")
     if not cfg.check:
         return 0
-    ok, rows = compare(eager_reference(cfg), r0)
-    check = Table(title="--check: spmdc vs one device, eager PyTorch (rtol 1e-4, atol 1e-5)")
-    for col in ("value", "max |diff|", "max rel diff", "ok"):
+    before = None
+    if start_step:
+        before = (start_step, TrainSettings(**r0["resumed_settings"]))
+        console.print(f"--check: the reference trains steps 1-{start_step} (as saved) before the compared ones")
+    seed = r0.get("resumed_seed", cfg.seed)   # a resumed run's random numbers go on from the saved run's
+    ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before)
+    ok, rows = compare(ref, r0, cfg.rtol, cfg.atol)
+    second = not ok and cfg.train
+    if second:   # noise or a bug? ask a float64 run (see spmdc.tools.reference.judge_by_float64)
+        import torch
+
+        ref64 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before, dtype=torch.float64)
+        ok = judge_by_float64(rows, ref, ref64, r0, cfg.atol)
+    check = Table(title=f"--check: spmdc vs one device, eager PyTorch (rtol {cfg.rtol:g}, atol {cfg.atol:g})")
+    extra_col = ("|err| vs fp64: spmdc vs eager fp32",) if second else ()
+    cols = ("value", "max |diff|", "max rel diff", *extra_col, "ok")
+    for col in cols:
         check.add_column(col, justify="right" if col != "value" else "left")
-    for name, d, rel, good in rows:
-        check.add_row(name, f"{d:.2e}", f"{rel:.2e}", "yes" if good else Text("NO", style="red"))
+    for r in rows:
+        verdict = ("yes" if not r.noise else Text("noise", style="yellow")) if r.ok else Text("NO", style="red")
+        check.add_row(r.name, f"{r.max_abs:.2e}", f"{r.max_rel:.2e}", *((r.noise,) if second else ()), verdict)
     console.print(check)
+    if second and ok:
+        console.print("values marked noise are over tolerance against eager float32 but as close to a float64 run "
+                      f"as eager float32 itself (within {NOISE_FACTOR:g}x): rounding, amplified by training")
     console.print(Text("check passed", style="green") if ok else Text("check failed: over tolerance", style="red"))
     return 0 if ok else 1

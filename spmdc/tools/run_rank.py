@@ -47,6 +47,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
+                            clip_grad_norm=job.get("clip_grad_norm"), grad_accum=job.get("grad_accum", 1),
                             target=job.get("target"), bucket=job.get("bucket", False),
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
                             rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"))
@@ -57,6 +58,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         cm.comm.stats.counts.clear()
         cm.comm.stats.bytes.clear()
         torch.manual_seed(job.get("seed", 0))   # the eager reference (--check) seeds the same way
+        resumed = resume(cm, job) if job.get("load") else {}
+        start_step = resumed.get("step", 0)
         for k in range(job["steps"]):
             start = time.perf_counter()
             if job["train"]:
@@ -67,15 +70,39 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 first = out[0] if isinstance(out, tuple) else out
                 losses.append(float(first.float().norm()))
             times.append(time.perf_counter() - start)
-            say(f"[rank 0] step {k + 1}/{job['steps']}: {'loss' if job['train'] else '|output|'} "
-                f"{losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
+            what = "loss" if job["train"] else "|output|"
+            say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
+                f"({1000 * times[-1]:.1f} ms)", flush=True)
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
+        if job.get("save"):
+            cm.save(job["save"], extra={"step": start_step + job["steps"], "workload": job["workload"],
+                                        "seed": resumed.get("seed", job.get("seed", 0)),
+                                        "settings": job["settings"]})
         prog = cm.programs["train" if job["train"] else "forward"]
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
                 "peak_bytes": prog.peak_bytes,
-                "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels}
+                "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
+                "start_step": start_step, **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
+                                             if resumed else {})}
     finally:
         if own_group:
             dist.destroy_process_group()
+
+
+def resume(cm: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """``--load``: the checkpoint into ``cm`` (resharded to this plan and mesh); the saved step,
+    seed and settings. The learning rate of ``--lr`` wins over the saved one."""
+    extra = cm.load(job["load"])
+    saved = extra.get("workload")
+    if saved is not None and saved != job["workload"]:
+        raise ValueError(f"--load '{job['load']}' holds a checkpoint of workload '{saved}', not '{job['workload']}'")
+    was = extra.get("settings", {}).get("optimizer")
+    if was is not None and was != job["optimizer"]:
+        raise ValueError(f"--load '{job['load']}' was saved with --optimizer {was}; its state cannot resume "
+                         f"--optimizer {job['optimizer']}")
+    for group in cm.optimizer.param_groups:
+        group["lr"] = job["lr"]
+    return {"step": int(extra.get("step", 0)), "seed": extra.get("seed", job.get("seed", 0)),
+            "settings": extra.get("settings", job["settings"])}

@@ -94,3 +94,53 @@ def test_philox_mode_refuses_check_and_runs_without_it():
     res = _run(f"{MODELS / 'hf_tiny.py'}:gpt2", "--nproc", "2", "--mesh", "dp=2", "--plan", "fsdp", "--steps", "2",
                "--rng", "philox")
     assert res.returncode == 0 and "step 2/2" in res.stdout, res.stdout + res.stderr
+
+
+def _losses(stdout: str) -> dict[int, str]:
+    """{step: loss as printed} from the rank-0 progress lines."""
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("[rank 0] step "):
+            step = int(line.split()[3].split("/")[0])
+            out[step] = line.split("loss ")[1].split()[0]
+    return out
+
+
+def test_save_then_load_under_another_plan_resumes_the_same_run(tmp_path):
+    """HF GPT-2 at its defaults (dropout on), AdamW, clipping and 2 micro-batches: 2 steps with
+    fsdp on 4 ranks saved, resumed with megatron on 2 ranks for 2 more. The resumed steps print
+    the uninterrupted run's losses, and --check replays steps 1-2 then compares 3-4."""
+    gpt2 = f"{MODELS / 'hf_tiny.py'}:gpt2"
+    common = ("--optimizer", "adamw", "--lr", "0.01", "--clip-grad-norm", "1", "--grad-accum", "2", "--seed", "3")
+    whole = _run(gpt2, "--nproc", "4", "--mesh", "dp=4", "--plan", "fsdp", "--steps", "4", *common, timeout=400)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    ck = tmp_path / "ck"
+    first = _run(gpt2, "--nproc", "4", "--mesh", "dp=4", "--plan", "fsdp", "--steps", "2", "--save", str(ck), *common,
+                 timeout=400)
+    assert first.returncode == 0 and f"checkpoint of step 2 written to {ck}/" in first.stdout, first.stdout
+    second = _run(gpt2, "--nproc", "2", "--mesh", "tp=2", "--plan", "megatron", "--steps", "2", "--load", str(ck),
+                  "--check", *common, timeout=400)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "step 4/4" in second.stdout and "check passed" in second.stdout
+    assert "the reference trains steps 1-2" in second.stdout
+    want, got = _losses(whole.stdout), {**_losses(first.stdout), **_losses(second.stdout)}
+    assert sorted(got) == [1, 2, 3, 4]
+    assert all(abs(float(got[k]) - float(want[k])) <= 1e-6 * abs(float(want[k])) + 1e-6 for k in want), (got, want)
+
+
+def test_training_options_are_checked_before_ranks_start(tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    cases = [(("mlp", "--load", str(tmp_path / "none")), "no such directory"),
+             (("mlp", "--load", str(full)), "is not a checkpoint"),
+             (("mlp", "--save", str(full)), "is not empty"),
+             (("mlp", "--grad-accum", "0"), "--grad-accum: must be positive"),
+             (("mlp", "--clip-grad-norm", "-1"), "--clip-grad-norm: must be positive"),
+             (("mlp", "--optimizer", "adamm"), "--optimizer"),
+             (("mlp", "--forward", "--save", str(tmp_path / "new")), "are for training")]
+    for args, message in cases:
+        res = _run(*args, timeout=60)
+        text = " ".join((res.stdout + res.stderr).split())
+        assert res.returncode != 0 and message in text, text
+        assert "Traceback" not in res.stderr and "rank 0 failed" not in text

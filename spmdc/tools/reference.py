@@ -1,0 +1,157 @@
+"""``spmdc run --check``: the same job on one device in eager PyTorch, and the comparison.
+
+The reference replays what the ranks did, step for step: the same seed, the same optimizer
+(a ``torch.optim`` class by name, with ``--lr``), the same micro-batches with ``--grad-accum N``
+(each micro-batch's loss / N, backward, accumulated), ``clip_grad_norm_`` with
+``--clip-grad-norm``. A run resumed with ``--load`` is compared with the uninterrupted run:
+the reference trains the checkpoint's steps first (with the settings it was saved with), then
+the new ones, and only the new ones are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What a stretch of training steps ran with (saved in a checkpoint, replayed by --check)."""
+
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    clip_grad_norm: float | None = None
+    grad_accum: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(optimizer=self.optimizer, lr=self.lr, clip_grad_norm=self.clip_grad_norm,
+                    grad_accum=self.grad_accum)
+
+
+def _first_tensor(out: Any) -> Any:
+    """The first tensor a model returned (a tensor, a tuple, or a ModelOutput/dict): what the
+    forward run reports, as the ranks do with the program's first output."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    values = list(out.values()) if hasattr(out, "values") else list(out)
+    return next(v for v in values if isinstance(v, torch.Tensor))
+
+
+def _micro_batches(w: Any, n: int) -> list[tuple[tuple, tuple, dict]]:
+    if n == 1:
+        return [(tuple(w.inputs), tuple(w.loss_inputs), dict(w.kwargs))]
+    split = [list(t.chunk(n, dim=0)) for t in (*w.inputs, *w.loss_inputs, *w.kwargs.values())]
+    out = []
+    for k in range(n):
+        pieces = [s[k] for s in split]
+        a, b = len(w.inputs), len(w.inputs) + len(w.loss_inputs)
+        out.append((tuple(pieces[:a]), tuple(pieces[a:b]), dict(zip(w.kwargs, pieces[b:]))))
+    return out
+
+
+def eager_reference(workload: str, steps: int, train: bool, seed: int, settings: TrainSettings,
+                    before: tuple[int, TrainSettings] | None = None, dtype: Any = None) -> dict[str, Any]:
+    """Losses (or output norms) of ``steps`` steps on one device and the final state.
+    ``before``: (steps, settings) trained first and not reported (a resumed run's history).
+    ``dtype=torch.float64``: the same run in double precision (floating inputs and parameters
+    converted; dropout draws the same masks in either precision)."""
+    import torch
+
+    from spmdc.frontend.loss import extract_loss
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.runtime.optimizers import Optimizer
+
+    w = load_workload(workload)
+    model = w.model
+    if dtype is not None:
+        model.to(dtype)
+
+        def cast(t: Any) -> Any:
+            return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        w.inputs, w.loss_inputs = tuple(map(cast, w.inputs)), tuple(map(cast, w.loss_inputs))
+        w.kwargs = {k: cast(v) for k, v in w.kwargs.items()}
+    torch.manual_seed(seed)   # as every rank does before its first step
+    if not train:
+        with torch.no_grad():
+            norms = [float(_first_tensor(w.call_model()).float().norm()) for _ in range(steps)]
+        return {"losses": norms, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    stretches = ([before] if before and before[0] else []) + [(steps, settings)]
+    opt, losses = None, []
+    for n_steps, s in stretches:
+        if opt is None:
+            opt = Optimizer(s.optimizer, lr=s.lr).build(list(model.parameters()))
+        for group in opt.param_groups:   # a resumed run may change the learning rate
+            group["lr"] = s.lr
+        losses = []
+        for _ in range(n_steps):
+            opt.zero_grad()
+            micro = _micro_batches(w, s.grad_accum)
+            total = 0.0
+            for inputs, loss_inputs, kwargs in micro:
+                out = model(*inputs, **kwargs)
+                loss = w.loss_fn(out, *loss_inputs) if w.loss_fn else extract_loss(out)
+                (loss / len(micro)).backward()
+                total += loss.item()
+            if s.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip_grad_norm)
+            opt.step()
+            losses.append(total / len(micro))
+    return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+@dataclass
+class Row:
+    """One compared value of ``--check``: its largest differences and the verdict."""
+
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    noise: str = ""   # when only the float64 comparison passes it: "spmdc e1 vs eager fp32 e2"
+
+
+def _pairs(ref: dict[str, Any], got: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    import torch
+
+    pairs = [("losses", torch.tensor(ref["losses"]), torch.tensor(got["losses"]))]
+    for k, v in ref["state"].items():
+        if got["state"] is not None and k in got["state"] and v.is_floating_point():
+            pairs.append((k, v, got["state"][k]))
+    return pairs
+
+
+def compare(ref: dict[str, Any], got: dict[str, Any], rtol: float = 1e-4, atol: float = 1e-5) -> tuple[bool, list[Row]]:
+    """Max abs/rel differences of losses and parameters; ok when every one is within tolerance."""
+    import torch
+
+    rows = []
+    for name, a, b in _pairs(ref, got):
+        diff = (a.double() - b.double()).abs()
+        rel = (diff / a.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+        good = bool(torch.allclose(b.double(), a.double(), rtol=rtol, atol=atol))
+        rows.append(Row(name, diff.max().item() if diff.numel() else 0.0, rel, good))
+    return all(r.ok for r in rows), rows
+
+
+NOISE_FACTOR = 4.0
+
+
+def judge_by_float64(rows: list[Row], ref32: dict[str, Any], ref64: dict[str, Any], got: dict[str, Any],
+                     atol: float) -> bool:
+    """Second opinion for the values over tolerance: is spmdc as close to the float64 run as
+    single-device float32 PyTorch is? Rounding differences (another summation order) are
+    amplified by training itself, above all by Adam where a gradient is zero up to rounding (a
+    key bias under softmax): its update is then lr·sign(noise), whoever computes it. A value
+    passes as noise when spmdc's largest error against float64 is at most NOISE_FACTOR times
+    eager float32's own (+ atol). A real bug shows up as errors far above eager's."""
+    d32 = {name: b for name, _, b in _pairs(ref64, ref32)}
+    for r, (name, exact, mine) in zip(rows, _pairs(ref64, got)):
+        if r.ok or name not in d32:
+            continue
+        e_spmdc = (mine.double() - exact.double()).abs().max().item()
+        e_eager = (d32[name].double() - exact.double()).abs().max().item()
+        r.noise = f"{e_spmdc:.1e} vs {e_eager:.1e}"
+        r.ok = e_spmdc <= NOISE_FACTOR * e_eager + atol
+    return all(r.ok for r in rows)
