@@ -25,6 +25,8 @@ _LAZY = {
     "Shard": ("spmdc.dialects.shard", "Shard"),
     "Partial": ("spmdc.dialects.shard", "Partial"),
     "compile_step": ("spmdc.compiler", "compile_step"),
+    "deferred_init": ("spmdc.frontend.deferred_init", "deferred_init"),
+    "materialize": ("spmdc.frontend.deferred_init", "materialize"),
 }
 
 

@@ -33,7 +33,7 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
             device_mesh: Any = None, device: str | None = None, target: str | None = None,
             bucket: bool = False, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
             rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
-            grad_accum: int = 1, inputs: str = "global") -> CompiledModule:
+            grad_accum: int = 1, inputs: str = "global", init: Callable[[Any], Any] | None = None) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
@@ -57,8 +57,13 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
     each step splits its batch into N micro-batches along dim 0 and reduces the gradients once.
     ``inputs="local"``: each rank passes its own piece of the batch (a DistributedSampler's),
     laid out as the plan's inputs (even pieces); the default passes the global batch.
+    A model on the meta device (``spmdc.deferred_init(cls, *args)``, or any meta model with
+    ``init=fn`` run on it, e.g. ``init=lambda m: m.apply(m._init_weights)``) is captured from fake
+    tensors and each rank materializes only its shards, bitwise equal to the single-device
+    initialization (:mod:`spmdc.frontend.deferred_init`).
     """
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
                           target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
-                          checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs)
+                          checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs,
+                          init=init)

@@ -25,6 +25,7 @@ initialization; see :mod:`spmdc.runtime.meta_init` for models too big for one de
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ import torch.nn as nn
 
 from spmdc.compiler import Dump, RankProgram, compile_rank, default_target, split_example_inputs
 from spmdc.dialects.shard import Partial, Replicate
+from spmdc.frontend.deferred_init import fake_parameters
 from spmdc.runtime.collectives import CountingComm
 from spmdc.runtime.compile_shared import compile_shared
 from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements, mesh_of
@@ -57,7 +59,7 @@ class CompiledModule(nn.Module):
                  target: str | None = None, bucket: bool = False, dump: Dump | None = None,
                  example_kwargs: dict[str, Any] | None = None, rng: str = "eager",
                  checkpoint: str | None = None, clip_grad_norm: float | None = None, grad_accum: int = 1,
-                 inputs: str = "global"):
+                 inputs: str = "global", init: Callable[[Any], Any] | None = None):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -90,6 +92,7 @@ class CompiledModule(nn.Module):
 
         self.comm = Collectives(device_mesh)
         object.__setattr__(self, "_model", model)   # compiles new programs from it; not a submodule
+        self._tape = _init_tape(model, init)       # a meta model: how to initialize it
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
         kwargs = dict(example_kwargs or {})
         self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
@@ -115,6 +118,8 @@ class CompiledModule(nn.Module):
         self._install_parameters(model, storage.program)
         self.optimizer = make_optimizer(optimizer, list(self.parameters())) if train else None
         self.last_grad_norm: Any = None
+        if self._tape is None:
+            self.init_peak_bytes = None
 
     # -- programs ---------------------------------------------------------------------------------
     def _signature(self, tensors: Sequence[Any]) -> tuple:
@@ -144,7 +149,8 @@ class CompiledModule(nn.Module):
         was = model.training
         model.train(self.training)
         try:
-            steps = compile_shared(model, jobs, self.mesh, o.plan)
+            with fake_parameters(model) if self._tape is not None else nullcontext():
+                steps = compile_shared(model, jobs, self.mesh, o.plan)
         finally:
             model.train(was)
         for job, step in zip(jobs, steps):
@@ -169,12 +175,14 @@ class CompiledModule(nn.Module):
         from torch.distributed.tensor import DTensor
 
         canonical = dict(model.named_parameters())
+        replicated = tuple(Replicate() for _ in self.mesh.axis_names)
+        values = self._materialize(model, canonical, replicated) if self._tape is not None else None
         params_by_id: dict[int, nn.Parameter] = {}
         for name, p in model.named_parameters(remove_duplicate=False):
             if id(p) not in params_by_id:
                 first = next(n for n, q in canonical.items() if q is p)
-                layout = self._storage.get(first, tuple(Replicate() for _ in self.mesh.axis_names))
-                local = self._cut(p.detach(), layout)
+                layout = self._storage.get(first, replicated)
+                local = values[first] if values is not None else self._cut(p.detach(), layout)
                 dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(layout), run_check=False,
                                         shape=tuple(p.shape), stride=contiguous_stride(p.shape))
                 params_by_id[id(p)] = nn.Parameter(dt, requires_grad=p.requires_grad)
@@ -182,8 +190,43 @@ class CompiledModule(nn.Module):
             self._place(name, params_by_id[id(p)], kind="param")
         persistent = set(model.state_dict().keys())
         for name, b in model.named_buffers(remove_duplicate=False):
-            self._place(name, None if b is None else b.detach().to(self.device).clone(), kind="buffer",
-                        persistent=name in persistent)
+            if b is not None:
+                b = values[name] if values is not None and name in values else b.detach().to(self.device).clone()
+            self._place(name, b, kind="buffer", persistent=name in persistent)
+
+    def _materialize(self, model: Any, canonical: dict[str, Any], replicated: tuple) -> dict[str, Any]:
+        """Replay a meta model's initialization: this rank's shard of every parameter (the full
+        tensor of one parameter at a time; one drawn by a single normal_/uniform_ is drawn in pieces
+        keeping this rank's rows), whole buffers. Sets :attr:`init_peak_bytes`."""
+        from spmdc.frontend.deferred_init import kept_storages, replay
+
+        first_of = {id(p): n for n, p in canonical.items()}
+        out: dict[str, Any] = {}
+        params = {n: first_of[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
+
+        def layout(name: str) -> tuple:
+            return self._storage.get(params[name], replicated)
+
+        def keep(name: str, full: Any, rows: tuple[int, int] | None = None) -> None:
+            if name in params:
+                fqn = params[name]
+                if fqn not in out:   # rows: already this rank's piece (a Shard(0) layout)
+                    out[fqn] = full.to(self.device) if rows is not None else self._cut(full, layout(name))
+            else:
+                out[name] = full.to(self.device).clone()
+
+        def rows(name: str) -> tuple[int, int] | None:
+            """The rows this rank keeps of a parameter whose layout shards only dim 0."""
+            lay = layout(name) if name in params else None
+            if not lay or not all(p.is_replicate() or p.is_shard(0) for p in lay) or all(p.is_replicate() for p in lay):
+                return None
+            idx = local_piece(torch.arange(canonical[params[name]].shape[0]), lay, self.mesh, self.rank)
+            return (int(idx[0]), int(idx[-1]) + 1) if idx.numel() else (0, 0)
+        self.init_peak_bytes = replay(self._tape, kept_storages(model, self._tape), keep, rows=rows)
+        for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+            if t is not None and t.device.type != "meta" and params.get(name, name) not in out:
+                keep(name, t.detach())
+        return out
 
     def _place(self, fqn: str, value: Any, kind: str, persistent: bool = True) -> None:
         *path, leaf = fqn.split(".")
@@ -467,6 +510,26 @@ class CompiledModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"mesh={self.mesh}, plan={self.plan_name!r}, rank={self.rank}"
+
+
+def _init_tape(model: Any, init: Callable[[Any], Any] | None) -> Any:
+    """The recorded initialization of a meta model (spmdc.deferred_init, or ``init`` run on it now);
+    None for a model with real tensors."""
+    from spmdc.frontend.deferred_init import TAPE_ATTR, is_meta_model, record_init
+
+    if not is_meta_model(model):
+        if init is not None:
+            raise ValueError("init= is for a model on the meta device; this model's tensors are real")
+        return None
+    if init is not None:
+        return record_init(model, init)
+    tape = getattr(model, TAPE_ATTR, None)
+    if tape is None:
+        names = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
+        raise ValueError(f"the model's tensors are on the meta device ({names[0]!r} and {len(names) - 1} more) but "
+                         "spmdc does not know how to initialize them: build the model with "
+                         "spmdc.deferred_init(cls, *args), or pass init=fn (e.g. init=lambda m: m.reset_parameters())")
+    return tape
 
 
 def _is_dtensor(x: Any) -> bool:

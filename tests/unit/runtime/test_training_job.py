@@ -196,3 +196,40 @@ def test_a_matrix_optimizer_on_sharded_parameters_is_refused(four):
     res, _ = four
     msg = res[0]["refused"]
     assert msg is not None and "Adafactor" in msg and "not an elementwise optimizer" in msg
+
+
+def test_meta_model_materializes_shards_bitwise_equal_to_one_device(four):
+    g, tok, tgt = W.gpt2_job()
+    torch.manual_seed(11)
+    ref = g.GPT2(128, 16, 32, 4, 2)
+    after = torch.rand(2)   # the generator goes on from where the construction left it
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    want_state = {k: v.clone() for k, v in ref.state_dict().items()}
+    losses = []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = g.lm_loss(ref(tok), tgt)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    res, _ = four
+    model_bytes = sum(p.numel() * 4 for p in ref.parameters())
+    for r in res.values():
+        _bitwise(r["meta_state"], want_state)
+        assert torch.equal(r["meta_after"], after)
+        close(r["meta_losses"], losses)
+        # start-up: at most one full parameter (or one draw piece) and its shard at a time, not the model
+        largest = max(p.numel() * 4 for p in ref.parameters())
+        assert r["meta_peak"] <= largest * 5 / 4 < model_bytes / 4
+        assert r["meta_local_bytes"] <= model_bytes / 4 + 1024
+
+
+def test_meta_model_with_an_init_function(four):
+    model = W.mlp_job()[0]
+    torch.manual_seed(3)
+    W.reset_all(model)
+    res, _ = four
+    for r in res.values():
+        _bitwise(r["init_fn_state"], model.state_dict())
+    msg = res[0]["meta_refused"]
+    assert "meta device" in msg and "deferred_init" in msg and "init=" in msg

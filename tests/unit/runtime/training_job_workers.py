@@ -156,6 +156,9 @@ def features_four(tmp: str) -> dict[str, Any]:
                          "after": [float(cmr.step(x, y)) for _ in range(2)]}
         out["ckpt"] = res
 
+        # -- a model built on the meta device: each rank materializes only its shards ------------------
+        out.update(meta_init_cases())
+
         # -- optimizers that are not elementwise: Adafactor and a Muon-style orthogonalization ----------
         out["adafactor"] = _optimizer_run(model, x, y, loss_fn, lambda ps: torch.optim.Adafactor(ps, lr=1e-2))
         out["muon"] = _optimizer_run(model, x, y, loss_fn, lambda ps: Muon(ps, lr=2e-2))
@@ -218,3 +221,46 @@ def reshard_two(tmp: str) -> dict[str, Any]:
                 "after": [float(cm.step(x, y)) for _ in range(2)]}
     finally:
         dist.destroy_process_group()
+
+
+def reset_all(model):
+    """A whole-model init, as a user's ``init_weights`` would be: every module's reset_parameters."""
+    for m in model.modules():
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+
+
+def gpt2_job():
+    import spmdc.examples.gpt2_tiny as g
+
+    g_ = torch.Generator().manual_seed(5)
+    tok, tgt = torch.randint(0, 128, (4, 8), generator=g_), torch.randint(0, 128, (4, 8), generator=g_)
+    return g, tok, tgt
+
+
+def meta_init_cases() -> dict[str, Any]:
+    import spmdc
+
+    g, tok, tgt = gpt2_job()
+    torch.manual_seed(11)
+    meta = spmdc.deferred_init(g.GPT2, 128, 16, 32, 4, 2)
+    assert all(p.device.type == "meta" for p in meta.parameters())
+    cm = spmdc.compile(meta, (tok,), mesh={"dp": 4}, plan="fsdp", train=True, loss_fn=g.lm_loss, loss_inputs=(tgt,),
+                       optimizer=("adamw", {"lr": 1e-3}))
+    out = {"meta_state": cm.full_state_dict(), "meta_peak": cm.init_peak_bytes,
+           "meta_local_bytes": sum(p.to_local().numel() * 4 for p in cm.parameters()),
+           "meta_after": torch.rand(2), "meta_losses": [float(cm.step(tok, tgt)) for _ in range(2)]}
+    # a plain meta model and the user's own init function
+    with torch.device("meta"):
+        model = mlp_job()[0]
+    _, x, y, loss_fn = mlp_job()
+    torch.manual_seed(3)
+    cmi = spmdc.compile(model, (x,), mesh={"dp": 2, "tp": 2}, plan="fsdp+tp", train=True, loss_fn=loss_fn,
+                        loss_inputs=(y,), init=reset_all)
+    out["init_fn_state"] = cmi.full_state_dict()
+    try:
+        spmdc.compile(model, (x,), mesh={"dp": 4}, plan="fsdp")
+        out["meta_refused"] = None
+    except ValueError as e:
+        out["meta_refused"] = str(e)
+    return out
