@@ -473,6 +473,8 @@ class CompiledModule(nn.Module):
                 if k not in own:
                     continue
                 target = own[k]
+                if _is_dtensor(v) and _is_dtensor(target) and v.device_mesh != target.device_mesh:
+                    v = v.full_tensor()   # another mesh (a module of another plan): through the full tensor
                 if _is_dtensor(target):
                     if _is_dtensor(v):
                         v = v.redistribute(target.device_mesh, target.placements)

@@ -233,3 +233,19 @@ def test_meta_model_with_an_init_function(four):
         _bitwise(r["init_fn_state"], model.state_dict())
     msg = res[0]["meta_refused"]
     assert "meta device" in msg and "deferred_init" in msg and "init=" in msg
+
+
+def test_checkpoint_of_fsdp_loads_into_megatron_that_shards_attention(four):
+    res, _ = four
+    saved, loaded = res[0]["ckpt"]["gpt_fsdp"], res[0]["ckpt"]["gpt_megatron"]
+    assert any("q_proj" in n for n in loaded["sharded"]) and any("c_fc" in n for n in loaded["sharded"])
+    _bitwise(loaded["params"], saved["params"])
+    _bitwise(loaded["exp_avg"], saved["exp_avg"])
+    close(loaded["after"], saved["after"], rtol=1e-6, atol=0)
+
+
+def test_load_state_dict_takes_full_tensors_and_dtensors_of_another_layout(four):
+    res, _ = four
+    ck = res[0]["ckpt"]
+    _bitwise(ck["load_full"], ck["fresh"])         # full tensors, cut to megatron's shards
+    _bitwise(ck["load_dtensor"], ck["cmg_now"])    # fsdp DTensors, redistributed to megatron's

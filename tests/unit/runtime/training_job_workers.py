@@ -154,6 +154,36 @@ def features_four(tmp: str) -> dict[str, Any]:
             res[name] = {"extra": extra, "params": cmr.full_state_dict(),
                          "exp_avg_sq": {k: v["exp_avg_sq"].full_tensor().clone() for k, v in osd["state"].items()},
                          "after": [float(cmr.step(x, y)) for _ in range(2)]}
+        # a model megatron really shards (attention and MLP linears): fsdp on 4 -> megatron on 4
+        g, tok, tgt = gpt2_job()
+        torch.manual_seed(0)
+        gpt = g.GPT2(128, 16, 32, 4, 2)
+        opt = ("adamw", ADAMW)
+        cmg = spmdc.compile(gpt, (tok,), mesh={"dp": 4}, plan="fsdp", train=True, loss_fn=g.lm_loss,
+                            loss_inputs=(tgt,), optimizer=opt)
+        before = [float(cmg.step(tok, tgt)) for _ in range(2)]
+        cmg.save(f"{tmp}/gpt_fsdp", extra={"step": 2})
+        _, osd = get_state_dict(cmg, cmg.optimizer)
+        res["gpt_fsdp"] = {"before": before, "params": cmg.full_state_dict(),
+                           "exp_avg": {k: v["exp_avg"].full_tensor().clone() for k, v in osd["state"].items()},
+                           "after": [float(cmg.step(tok, tgt)) for _ in range(2)]}
+        torch.manual_seed(1)
+        cmm = spmdc.compile(g.GPT2(128, 16, 32, 4, 2), (tok,), mesh={"tp": 4}, plan="megatron", train=True,
+                            loss_fn=g.lm_loss, loss_inputs=(tgt,), optimizer=opt)
+        cmm.load(f"{tmp}/gpt_fsdp")
+        _, osd = get_state_dict(cmm, cmm.optimizer)
+        res["gpt_megatron"] = {"params": cmm.full_state_dict(),
+                               "sharded": sorted(n for n, lay in cmm.placements().items()
+                                                 if any(p.is_shard() for p in lay)),
+                               "exp_avg": {k: v["exp_avg"].full_tensor().clone() for k, v in osd["state"].items()},
+                               "after": [float(cmm.step(tok, tgt)) for _ in range(2)]}
+        # the module's own state_dict round trip: full tensors in, DTensors out
+        fresh = g.GPT2(128, 16, 32, 4, 2)
+        cmm.load_state_dict(fresh.state_dict())
+        res["load_full"] = cmm.full_state_dict()
+        res["load_dtensor"] = cmm.load_state_dict(cmg.state_dict()) is not None and cmm.full_state_dict()
+        res["fresh"] = {k: v.clone() for k, v in fresh.state_dict().items()}
+        res["cmg_now"] = cmg.full_state_dict()
         out["ckpt"] = res
 
         # -- a model built on the meta device: each rank materializes only its shards ------------------
