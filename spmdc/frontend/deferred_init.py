@@ -34,8 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+
+from spmdc.frontend.torch_compat import (
+    dispatch_mode_base,
+    fake_tensor_mode,
+    meta_noop_inits,
+    storage_key,
+    tree_leaves,
+    tree_map,
+)
 
 TAPE_ATTR = "_spmdc_init_tape"
 
@@ -47,8 +54,7 @@ _RANDOM = {"uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geom
            "rand", "randn", "randint", "randperm", "bernoulli", "normal", "rand_like", "randn_like", "randint_like",
            "multinomial", "poisson", "native_dropout", "uniform", "trunc_normal_", "orthogonal_", "sparse_"}
 # torch.nn.init functions that return early on a meta tensor (recorded whole, replayed by calling them)
-_META_NOOP_INITS = {"_no_grad_trunc_normal_": "trunc_normal_", "orthogonal_": "orthogonal_", "dirac_": "dirac_",
-                    "sparse_": "sparse_"}
+_META_NOOP_INITS = meta_noop_inits()
 
 
 @dataclass(frozen=True)
@@ -103,15 +109,14 @@ class Tape:
         self.entries.append(entry)
 
     def ref(self, t: torch.Tensor) -> TRef:
-        st = t.untyped_storage()
-        key = st._cdata
+        key = storage_key(t)
         if key not in self.storages:
-            self.storages[key] = Storage(key, st.nbytes(), t.dtype)
+            self.storages[key] = Storage(key, t.untyped_storage().nbytes(), t.dtype)
             self.keep_alive.append(t)
         return TRef(key, tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
 
 
-class _Recorder(TorchDispatchMode):
+class _Recorder(dispatch_mode_base()):  # type: ignore[misc]
     def __init__(self, tape: Tape):
         super().__init__()
         self.tape = tape
@@ -122,7 +127,7 @@ class _Recorder(TorchDispatchMode):
         if dev is not None and torch.device(dev).type == "cpu":   # a factory: make it on meta instead
             kwargs["device"] = torch.device("meta")
         out = func(*args, **kwargs)
-        flat, _ = tree_flatten((args, kwargs, out))
+        flat = tree_leaves((args, kwargs, out))
         if any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in flat):
             tape = self.tape
 
@@ -132,7 +137,7 @@ class _Recorder(TorchDispatchMode):
                         return x.detach().clone()   # a real constant (small, made during construction)
                     return tape.ref(x)
                 return x
-            outs = [tape.ref(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            outs = [tape.ref(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             tape.add(Entry(func, tree_map(enc, tuple(args)), tree_map(enc, dict(kwargs)), outs, func.__name__))
         return out
 
@@ -230,7 +235,7 @@ class ReplayError(RuntimeError):
 
 
 def _tensor_refs(x: Any) -> list[TRef]:
-    return [t for t in tree_flatten(x)[0] if isinstance(t, TRef)]
+    return [t for t in tree_leaves(x) if isinstance(t, TRef)]
 
 
 def _covers(r: TRef, st: Storage) -> bool:
@@ -449,7 +454,7 @@ def _run(e: Entry, resolve: Callable[[TRef], torch.Tensor], device: str) -> list
         out = e.func(*args, **kwargs)
     except Exception as exc:   # noqa: BLE001 - name the op that cannot be redone
         raise ReplayError(f"replaying '{e.func}' of the recorded construction failed: {exc}") from exc
-    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
 class fake_parameters:
@@ -462,9 +467,7 @@ class fake_parameters:
         self.saved: list[tuple[Any, str, str, Any]] = []
 
     def __enter__(self) -> Any:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        mode = fake_tensor_mode()
         made: dict[int, Any] = {}
 
         def fake(t: torch.Tensor) -> torch.Tensor:

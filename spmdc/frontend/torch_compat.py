@@ -102,6 +102,38 @@ def tree_leaves(tree: Any) -> list[Any]:
     return list(_pytree.tree_leaves(tree))
 
 
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    from torch.utils import _pytree
+
+    return _pytree.tree_map(fn, tree)
+
+
+def dispatch_mode_base() -> type:
+    """``TorchDispatchMode``: the base class of a mode that sees every aten call."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
+def fake_tensor_mode() -> Any:
+    """A FakeTensorMode that accepts real inputs (shapes without memory, for capture)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """An id of ``t``'s storage, shared by every view and ``.data`` of it (meta tensors too)."""
+    return t.untyped_storage()._cdata
+
+
+def meta_noop_inits() -> dict[str, str]:
+    """``torch.nn.init`` attributes that return early on a meta tensor → the init they do
+    (spmdc.deferred_init records the call itself). ``trunc_normal_`` checks in its helper."""
+    return {"_no_grad_trunc_normal_": "trunc_normal_", "orthogonal_": "orthogonal_", "dirac_": "dirac_",
+            "sparse_": "sparse_"}
+
+
 def core_aten_decompositions() -> dict[Any, Callable]:
     """torch's core-ATen decomposition table (used when torch-mlir is not installed)."""
     from torch._decomp import core_aten_decompositions as table

@@ -16,6 +16,7 @@ from spmdc.ir.location import FileLineColLoc, NameLoc
 
 def _examples() -> dict[str, object]:
     from spmdc.frontend.aten.base import TranslationError, UnsupportedOpError, UnsupportedOpsError
+    from spmdc.frontend.deferred_init import ReplayError
     from spmdc.frontend.joint import MetadataLostWarning
     from spmdc.frontend.loss import OutputLeftOutWarning
     from spmdc.frontend.program import ExportError
@@ -42,6 +43,7 @@ def _examples() -> dict[str, object]:
         "PlanError": PlanError("parameter 'w': Partial is not a layout a parameter can have"),
         "WorkloadError": WorkloadError("unknown workload 'x'"),
         "ExportError": ExportError("torch.export.export failed: RuntimeError: boom"),
+        "ReplayError": ReplayError("'fc.extra' is never initialized by the recorded construction"),
         "LaunchError": LaunchError("rank 1 failed: RuntimeError: boom\n  at m.py:3 in f"),
         "UnsupportedTorchError": UnsupportedTorchError("spmdc needs torch 2.13.x, found 2.12.0"),
         "UserError": UserError("cannot read 'x.mlir': No such file or directory"),

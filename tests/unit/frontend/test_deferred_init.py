@@ -14,8 +14,7 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
 import hf_tiny  # noqa: E402
 
-from spmdc.frontend.deferred_init import (  # noqa: E402
-    ReplayError, deferred_init, fake_parameters, kept_storages, materialize, replay)
+from spmdc.frontend.deferred_init import ReplayError, deferred_init, fake_parameters, kept_storages, materialize, replay  # noqa: E402
 
 
 class Tricky(nn.Module):

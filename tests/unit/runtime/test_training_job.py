@@ -249,3 +249,41 @@ def test_load_state_dict_takes_full_tensors_and_dtensors_of_another_layout(four)
     ck = res[0]["ckpt"]
     _bitwise(ck["load_full"], ck["fresh"])         # full tensors, cut to megatron's shards
     _bitwise(ck["load_dtensor"], ck["cmg_now"])    # fsdp DTensors, redistributed to megatron's
+
+
+def test_two_dim_device_mesh_and_dcp_full_state_dict(four):
+    model, x, y, _ = W.mlp_job()
+    losses, _, state, _ = W.eager_steps(model, [(x, y)] * 2, lambda ps: torch.optim.AdamW(ps, **W.ADAMW))
+    res, _ = four
+    for r in res.values():
+        close(r["devmesh2_losses"], losses)
+        close(r["devmesh2_state"], state)
+        _bitwise({k: v for k, v in r["dcp_full"].items()}, r["devmesh2_state"])
+
+
+def test_eval_and_train_modes_compile_their_own_programs(four):
+    torch.manual_seed(0)
+    drop = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 6))
+    _, x, _, _ = W.mlp_job()
+    drop.eval()
+    want_eval = drop(x)
+    drop.train()
+    torch.manual_seed(5)
+    want_train = drop(x)
+    res, _ = four
+    for r in res.values():
+        close(r["eval_out"], want_eval)
+        close(r["train_out"], want_train)   # dropout on, the same masks as one device
+        assert r["eval_programs"] == [("forward", False), ("forward", True)]
+
+
+def test_empty_shards_with_adamw_and_clipping(four):
+    torch.manual_seed(0)
+    thin = torch.nn.Sequential(torch.nn.Linear(12, 3), torch.nn.Tanh(), torch.nn.Linear(3, 6))
+    _, x, y, _ = W.mlp_job()
+    losses, _, state, _ = W.eager_steps(thin, [(x, y)] * 2, lambda ps: torch.optim.AdamW(ps, **W.ADAMW), clip=0.05)
+    res, _ = four
+    assert res[3]["empty_shard_rows"] == 0   # torch.chunk of 3 rows over 4 ranks: rank 3 holds none
+    for r in res.values():
+        close(r["empty_losses"], losses)
+        close(r["empty_state"], state)

@@ -186,6 +186,33 @@ def features_four(tmp: str) -> dict[str, Any]:
         res["cmg_now"] = cmg.full_state_dict()
         out["ckpt"] = res
 
+        # -- a 2-D DeviceMesh; full state dicts through DCP's options; eval() / train() -------------------
+        dm2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        cm2 = spmdc.compile(model, (x,), mesh=dm2, plan="fsdp+tp", train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                            optimizer=("adamw", ADAMW))
+        out["devmesh2_losses"] = [float(cm2.step(x, y)) for _ in range(2)]
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        out["dcp_full"] = get_model_state_dict(cm2, options=StateDictOptions(full_state_dict=True))
+        out["devmesh2_state"] = cm2.full_state_dict()
+        torch.manual_seed(0)
+        drop = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 6))
+        cmd = spmdc.compile(drop, (x,), mesh={"dp": 4}, plan="fsdp")
+        cmd.eval()
+        out["eval_out"] = cmd(x, full=True)
+        cmd.train()
+        torch.manual_seed(5)
+        out["train_out"] = cmd(x, full=True)
+        out["eval_programs"] = sorted({(k[0], k[1]) for k in cmd._runners})
+        # -- empty shards (3 rows on 4 ranks) with AdamW and clipping -----------------------------------
+        torch.manual_seed(0)
+        thin = torch.nn.Sequential(torch.nn.Linear(12, 3), torch.nn.Tanh(), torch.nn.Linear(3, 6))
+        cme = spmdc.compile(thin, (x,), mesh={"dp": 4}, plan="fsdp", train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                            optimizer=("adamw", ADAMW), clip_grad_norm=0.05)
+        out["empty_shard_rows"] = cme.get_parameter("0.weight").to_local().shape[0]
+        out["empty_losses"] = [float(cme.step(x, y)) for _ in range(2)]
+        out["empty_state"] = cme.full_state_dict()
+
         # -- a model built on the meta device: each rank materializes only its shards ------------------
         out.update(meta_init_cases())
 
