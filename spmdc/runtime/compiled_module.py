@@ -132,6 +132,11 @@ class CompiledModule(nn.Module):
         key = (kind, self.training, self._signature(tensors))
         if key in self._runners:
             return self._runners[key]
+        # a new shape: capture it from global tensors (local batches arrive as DTensors; every rank
+        # is here together, as each program is compiled collectively)
+        tensors = [t.full_tensor() if _is_dtensor(t) else t for t in tensors]
+        if forward_too is not None:
+            forward_too = [t.full_tensor() if _is_dtensor(t) else t for t in forward_too]
         o = self._opts
         n_model = len(tensors) - (o.n_loss if kind != "forward" else 0) - len(self._kw_names)
         kw = dict(zip(self._kw_names, tensors[len(tensors) - len(self._kw_names):]))

@@ -287,3 +287,25 @@ def test_empty_shards_with_adamw_and_clipping(four):
     for r in res.values():
         close(r["empty_losses"], losses)
         close(r["empty_state"], state)
+
+
+def test_the_documented_training_loop_matches_one_device_and_resumes(two):
+    """docs/runtime.md's loop: meta init, local batches, own AdamW + cosine schedule, clipping,
+    save at step 2; resumed from there it continues the uninterrupted run."""
+    g, tok, tgt = W.gpt2_job()
+    torch.manual_seed(0)
+    model = g.GPT2(128, 16, 32, 4, 2)
+    opt = torch.optim.AdamW(model.parameters(), 3e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    losses = []
+    for _ in range(4):
+        loss = g.lm_loss(model(tok), tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(float(loss))
+    for r in two.values():
+        close(r["doc"]["whole"], losses)
+        close(r["doc"]["resumed"], r["doc"]["whole"][2:], rtol=1e-6, atol=0)

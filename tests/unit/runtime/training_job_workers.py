@@ -257,8 +257,39 @@ class Muon(torch.optim.Optimizer):
                 p.add_(update, alpha=-group["lr"])
 
 
+def doc_loop(tmp: str, steps: int = 4, resume_at: int | None = None) -> list[float]:
+    """The training loop of docs/runtime.md ("A training loop, next to FSDP2"): a meta-device
+    model, local batches, the user's AdamW and cosine schedule, clip_grad_norm_, a checkpoint."""
+    import torch.distributed as dist
+
+    import spmdc
+
+    g, tok, tgt = gpt2_job()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = spmdc.deferred_init(g.GPT2, 128, 16, 32, 4, 2)
+    cm = spmdc.compile(model, (tok.chunk(n)[rank],), mesh={"dp": n}, plan="fsdp", train=True, loss_fn=g.lm_loss,
+                       loss_inputs=(tgt.chunk(n)[rank],), inputs="local")
+    opt = torch.optim.AdamW(cm.parameters(), 3e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    step0 = cm.load(f"{tmp}/doc", opt)["step"] if resume_at is not None else 0
+    losses = []
+    for step in range(step0, steps):
+        x, y = tok.chunk(n)[rank], tgt.chunk(n)[rank]   # a DistributedSampler's piece
+        loss = cm.backward(x, y)
+        torch.nn.utils.clip_grad_norm_(cm.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(float(loss))
+        if step + 1 == 2 and resume_at is None:
+            cm.save(f"{tmp}/doc", opt, extra={"step": step + 1})
+    return losses
+
+
 def reshard_two(tmp: str) -> dict[str, Any]:
-    """2 ranks: the fsdp checkpoint of 4 ranks loads into megatron on 2 and training resumes."""
+    """2 ranks: the fsdp checkpoint of 4 ranks loads into megatron on 2 and training resumes;
+    the documented training loop, whole and resumed from its checkpoint."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -266,6 +297,7 @@ def reshard_two(tmp: str) -> dict[str, Any]:
 
     _init()
     try:
+        doc = {"whole": doc_loop(tmp), "resumed": doc_loop(tmp, resume_at=2)}
         fresh, x, y, loss_fn = mlp_job()
         for p in fresh.parameters():
             torch.nn.init.zeros_(p)
@@ -275,7 +307,7 @@ def reshard_two(tmp: str) -> dict[str, Any]:
         _, osd = get_state_dict(cm, cm.optimizer)
         return {"extra": extra, "params": cm.full_state_dict(),
                 "exp_avg_sq": {k: v["exp_avg_sq"].full_tensor().clone() for k, v in osd["state"].items()},
-                "after": [float(cm.step(x, y)) for _ in range(2)]}
+                "after": [float(cm.step(x, y)) for _ in range(2)], "doc": doc}
     finally:
         dist.destroy_process_group()
 
