@@ -42,6 +42,38 @@ def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None
     dcp.save(state, checkpoint_id=path)
 
 
+def read_meta(path: str) -> dict[str, Any]:
+    """What :func:`save` wrote beside the tensors (``extra``, plan, mesh), read in this process
+    alone (no ranks needed): for checking a checkpoint before starting a job on it."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    state = {"spmdc": io.BytesIO()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "assuming the intent is to load in a single process"
+        dcp.load(state, checkpoint_id=path, no_dist=True)
+    state["spmdc"].seek(0)
+    return pickle.loads(state["spmdc"].read())
+
+
+def _check_keys(path: str, state: dict[str, Any]) -> None:
+    """Every tensor the loading module and optimizer need is in the checkpoint; else one error
+    naming what is missing (another model, another optimizer) instead of DCP's from inside a rank."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    saved = set(FileSystemReader(path).read_metadata().state_dict_metadata)
+    wanted = [f"model.{k}" for k in state["model"]]   # DCP's flattened keys: dict keys joined by "."
+    for fqn, stats in state.get("optim", {}).get("state", {}).items():
+        wanted += [f"optim.state.{fqn}.{stat}" for stat in stats]
+    missing = sorted(k for k in wanted if k not in saved)
+    if missing:
+        other = "model" if any(k.startswith("model.") for k in missing) else "optimizer"
+        raise ValueError(f"checkpoint '{path}' lacks {len(missing)} of the {len(wanted)} entries this module and "
+                         f"optimizer need ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): it was "
+                         f"saved from another {other}")
+
+
 def load(cm: Any, path: str, optimizer: Any = None) -> dict[str, Any]:
     """Read a checkpoint of :func:`save` into ``cm`` (and ``optimizer``), resharded to their
     current layouts; restores torch's generator; returns the saved ``extra`` dict."""
@@ -50,6 +82,7 @@ def load(cm: Any, path: str, optimizer: Any = None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     state, _ = _state(cm, optimizer)
+    _check_keys(path, state)
     state["spmdc"] = io.BytesIO()
     dcp.load(state, checkpoint_id=path)
     set_state_dict(cm, optimizer if optimizer is not None else [], model_state_dict=state["model"],

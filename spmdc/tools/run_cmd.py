@@ -175,12 +175,25 @@ def check_dump_dir(path: str | None, option: str, force: bool) -> None:
         raise UserError(f"{option} '{path}': cannot create it: {e.strerror or e}") from None
 
 
-def check_checkpoint(path: str) -> None:
-    """``--load DIR`` must be a checkpoint written by ``--save`` (DCP's ``.metadata`` file)."""
+def check_checkpoint(path: str, cfg: RunConfig) -> None:
+    """``--load DIR`` must be a checkpoint written by ``--save`` (DCP's ``.metadata`` file) of
+    this workload with this optimizer (its state is what resumes)."""
     if not os.path.isdir(path):
         raise UserError(f"--load '{path}': no such directory")
     if not os.path.isfile(os.path.join(path, ".metadata")):
         raise UserError(f"--load '{path}' is not a checkpoint (no .metadata file; write one with --save)")
+    from spmdc.runtime.checkpointing import read_meta
+
+    try:
+        extra = read_meta(path).get("extra", {})
+    except Exception as e:  # noqa: BLE001 - a checkpoint of something else
+        raise UserError(f"--load '{path}' is not a checkpoint of spmdc run --save ({type(e).__name__}: {e})") from None
+    if extra.get("workload", cfg.workload) != cfg.workload:
+        raise UserError(f"--load '{path}' holds a checkpoint of workload '{extra['workload']}', not '{cfg.workload}'")
+    was = extra.get("settings", {}).get("optimizer", cfg.optimizer)
+    if was != cfg.optimizer:
+        raise UserError(f"--load '{path}' was saved with --optimizer {was}; its state cannot resume "
+                        f"--optimizer {cfg.optimizer} (pass --optimizer {was})")
 
 
 def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
@@ -197,7 +210,7 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     if not cfg.train and (cfg.save or cfg.load or cfg.clip_grad_norm or cfg.grad_accum > 1):
         raise UserError("--save, --load, --clip-grad-norm and --grad-accum are for training; drop --forward")
     if cfg.load is not None:
-        check_checkpoint(cfg.load)
+        check_checkpoint(cfg.load, cfg)
     if cfg.save is not None:
         if cfg.load and os.path.abspath(cfg.save) == os.path.abspath(cfg.load):
             cfg.force = True   # resuming into the same directory overwrites it, as intended

@@ -244,6 +244,11 @@ def test_checkpoint_of_fsdp_loads_into_megatron_that_shards_attention(four):
     close(loaded["after"], saved["after"], rtol=1e-6, atol=0)
 
 
+def test_a_checkpoint_of_another_model_is_refused_by_name(four):
+    msg = four[0][0]["ckpt"]["wrong_model"]
+    assert msg is not None and "lacks" in msg and "model.h.0.attn" in msg and "another model" in msg
+
+
 def test_load_state_dict_takes_full_tensors_and_dtensors_of_another_layout(four):
     res, _ = four
     ck = res[0]["ckpt"]

@@ -177,6 +177,11 @@ def features_four(tmp: str) -> dict[str, Any]:
                                                  if any(p.is_shard() for p in lay)),
                                "exp_avg": {k: v["exp_avg"].full_tensor().clone() for k, v in osd["state"].items()},
                                "after": [float(cmm.step(tok, tgt)) for _ in range(2)]}
+        try:   # a checkpoint of another model: one clear error, before DCP reads anything
+            cmm.load(f"{tmp}/fsdp4")
+            res["wrong_model"] = None
+        except ValueError as e:
+            res["wrong_model"] = str(e)
         # the module's own state_dict round trip: full tensors in, DTensors out
         fresh = g.GPT2(128, 16, 32, 4, 2)
         cmm.load_state_dict(fresh.state_dict())

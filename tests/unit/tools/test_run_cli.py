@@ -126,6 +126,13 @@ def test_save_then_load_under_another_plan_resumes_the_same_run(tmp_path):
     want, got = _losses(whole.stdout), {**_losses(first.stdout), **_losses(second.stdout)}
     assert sorted(got) == [1, 2, 3, 4]
     assert all(abs(float(got[k]) - float(want[k])) <= 1e-6 * abs(float(want[k])) + 1e-6 for k in want), (got, want)
+    # the checkpoint is checked before ranks start: another workload, another optimizer
+    llama = f"{MODELS / 'hf_tiny.py'}:llama"
+    for args, message in (((llama, "--load", str(ck)), "holds a checkpoint of workload"),
+                          ((gpt2, "--load", str(ck), "--optimizer", "sgd"), "was saved with --optimizer adamw")):
+        res = _run(*args, timeout=120)
+        text = " ".join((res.stdout + res.stderr).split())
+        assert res.returncode == 1 and message in text and "rank 0 failed" not in text, text
 
 
 def test_training_options_are_checked_before_ranks_start(tmp_path):
