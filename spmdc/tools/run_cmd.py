@@ -175,6 +175,17 @@ def check_dump_dir(path: str | None, option: str, force: bool) -> None:
         raise UserError(f"{option} '{path}': cannot create it: {e.strerror or e}") from None
 
 
+def check_micro_batches(cfg: RunConfig) -> None:
+    """``--grad-accum N`` splits every input along dim 0: N must divide the batch."""
+    from spmdc.frontend.workloads import load_workload
+
+    w = load_workload(cfg.workload)
+    for t in (*w.inputs, *w.loss_inputs, *w.kwargs.values()):
+        if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % cfg.grad_accum:
+            raise UserError(f"--grad-accum {cfg.grad_accum} splits every input along dim 0, but workload "
+                            f"'{cfg.workload}' has an input of shape {tuple(t.shape)}")
+
+
 def check_checkpoint(path: str, cfg: RunConfig) -> None:
     """``--load DIR`` must be a checkpoint written by ``--save`` (DCP's ``.metadata`` file) of
     this workload with this optimizer (its state is what resumes)."""
@@ -209,6 +220,8 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
                         "reproduce by design; use --rng eager (the default) with --check")
     if not cfg.train and (cfg.save or cfg.load or cfg.clip_grad_norm or cfg.grad_accum > 1):
         raise UserError("--save, --load, --clip-grad-norm and --grad-accum are for training; drop --forward")
+    if cfg.grad_accum > 1:
+        check_micro_batches(cfg)
     if cfg.load is not None:
         check_checkpoint(cfg.load, cfg)
     if cfg.save is not None:

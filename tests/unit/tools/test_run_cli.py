@@ -143,6 +143,7 @@ def test_training_options_are_checked_before_ranks_start(tmp_path):
              (("mlp", "--load", str(full)), "is not a checkpoint"),
              (("mlp", "--save", str(full)), "is not empty"),
              (("mlp", "--grad-accum", "0"), "--grad-accum: must be positive"),
+             (("gpt2-tiny", "--grad-accum", "3"), "--grad-accum 3 splits every input along dim 0, but workload"),
              (("mlp", "--clip-grad-norm", "-1"), "--clip-grad-norm: must be positive"),
              (("mlp", "--optimizer", "adamm"), "--optimizer"),
              (("mlp", "--forward", "--save", str(tmp_path / "new")), "are for training")]
