@@ -24,7 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spmdc.dialects.comm import AllGatherBucketOp, AllGatherOp, ReduceScatterBucketOp, ReduceScatterOp
+from spmdc.dialects.comm import (
+    AllGatherBucketOp,
+    AllGatherOp,
+    AllReduceBucketOp,
+    AllReduceOp,
+    ReduceScatterBucketOp,
+    ReduceScatterOp,
+)
 from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr
 from spmdc.ir.core import Operation
@@ -41,7 +48,10 @@ def block_of(path: str) -> str:
     return parts[0]
 
 
-def _groups(members: list[tuple[tuple, Operation]], max_bytes: int) -> list[list[Operation]]:
+def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[int, int]) -> list[list[Operation]]:
+    """Buckets per key (its last element the model block), capped at ``max_bytes``; a bucket of
+    one collective joins its neighbour in program order with the same key but the block (the
+    embedding joins the first block, the final norm the last) instead of launching alone."""
     by_key: dict[tuple, list[list[Operation]]] = {}
     sizes: dict[tuple, int] = {}
     for key, op in members:
@@ -52,7 +62,34 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int) -> list[list
             sizes[key] = 0
         buckets[-1].append(op)
         sizes[key] = sizes.get(key, 0) + nbytes
-    return [b for bs in by_key.values() for b in bs if len(b) > 1]
+    lanes: dict[tuple, list[list[Operation]]] = {}   # same key but the block, in program order
+    for key, bs in by_key.items():
+        lanes.setdefault(key[:-1], []).extend(bs)
+    out = []
+    for bs in lanes.values():
+        bs.sort(key=lambda b: min(order[id(op)] for op in b))
+        merged: list[list[Operation]] = []
+        pending: list[Operation] = []   # singletons waiting for the next bucket
+        for b in bs:
+            size = sum(op.operand(0).tensor_type.num_bytes for op in b + pending)
+            if len(b) == 1 and not pending and merged and sum(
+                    op.operand(0).tensor_type.num_bytes for op in merged[-1] + b) <= max_bytes:
+                merged[-1].extend(b)      # joins the previous bucket
+            elif len(b) + len(pending) == 1:
+                pending = list(b)         # wait for a later neighbour
+            elif size <= max_bytes:
+                merged.append(pending + b)
+                pending = []
+            else:
+                merged.extend([pending, b] if pending else [b])
+                pending = []
+        if pending and merged and len(merged[-1]) > 1 and sum(
+                op.operand(0).tensor_type.num_bytes for op in merged[-1] + pending) <= max_bytes:
+            merged[-1].extend(pending)
+        elif pending:
+            merged.append(pending)
+        out.extend(b for b in merged if len(b) > 1)
+    return out
 
 
 def _replace(group: list[Operation], bucket: Operation, rewriter: Rewriter) -> None:
@@ -74,7 +111,8 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
             dtype = op.operand(0).tensor_type.element_type  # one flat buffer per element type
             gathers.append(((op.attributes["mesh"], op.attr_value("axis"), dtype, phase, block_of(where)), op))
     made = 0
-    for group in _groups(gathers, max_bytes):
+    order = {id(op): i for i, op in enumerate(entry.ops)}
+    for group in _groups(gathers, max_bytes, order):
         first = min(group, key=entry.index_of)
         bucket = Builder.before(first).create(
             AllGatherBucketOp, [op.operand(0) for op in group],
@@ -96,7 +134,7 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
             key = (op.attributes["mesh"], op.attr_value("axis"), op.attr_value("op"),
                    op.operand(0).tensor_type.element_type, block_of(grads[id(op.result)]))
             scatters.append((key, op))
-    for group in _groups(scatters, max_bytes):
+    for group in _groups(scatters, max_bytes, order):
         last_def = max((op.operand(0).defining_op() for op in group),
                        key=lambda d: entry.index_of(d) if d is not None else -1)
         anchor = Builder.after(last_def) if last_def is not None else Builder.before(min(group, key=entry.index_of))
@@ -106,6 +144,25 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
             {"mesh": first.attributes["mesh"], "axis": first.attributes["axis"], "op": first.attributes["op"],
              "dims": ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))},  # type: ignore[arg-type]
             result_types=[op.result.type for op in group], location=first.location)
+        _replace(group, bucket, rewriter)
+        made += 1
+    reduces = []
+    for op in entry.ops:
+        if isinstance(op, AllReduceOp) and id(op.result) in grads and "shard.sharding" not in op.attributes \
+                and all(isinstance(u.owner, ReturnOp) for u in op.result.uses):
+            key = (op.attributes["mesh"], op.axes, op.attr_value("op"), op.operand(0).tensor_type.element_type,
+                   block_of(grads[id(op.result)]))
+            reduces.append((key, op))
+    order = {id(op): i for i, op in enumerate(entry.ops)}
+    for group in _groups(reduces, max_bytes, order):
+        last_def = max((op.operand(0).defining_op() for op in group),
+                       key=lambda d: entry.index_of(d) if d is not None else -1)
+        anchor = Builder.after(last_def) if last_def is not None else Builder.before(min(group, key=entry.index_of))
+        first = group[0]
+        bucket = anchor.create(AllReduceBucketOp, [op.operand(0) for op in group],
+                               {"mesh": first.attributes["mesh"], "axes": first.attributes["axes"],
+                                "op": first.attributes["op"]},
+                               result_types=[op.result.type for op in group], location=first.location)
         _replace(group, bucket, rewriter)
         made += 1
     return made

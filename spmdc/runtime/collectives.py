@@ -107,6 +107,12 @@ class Collectives:
             offset += numel
         return out
 
+    def all_reduce_bucket(self, xs: list[torch.Tensor], axes: list[str], op: str) -> list[torch.Tensor]:
+        """Concatenate every tensor (flattened) into one buffer, all-reduce it once per axis, split."""
+        flat = torch.cat([x.reshape(-1) for x in xs])
+        out = self.all_reduce(flat, axes, op)
+        return [piece.view_as(x) for piece, x in zip(out.split([x.numel() for x in xs]), xs)]
+
     # -- primitives ----------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, axes: list[str], op: str) -> torch.Tensor:
         y = x.clone()
@@ -175,7 +181,7 @@ class Collectives:
 
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all", "all_gather_bucket",
-               "reduce_scatter_bucket")
+               "reduce_scatter_bucket", "all_reduce_bucket")
 
 
 class CountingComm:

@@ -3,7 +3,7 @@
 With ``grad_accum=N`` the step runs N micro-batches through a program that returns gradients
 before their reduction (``P(sum)`` on the axes that split the batch); the sums are added
 locally and reduced once per step, bucketed: one reduce-scatter per mesh axis for gradients
-stored sharded there, one all-reduce per axis for the replicated ones::
+stored sharded there, one ``all_reduce_bucket`` per axis for the replicated ones::
 
     grads   [P(sum)] x 6        micro-batch 1..4: no collective
             -> comm.reduce_scatter_bucket(dp)    (once per step)
@@ -62,9 +62,8 @@ def reduce_gradients(grads: dict[str, tuple[Any, Sequence[Any]]], storage: dict[
                 continue
             xs = [locals_[f] for f, _ in todo]
             if kind == "all_reduce":
-                flat = comm.all_reduce(torch.cat([x.reshape(-1) for x in xs]), [axes[a]], "sum")
-                for (f, _), piece in zip(todo, flat.split([x.numel() for x in xs])):
-                    locals_[f] = piece.view_as(locals_[f])
+                for (f, _), y in zip(todo, comm.all_reduce_bucket(xs, [axes[a]], "sum")):
+                    locals_[f] = y
             else:
                 for (f, _), y in zip(todo, comm.reduce_scatter_bucket(xs, axes[a], [d for _, d in todo], "sum")):
                     locals_[f] = y

@@ -7,7 +7,7 @@ forms (:mod:`.bucket`, SimpleFSDP's one-collective-for-several-tensors).
 """
 
 from spmdc.dialects.comm import bucket, collectives
-from spmdc.dialects.comm.bucket import AllGatherBucketOp, BucketOp, ReduceScatterBucketOp
+from spmdc.dialects.comm.bucket import AllGatherBucketOp, AllReduceBucketOp, BucketOp, ReduceScatterBucketOp
 from spmdc.dialects.comm.collectives import (
     AllGatherOp,
     AllReduceOp,
@@ -20,5 +20,5 @@ from spmdc.ir.registry import Dialect
 
 DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS])
 
-__all__ = ["DIALECT", "AllGatherBucketOp", "AllGatherOp", "AllReduceOp", "AllSliceOp", "AllToAllOp", "BucketOp",
-           "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp"]
+__all__ = ["DIALECT", "AllGatherBucketOp", "AllGatherOp", "AllReduceBucketOp", "AllReduceOp", "AllSliceOp",
+           "AllToAllOp", "BucketOp", "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp"]

@@ -7,6 +7,8 @@ the runtime packs the (padded) pieces into one flat buffer.
         : (tensor<4x16xf32>, tensor<8xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
     %g, %h = comm.reduce_scatter_bucket %u, %v {axis = "dp", dims = [0, 1], mesh = @mesh, op = "sum"}
         : (tensor<8x16xf32>, tensor<4x6xf32>) -> (tensor<4x16xf32>, tensor<4x3xf32>)
+    %p, %q = comm.all_reduce_bucket %u, %v {axes = ["dp"], mesh = @mesh, op = "sum"}
+        : (tensor<8x16xf32>, tensor<4x6xf32>) -> (tensor<8x16xf32>, tensor<4x6xf32>)
 """
 
 from __future__ import annotations
@@ -90,4 +92,46 @@ class ReduceScatterBucketOp(BucketOp):
             self._expect_split(src, dst, d, "result")
 
 
-OPS = [AllGatherBucketOp, ReduceScatterBucketOp]
+class AllReduceBucketOp(CollectiveOp):
+    """``comm.all_reduce`` of several tensors in one collective (DDP's gradient buckets); every
+    result has its operand's type.
+
+    ``%p, %q = comm.all_reduce_bucket %u, %v {axes = ["dp"], mesh = @mesh, op = "sum"}
+    : (tensor<8x16xf32>, tensor<4x6xf32>) -> (tensor<8x16xf32>, tensor<4x6xf32>)``
+    """
+
+    name = "comm.all_reduce_bucket"
+    num_operands = None
+    num_results = None
+    required_attrs = {"mesh": SymbolRefAttr, "axes": ArrayAttr, "op": StringAttr}
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        return list(operand_types) if operand_types else None
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(a.value for a in self.attributes["axes"])  # type: ignore[attr-defined]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return (f"comm.all_reduce_bucket([{', '.join(ins)}], {literal(list(self.axes))}, "
+                f"{literal(str(self.attr_value('op')))})")
+
+    def verify_(self) -> None:
+        if len(self.operands) != len(self.results) or not self.operands:
+            raise self.emit_error(f"needs as many results as operands (>= 1), got {len(self.operands)} operands "
+                                  f"and {len(self.results)} results")
+        axes = self.attributes["axes"]
+        if not all(isinstance(a, StringAttr) for a in axes) or not len(axes):  # type: ignore[arg-type]
+            raise self.emit_error("'axes' must be a non-empty array of axis names")
+        mesh = self.mesh()
+        for a in self.axes:
+            if a not in mesh.axis_names:
+                raise self.emit_error(f"mesh '@{mesh.sym_name}' has no axis '{a}'")
+        self._check_reduce_op()
+        for i, (v, r) in enumerate(zip(self.operands, self.results)):
+            if v.type != r.type:
+                raise self.emit_error(f"result #{i} {r.type} must have operand #{i}'s type {v.type}")
+
+
+OPS = [AllGatherBucketOp, ReduceScatterBucketOp, AllReduceBucketOp]

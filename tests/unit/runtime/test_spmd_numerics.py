@@ -22,7 +22,8 @@ CASES = [("dp", Mesh({"dp": 4}), {}), ("fsdp", Mesh({"dp": 4}), {}), ("megatron"
          ("fsdp+tp", Mesh({"dp": 2, "tp": 2}), {"batch": 7, "d_hidden": 14, "d_out": 5}),
          # bucket-collectives: one all_gather_bucket / reduce_scatter_bucket per block
          ("fsdp", Mesh({"dp": 4}), {"bucket": True}),
-         ("fsdp", Mesh({"dp": 4}), {"bucket": True, "batch": 6, "d_hidden": 30, "d_out": 7})]
+         ("fsdp", Mesh({"dp": 4}), {"bucket": True, "batch": 6, "d_hidden": 30, "d_out": 7}),
+         ("dp", Mesh({"dp": 4}), {"bucket": True})]   # DDP: gradient all-reduces in buckets
 
 
 def _sizes(sizes):
@@ -78,6 +79,17 @@ def test_buckets_replace_per_parameter_collectives(runs):
     # 4 parameters in one block ('fc1', 'fc2' are two blocks by name: one bucket each of weight+bias)
     assert train.get("comm.all_gather_bucket", 0) >= 2 and train.get("comm.reduce_scatter_bucket", 0) == 2
     assert "comm.reduce_scatter" not in train
+
+
+def test_ddp_buckets_gradient_all_reduces(runs):
+    steps, results = runs
+    i = next(k for k, c in enumerate(CASES) if c[0] == "dp" and c[2] == {"bucket": True})
+    plain = next(k for k, c in enumerate(CASES) if c[0] == "dp" and not c[2])
+    train, before = results[0][2 * i + 1]["comm_ops"], results[0][2 * plain + 1]["comm_ops"]
+    # 4 gradients (fc1 and fc2, weight and bias: two blocks of two) and the loss: 5 all-reduces
+    # become 2 buckets (one per block: they stay apart, each launched as soon as it is ready) + the loss
+    assert before == {"comm.all_reduce": 5}
+    assert train == {"comm.all_reduce": 1, "comm.all_reduce_bucket": 2}
 
 
 def test_failing_rank_ends_the_launch_with_its_message():
