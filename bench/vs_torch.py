@@ -317,8 +317,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations (default 3, --quick 1)")
     ap.add_argument("--cases", nargs="+", default=["mlp:megatron", "mlp:fsdp", "gpt2:megatron", "gpt2:fsdp"])
     ap.add_argument("--markdown", default=None, metavar="FILE", help="also append the tables to FILE (markdown)")
-    ap.add_argument("--bucket", action="store_true",
-                    help="compile spmdc with bucket-collectives (one all-gather / reduce-scatter per block)")
+    ap.add_argument("--bucket", dest="bucket", action="store_true", default=True,
+                    help="compile spmdc with bucket-collectives (one collective per block; the default)")
+    ap.add_argument("--no-bucket", dest="bucket", action="store_false",
+                    help="compile spmdc with one collective per parameter")
     args = ap.parse_args()
     iters = args.iters or (5 if args.quick else 20)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)

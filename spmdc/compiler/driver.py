@@ -61,7 +61,7 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
 
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,
-                   loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = False,
+                   loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = True,
                    dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None,
                    rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
                    partial_grads: bool = False) -> CompiledStep:

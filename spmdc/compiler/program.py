@@ -39,7 +39,7 @@ class CompiledStep:
     res_shapes: list[tuple[int, ...]] = field(default_factory=list)
     buffers: set[int] = field(default_factory=set)                   # arguments that are buffers
     timings: dict[str, float] = field(default_factory=dict)
-    bucket: bool = False             # run bucket-collectives on each rank's program
+    bucket: bool = True              # run bucket-collectives on each rank's program
     name: str = "forward"            # "forward" or "train": names the dumps
 
     def rank_module(self, rank: int, target: str = "torch") -> Operation:

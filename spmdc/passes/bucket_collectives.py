@@ -22,7 +22,7 @@ After::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from spmdc.dialects.comm import (
     AllGatherBucketOp,
@@ -32,7 +32,7 @@ from spmdc.dialects.comm import (
     ReduceScatterBucketOp,
     ReduceScatterOp,
 )
-from spmdc.dialects.func import FuncOp, ReturnOp
+from spmdc.dialects.func import FuncOp
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.location import NameLoc
@@ -121,47 +121,61 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
             result_types=[op.result.type for op in group], location=first.location)
         _replace(group, bucket, rewriter)
         made += 1
+    grads = _gradients(func)
+    for kind, bucket_cls in ((ReduceScatterOp, ReduceScatterBucketOp), (AllReduceOp, AllReduceBucketOp)):
+        made += _bucket_reductions(entry, kind, bucket_cls, grads, max_bytes, rewriter)
+    return made
+
+
+def _gradients(func: FuncOp) -> dict[int, str]:
+    """id of a value → the parameter whose gradient it is: the function's ``spmdc.grad_of``
+    results, and the values they are computed from elementwise (a clipped gradient's
+    reduce-scatter feeds the clipping's multiply, not the return)."""
     ret = func.return_op
-    grads = {}
+    grads: dict[int, str] = {}
+    frontier = []
     for i, v in enumerate(ret.operands):
         g = func.res_attrs(i).get("spmdc.grad_of")
         if g is not None:
             grads[id(v)] = g.value  # type: ignore[attr-defined]
-    scatters = []
+            frontier.append((v, g.value, 0))  # type: ignore[attr-defined]
+    while frontier:   # up to the clipping's multiply: two elementwise steps back
+        v, name, depth = frontier.pop()
+        d = v.defining_op()
+        if d is None or depth >= 2 or d.name not in ("tensor.mul", "tensor.convert", "tensor.cast"):
+            continue
+        for x in d.operands:
+            if id(x) not in grads and x.type == v.type:
+                grads[id(x)] = name
+                frontier.append((x, name, depth + 1))
+    return grads
+
+
+def _bucket_reductions(entry: Any, kind: type, bucket_cls: type, grads: dict[int, str], max_bytes: int,
+                       rewriter: Rewriter) -> int:
+    """Gradient reductions of one kind, per (mesh, axes, op, element type, block), one bucket
+    each right after its last operand is computed (when every member's users come later)."""
+    members = []
     for op in entry.ops:
-        if isinstance(op, ReduceScatterOp) and id(op.result) in grads and "shard.sharding" not in op.attributes \
-                and all(isinstance(u.owner, ReturnOp) for u in op.result.uses):
-            key = (op.attributes["mesh"], op.attr_value("axis"), op.attr_value("op"),
-                   op.operand(0).tensor_type.element_type, block_of(grads[id(op.result)]))
-            scatters.append((key, op))
-    for group in _groups(scatters, max_bytes, order):
-        last_def = max((op.operand(0).defining_op() for op in group),
-                       key=lambda d: entry.index_of(d) if d is not None else -1)
-        anchor = Builder.after(last_def) if last_def is not None else Builder.before(min(group, key=entry.index_of))
-        first = group[0]
-        bucket = anchor.create(
-            ReduceScatterBucketOp, [op.operand(0) for op in group],
-            {"mesh": first.attributes["mesh"], "axis": first.attributes["axis"], "op": first.attributes["op"],
-             "dims": ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))},  # type: ignore[arg-type]
-            result_types=[op.result.type for op in group], location=first.location)
-        _replace(group, bucket, rewriter)
-        made += 1
-    reduces = []
-    for op in entry.ops:
-        if isinstance(op, AllReduceOp) and id(op.result) in grads and "shard.sharding" not in op.attributes \
-                and all(isinstance(u.owner, ReturnOp) for u in op.result.uses):
-            key = (op.attributes["mesh"], op.axes, op.attr_value("op"), op.operand(0).tensor_type.element_type,
+        if isinstance(op, kind) and id(op.result) in grads and "shard.sharding" not in op.attributes:
+            axes = op.attr_value("axis") if kind is ReduceScatterOp else op.axes
+            key = (op.attributes["mesh"], axes, op.attr_value("op"), op.operand(0).tensor_type.element_type,
                    block_of(grads[id(op.result)]))
-            reduces.append((key, op))
+            members.append((key, op))
     order = {id(op): i for i, op in enumerate(entry.ops)}
-    for group in _groups(reduces, max_bytes, order):
+    made = 0
+    for group in _groups(members, max_bytes, order):
         last_def = max((op.operand(0).defining_op() for op in group),
                        key=lambda d: entry.index_of(d) if d is not None else -1)
+        at = entry.index_of(last_def) if last_def is not None else -1
+        if any(entry.index_of(u.owner) <= at for op in group for u in op.result.uses):
+            continue   # a member is used before the bucket could run: keep it per parameter
         anchor = Builder.after(last_def) if last_def is not None else Builder.before(min(group, key=entry.index_of))
         first = group[0]
-        bucket = anchor.create(AllReduceBucketOp, [op.operand(0) for op in group],
-                               {"mesh": first.attributes["mesh"], "axes": first.attributes["axes"],
-                                "op": first.attributes["op"]},
+        attrs = {k: first.attributes[k] for k in ("mesh", "axis", "axes", "op") if k in first.attributes}
+        if kind is ReduceScatterOp:
+            attrs["dims"] = ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))  # type: ignore[arg-type]
+        bucket = anchor.create(bucket_cls, [op.operand(0) for op in group], attrs,
                                result_types=[op.result.type for op in group], location=first.location)
         _replace(group, bucket, rewriter)
         made += 1

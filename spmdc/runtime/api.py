@@ -31,7 +31,7 @@ __all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_plac
 def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
             device_mesh: Any = None, device: str | None = None, target: str | None = None,
-            bucket: bool = False, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
+            bucket: bool = True, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
             rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
             grad_accum: int = 1, inputs: str = "global", init: Callable[[Any], Any] | None = None) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
@@ -40,8 +40,9 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
     ``loss_fn(output, *loss_inputs)`` gives the loss for ``train=True``; ``optimizer`` see the
     module doc. ``device_mesh`` reuses an existing DeviceMesh (axis names must match ``mesh``).
     ``target``: ``"torch"`` (aten calls) or ``"triton"`` (fused regions as Triton kernels; on
-    CPU under the Triton interpreter); default Triton on GPUs, aten on CPUs. ``bucket``: one
-    all-gather / reduce-scatter per model block instead of one per parameter (SimpleFSDP).
+    CPU under the Triton interpreter); default Triton on GPUs, aten on CPUs. ``bucket`` (default on): one
+    all-gather / reduce-scatter / gradient all-reduce per model block instead of one per
+    parameter (SimpleFSDP; ``bucket=False`` for per-parameter collectives).
     ``dump``: write the IR after every pass and the generated code (:class:`spmdc.compiler.Dump`).
     ``example_kwargs``: keyword model inputs (``{"labels": y}`` for a HuggingFace model that computes
     its loss); pass the same keywords to ``cm(...)`` / ``cm.step(...)``. ``rng``: ``"eager"`` —

@@ -56,7 +56,7 @@ class CompiledModule(nn.Module):
     def __init__(self, model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp",
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
-                 target: str | None = None, bucket: bool = False, dump: Dump | None = None,
+                 target: str | None = None, bucket: bool = True, dump: Dump | None = None,
                  example_kwargs: dict[str, Any] | None = None, rng: str = "eager",
                  checkpoint: str | None = None, clip_grad_norm: float | None = None, grad_accum: int = 1,
                  inputs: str = "global", init: Callable[[Any], Any] | None = None):

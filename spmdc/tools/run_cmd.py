@@ -39,7 +39,7 @@ class RunConfig:
     dump_codegen: str | None = None
     timeout: float = 300.0
     target: str | None = None
-    bucket: bool = False
+    bucket: bool = True
     force: bool = False
     verbose: bool = False
     seed: int = 0
@@ -109,9 +109,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--force", action="store_true", help="let --dump-ir/--dump-codegen write into a non-empty DIR")
     ap.add_argument("--timeout", type=positive(float), default=300.0,
                     help="seconds before a stuck collective or rendezvous fails the run (default 300)")
-    ap.add_argument("--bucket", action="store_true",
-                    help="one all-gather / reduce-scatter per model block instead of per parameter "
-                         "(bucket-collectives)")
+    ap.add_argument("--bucket", dest="bucket", action="store_true", default=True,
+                    help="one all-gather / reduce-scatter / all-reduce per model block instead of per parameter "
+                         "(bucket-collectives; the default)")
+    ap.add_argument("--no-bucket", dest="bucket", action="store_false",
+                    help="one collective per parameter (for debugging a plan)")
     ap.add_argument("--target", choices=("torch", "triton"), default=None,
                     help="codegen target: aten calls, or fused Triton kernels (default: triton on GPUs, "
                          "torch on CPUs; on CPU triton runs in the Triton interpreter)")

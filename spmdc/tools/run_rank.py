@@ -48,7 +48,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
                             clip_grad_norm=job.get("clip_grad_norm"), grad_accum=job.get("grad_accum", 1),
-                            target=job.get("target"), bucket=job.get("bucket", False),
+                            target=job.get("target"), bucket=job.get("bucket", True),
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
                             rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"))
         compile_s = time.perf_counter() - t0

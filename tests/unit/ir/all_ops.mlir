@@ -42,6 +42,7 @@ module @all attributes {spmdc.version = 1} {
     %a2a = comm.all_to_all %rs {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1} : (tensor<8x8xf32>) -> tensor<32x2xf32>
     %agb:2 = comm.all_gather_bucket %rs, %a2a {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<32x8xf32>, tensor<32x8xf32>)
     %rsb:2 = comm.reduce_scatter_bucket %agb#0, %agb#1 {axis = "tp", dims = [0, 1], mesh = @mesh, op = "sum"} : (tensor<32x8xf32>, tensor<32x8xf32>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
+    %arb:2 = comm.all_reduce_bucket %rsb#0, %rsb#1 {axes = ["tp"], mesh = @mesh, op = "sum"} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
     %call = func.call %12 {callee = @helper} : tensor<4xf32>
     %f:2 = kernel.fused %b, %s {kind = "pointwise"} : (tensor<8x32xf32>, tensor<32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>) {
     ^bb0(%fa: tensor<8x32xf32>, %fb: tensor<32xf32>):

@@ -1,7 +1,8 @@
 """Collective counts of partitioned programs (issue 4's "done when", counted in the IR).
 
 Each case captures a built-in workload, applies a preset, runs the global sharding
-pipeline and partitions rank 0; the collectives are counted per (op, mesh axes).
+pipeline and partitions rank 0; the collectives are counted per (op, mesh axes), one per
+parameter (``bucket=False``: the analytic counts; bucketing is tested on its own).
 """
 
 from collections import Counter
@@ -24,8 +25,9 @@ def counts(step, rank=0):
 def mlp_step(plan, mesh, train):
     model, ((x,), (y,)), loss_fn = mlp.factory()
     if train:
-        return compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,))
-    return compile_step(model, (x,), mesh=mesh, plan=plan)
+        return compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                            bucket=False)
+    return compile_step(model, (x,), mesh=mesh, plan=plan, bucket=False)
 
 
 def test_megatron_mlp_forward_is_one_all_reduce():
@@ -59,7 +61,8 @@ def test_fsdp_keeping_gathered_weights_has_no_backward_gather():
     model, ((x,), (y,)), loss_fn = mlp.factory()
     params = {n: tuple(p.shape) for n, p in model.named_parameters()}
     plan = preset("fsdp", Mesh({"dp": 4}), params, [2, 2], [], reshard_after_forward=False)
-    step = compile_step(model, (x,), mesh=Mesh({"dp": 4}), plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,))
+    step = compile_step(model, (x,), mesh=Mesh({"dp": 4}), plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
+                        bucket=False)
     assert counts(step) == {("all_gather", "dp"): 4, ("reduce_scatter", "dp"): 4, ("all_reduce", "dp"): 1}
     assert FuncOp  # imported for the type of rank modules
 
@@ -112,7 +115,7 @@ def test_gpt2_fsdp_tp_training_matches_the_analytic_per_block_table():
 
     model, ((tok,), (tgt,)), loss_fn = gpt2_tiny.factory()
     step = compile_step(model, (tok,), mesh=Mesh({"dp": 2, "tp": 2}), plan="fsdp+tp", train=True,
-                        loss_fn=loss_fn, loss_inputs=(tgt,))
+                        loss_fn=loss_fn, loss_inputs=(tgt,), bucket=False)
     rows = _owners(step.rank_module(0))
     n_layer = len(model.h)
     # tp: only the Megatron reductions, 2 forward + 2 backward per block, on activations
@@ -157,9 +160,9 @@ def test_megatron_mlp_input_gradient_adds_exactly_one_all_reduce():
 
     torch.manual_seed(0)
     model, x, y = _PreMLP(), torch.randn(8, 16), torch.randn(8, 16)
-    fwd = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron")
+    fwd = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", bucket=False)
     train = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", train=True, loss_fn=F.mse_loss,
-                         loss_inputs=(y,))
+                         loss_inputs=(y,), bucket=False)
     assert counts(fwd) == {("all_reduce", "tp"): 1}
     assert counts(train) == {("all_reduce", "tp"): 2}
 
@@ -190,7 +193,7 @@ def test_partial_bias_adds_merge_into_one_all_reduce_and_stay_exact():
 
     torch.manual_seed(0)
     model, x = _TwoBranch(), torch.randn(8, 16)
-    step = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron")
+    step = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", bucket=False)
     assert counts(step, 0) == counts(step, 1) == {("all_reduce", "tp"): 1}
     results = launch(run_steps, 2, ([step],))
     for rank in (0, 1):
