@@ -143,8 +143,11 @@ class CompiledModule(nn.Module):
         model_in = list(tensors[:n_model])
         jobs = []
         if kind == "forward" or forward_too is not None:
-            fwd_in = model_in if kind == "forward" else list(forward_too)[:len(forward_too) - len(self._kw_names)]
-            jobs.append(dict(inputs=fwd_in, train=False, bucket=o.bucket, dump=o.dump, kwargs=kw, rng=o.rng))
+            fwd_in, fwd_kw = model_in, kw
+            if kind != "forward":   # the forward of the whole batch (a training step may take micro-batches)
+                n_fwd = len(forward_too) - len(self._kw_names)
+                fwd_in, fwd_kw = list(forward_too)[:n_fwd], dict(zip(self._kw_names, list(forward_too)[n_fwd:]))
+            jobs.append(dict(inputs=fwd_in, train=False, bucket=o.bucket, dump=o.dump, kwargs=fwd_kw, rng=o.rng))
         if kind != "forward":
             jobs.append(dict(inputs=model_in, train=True, loss_fn=o.loss_fn, bucket=o.bucket, dump=o.dump, kwargs=kw,
                              rng=o.rng, checkpoint=o.checkpoint, loss_inputs=list(tensors[n_model:n_model + o.n_loss]),

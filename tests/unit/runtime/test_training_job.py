@@ -314,3 +314,28 @@ def test_the_documented_training_loop_matches_one_device_and_resumes(two):
     for r in two.values():
         close(r["doc"]["whole"], losses)
         close(r["doc"]["resumed"], r["doc"]["whole"][2:], rtol=1e-6, atol=0)
+
+
+def test_hf_model_with_keyword_labels_accumulates_and_clips(four):
+    sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
+    import hf_tiny
+
+    model = hf_tiny.build("llama")
+    x, y = hf_tiny.batch()
+    opt = torch.optim.AdamW(model.parameters(), **W.ADAMW)
+    torch.manual_seed(0)
+    losses = []
+    for _ in range(2):   # 2 micro-batches, each loss / 2, then clip and step
+        opt.zero_grad()
+        total = 0.0
+        for xs, ys in zip(x.chunk(2), y.chunk(2)):
+            loss = model(xs, labels=ys).loss
+            (loss / 2).backward()
+            total += float(loss) / 2
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(total)
+    res, _ = four
+    for r in res.values():
+        close(r["hf_losses"], losses)
+        close(r["hf_state"], model.state_dict(), rtol=1e-4, atol=1e-5)

@@ -219,6 +219,7 @@ def features_four(tmp: str) -> dict[str, Any]:
 
         # -- a model built on the meta device: each rank materializes only its shards ------------------
         out.update(meta_init_cases())
+        out.update(hf_accumulation_case())
 
         # -- optimizers that are not elementwise: Adafactor and a Muon-style orthogonalization ----------
         out["adafactor"] = _optimizer_run(model, x, y, loss_fn, lambda ps: torch.optim.Adafactor(ps, lr=1e-2))
@@ -357,3 +358,22 @@ def meta_init_cases() -> dict[str, Any]:
     except ValueError as e:
         out["meta_refused"] = str(e)
     return out
+
+
+def hf_accumulation_case() -> dict[str, Any]:
+    """A HuggingFace model at its defaults (loss from ``labels=``), built on the meta device,
+    2 micro-batches, clipping, AdamW: keyword inputs are split into micro-batches too."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
+    import hf_tiny
+
+    import spmdc
+
+    meta = spmdc.deferred_init(hf_tiny.build, "llama")
+    x, y = hf_tiny.batch()
+    cm = spmdc.compile(meta, (x,), mesh={"dp": 2, "tp": 2}, plan="fsdp+tp", train=True, example_kwargs={"labels": y},
+                       optimizer=("adamw", ADAMW), grad_accum=2, clip_grad_norm=1.0)
+    torch.manual_seed(0)
+    return {"hf_losses": [float(cm.step(x, labels=y)) for _ in range(2)], "hf_state": cm.full_state_dict()}
