@@ -46,7 +46,11 @@ def optimizer_class(spec: Any) -> type | None:
 
     if spec is None:
         return None
-    probe = make_optimizer(spec, [torch.zeros(1, requires_grad=True)])
+    name = spec if isinstance(spec, str) else spec[0] if isinstance(spec, (tuple, list)) and spec else None
+    name = spec.name if isinstance(spec, Optimizer) else name
+    if isinstance(name, str) and name.lower() in _torch_optimizers():   # a name: no need to build one
+        return _torch_optimizers()[name.lower()]
+    probe = make_optimizer(spec, [torch.zeros(2, 2, requires_grad=True)])   # 2-D: matrix optimizers accept it
     return type(probe)
 
 

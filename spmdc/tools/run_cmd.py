@@ -67,6 +67,8 @@ def positive(kind: type) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'") from None
+        if value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text}")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
         return value

@@ -145,6 +145,7 @@ def test_training_options_are_checked_before_ranks_start(tmp_path):
              (("mlp", "--grad-accum", "0"), "--grad-accum: must be positive"),
              (("gpt2-tiny", "--grad-accum", "3"), "--grad-accum 3 splits every input along dim 0, but workload"),
              (("mlp", "--clip-grad-norm", "-1"), "--clip-grad-norm: must be positive"),
+             (("mlp", "--clip-grad-norm", "nan"), "--clip-grad-norm: must be a finite positive number"),
              (("mlp", "--optimizer", "adamm"), "--optimizer"),
              (("mlp", "--forward", "--save", str(tmp_path / "new")), "are for training")]
     for args, message in cases:
