@@ -62,7 +62,7 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,
                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = True,
-                   dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None,
+                   overlap: bool = True, memory_cap: int = 0, dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None,
                    rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
                    partial_grads: bool = False) -> CompiledStep:
     """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
@@ -107,7 +107,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     user_inputs = (list(inputs) + list(loss_inputs) if train else list(inputs)) + list(kwargs.values())
     args = [a.detach().clone() if hasattr(a, "detach") else a for a in cap.arguments(*user_inputs)]
     return CompiledStep(print_module(module, debuginfo=True), mesh, resolved.name, args, *_signature(func),
-                        timings=timings, bucket=bucket, name=name)
+                        timings=timings, bucket=bucket, overlap=overlap, memory_cap=memory_cap, name=name)
 
 
 def _signature(func: FuncOp) -> tuple[list[str], list[str], list[tuple[int, ...]], list[tuple[int, ...]], set[int]]:
@@ -146,7 +146,8 @@ def _rank_stages(step: CompiledStep, rank: int, target: str, dump: Dump | None) 
     module = parse_module(step.global_ir, "<global>")
     writer = dump.ir_writer(step.name, f"rank{rank}") if dump else None
     unfused = None
-    for stage in stages(PipelineOptions(rank=rank, bucket=step.bucket, target=target)):
+    for stage in stages(PipelineOptions(rank=rank, bucket=step.bucket, overlap=step.overlap,
+                                         memory_cap=step.memory_cap, target=target)):
         if not stage.per_rank:
             continue
         if stage.name == "kernels":

@@ -8,6 +8,8 @@
     rank       partition{rank=r},fuse-collectives,           one rank's program: local shapes,
                cse,dce,canonicalize                          fewer collectives
     bucketing  bucket-collectives                            (bucket=True) one AG/RS per block
+    schedule   schedule-collectives{memory-cap=N}            (overlap=True) async start/wait,
+                                                             prefetch under a memory cap
     kernels    fuse-kernels,dce                              (target=triton) Triton regions
 
 The first stages run once on the global program; the rest on each rank's copy. The plan
@@ -29,11 +31,14 @@ RNG_MODES = ("eager", "philox")
 @dataclass(frozen=True)
 class PipelineOptions:
     """``rank``: whose program; ``bucket``: SimpleFSDP bucketing; ``target``: ``torch`` or ``triton``;
-    ``rng``: ``eager`` (random numbers bitwise equal to single-device PyTorch) or ``philox``
+    ``overlap``: async collectives reordered for overlap (``schedule-collectives``) under
+    ``memory_cap`` bytes per rank (0: no cap); ``rng``: ``eager`` (random numbers bitwise equal to single-device PyTorch) or ``philox``
     (counter-based: each rank draws only its piece)."""
 
     rank: int = 0
     bucket: bool = False
+    overlap: bool = False
+    memory_cap: int = 0
     target: str = "torch"
     rng: str = "eager"
 
@@ -42,6 +47,8 @@ class PipelineOptions:
             raise PipelineError(f"unknown codegen target '{self.target}' (choices: {', '.join(TARGETS)})")
         if self.rng not in RNG_MODES:
             raise PipelineError(f"unknown random-number mode '{self.rng}' (choices: {', '.join(RNG_MODES)})")
+        if self.memory_cap < 0:
+            raise PipelineError(f"memory-cap must be >= 0 bytes (0: no cap), got {self.memory_cap}")
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
     ]
     if options.bucket:
         out.append(Stage("bucketing", "bucket-collectives", per_rank=True))
+    if options.overlap:
+        out.append(Stage("schedule", f"schedule-collectives{{memory-cap={options.memory_cap}}}", per_rank=True))
     if options.target == "triton":
         out.append(Stage("kernels", "fuse-kernels,dce", per_rank=True))
     return out
@@ -71,7 +80,7 @@ def pipeline_text(options: PipelineOptions, per_rank: bool | None = None) -> str
 
 
 SPMD_PIPELINE = NamedPipeline(
-    "spmd-pipeline", "the whole compiler on a planned module: prepare, global, rank, bucketing, kernels",
+    "spmd-pipeline", "the whole compiler on a planned module: prepare, global, rank, bucketing, schedule, kernels",
     PipelineOptions, pipeline_text)
 
 

@@ -40,6 +40,8 @@ class CompiledStep:
     buffers: set[int] = field(default_factory=set)                   # arguments that are buffers
     timings: dict[str, float] = field(default_factory=dict)
     bucket: bool = True              # run bucket-collectives on each rank's program
+    overlap: bool = True             # run schedule-collectives (async, prefetch) on it
+    memory_cap: int = 0              # per-rank byte cap for the schedule's prefetch (0: none)
     name: str = "forward"            # "forward" or "train": names the dumps
 
     def rank_module(self, rank: int, target: str = "torch") -> Operation:
@@ -67,16 +69,20 @@ class RankProgram:
     @property
     def peak_bytes(self) -> int:
         """Peak bytes the program allocates beyond its arguments (static liveness estimate,
-        :mod:`spmdc.compiler.memory`): what activation checkpointing lowers."""
-        from spmdc.compiler.memory import peak_bytes
+        :mod:`spmdc.passes.memory`): what activation checkpointing lowers."""
+        from spmdc.passes.memory import peak_bytes
 
         return peak_bytes(self.module)
 
     @property
     def comm_ops(self) -> dict[str, int]:
-        """Collective ops in the program, by name (what one call issues)."""
+        """Collective ops in the program, by name (what one call issues; a ``comm.*_start`` counts
+        as its collective, ``comm.wait`` not at all)."""
+        from spmdc.dialects.comm import collective_kind
+
         counts: dict[str, int] = {}
         for op in self.module.walk():
-            if op.name.startswith("comm."):
-                counts[op.name] = counts.get(op.name, 0) + 1
+            kind = collective_kind(op)
+            if kind is not None:
+                counts[kind] = counts.get(kind, 0) + 1
         return counts

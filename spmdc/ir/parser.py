@@ -32,7 +32,7 @@ from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.location import UNKNOWN, FileLineColLoc, Location, NameLoc
 from spmdc.ir.module import ModuleOp
 from spmdc.ir.registry import all_dialects, lookup_op, registered_dialects
-from spmdc.ir.types import ELEMENT_TYPES, INT_TYPES, FunctionType, TensorType, Type
+from spmdc.ir.types import ELEMENT_TYPES, INT_TYPES, FunctionType, HandleType, TensorType, Type
 
 _TENSOR_TYPES: dict[str, TensorType] = {}
 
@@ -401,7 +401,26 @@ class Parser:
     # -- types -------------------------------------------------------------------------------
     def type(self, t: Tree | Token) -> Type:
         tok = t.children[0] if isinstance(t, Tree) else t
+        if tok.type == "HANDLE_TYPE":
+            return self.handle_type(tok)
         return self.tensor_type(tok)
+
+    def handle_type(self, tok: Token) -> HandleType:
+        """``!comm.handle<tensor<8xf32>, tensor<4x2xf32>>``: the tensors an async collective makes."""
+        text = str(tok)
+        inner = text[len("!comm.handle<"):-1]
+        col = (tok.column or 1) + len("!comm.handle<")
+        parts = []
+        for m in re.finditer(r"\s*([^,]+)\s*(,|$)", inner):
+            piece = m.group(1).strip()
+            if not re.fullmatch(r"tensor<[^>]*>", piece):
+                raise DiagnosticError(f"expected a tensor type in '{text}', got '{piece}'",
+                                      self.loc_at(tok.line or 1, col + m.start(1)))
+            sub = Token("TENSOR_TYPE", piece, line=tok.line, column=col + m.start(1))
+            parts.append(self.tensor_type(sub))
+        if not parts:
+            raise DiagnosticError(f"'{text}' holds no tensor type", self.loc_at(tok.line or 1, col))
+        return HandleType(tuple(parts))
 
     def tensor_type(self, tok: Token) -> TensorType:
         cached = _TENSOR_TYPES.get(tok)

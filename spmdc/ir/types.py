@@ -128,6 +128,26 @@ class FunctionType(Type):
         return f"({ins}) -> ({outs})"
 
 
+@dataclass(frozen=True)
+class HandleType(Type):
+    """An in-flight asynchronous collective (``comm.*_start``), redeemed by ``comm.wait`` for
+    the tensors it will produce: ``!comm.handle<tensor<8x16xf32>, tensor<16xf32>>``."""
+
+    results: tuple[TensorType, ...]
+
+    def __post_init__(self) -> None:
+        if not self.results or not all(isinstance(t, TensorType) for t in self.results):
+            raise ValueError("a handle holds one or more tensor types")
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes of the buffers the collective fills (allocated when it starts)."""
+        return sum(t.num_bytes for t in self.results)
+
+    def __str__(self) -> str:
+        return f"!comm.handle<{', '.join(str(t) for t in self.results)}>"
+
+
 def element_type_bytes(element_type: str) -> int:
     """Bytes per element of ``element_type`` (``i1`` counts as one byte)."""
     return ELEMENT_TYPE_INFO[element_type].bytes

@@ -107,14 +107,21 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
         if isinstance(op, AllGatherOp) and op.operand(0) in params and "shard.sharding" not in op.attributes:
             user = min((u.owner for u in op.result.uses), key=entry.index_of, default=op)
             where = user.location.name if isinstance(user.location, NameLoc) else ""
+            # the model block of the first use; without a location, the first user itself
+            # (Inductor's rule: gathers feeding one op share a bucket)
+            block = block_of(where) if where else f"#{entry.index_of(user)}"
             phase = "bwd" if (op.result.name_hint or "").endswith("_bwd") else "fwd"
             dtype = op.operand(0).tensor_type.element_type  # one flat buffer per element type
-            gathers.append(((op.attributes["mesh"], op.attr_value("axis"), dtype, phase, block_of(where)), op))
+            gathers.append(((op.attributes["mesh"], op.attr_value("axis"), dtype, phase, block), op))
     made = 0
     order = {id(op): i for i, op in enumerate(entry.ops)}
     for group in _groups(gathers, max_bytes, order):
         first = min(group, key=entry.index_of)
-        bucket = Builder.before(first).create(
+        # placed just before the first use of any member (``schedule-collectives`` moves it
+        # earlier for overlap); operands are parameters, defined on entry
+        need = min((u.owner for op in group for u in op.result.uses if u.owner.parent is entry),
+                   key=entry.index_of, default=first)
+        bucket = Builder.before(need).create(
             AllGatherBucketOp, [op.operand(0) for op in group],
             {"mesh": first.attributes["mesh"], "axis": first.attributes["axis"],
              "dims": ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))},  # type: ignore[arg-type]

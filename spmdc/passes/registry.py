@@ -34,6 +34,7 @@ PASS_MODULES: dict[str, str] = {
     "partition": "spmdc.passes.partition",
     "fuse-collectives": "spmdc.passes.fuse_collectives",
     "bucket-collectives": "spmdc.passes.bucket_collectives",
+    "schedule-collectives": "spmdc.passes.schedule_collectives",
     "fuse-kernels": "spmdc.passes.fuse_kernels",
 }
 

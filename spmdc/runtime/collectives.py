@@ -28,10 +28,36 @@ class CommStats:
 
     counts: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
+    order: list[str] | None = None
+    """When a list: every collective issued (``comm.all_gather_bucket_start``, ...) and every
+    ``comm.wait``, in the order the program ran them."""
 
     def add(self, name: str, nbytes: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
         self.bytes[name] = self.bytes.get(name, 0) + nbytes
+
+
+class Pending:
+    """A started collective (``comm.*_start``): ``wait()`` blocks on its ``torch.distributed``
+    works and returns the unpacked result. It keeps the send/receive buffers alive until then
+    (``keep``: tensors the backend reads while the collective runs)."""
+
+    __slots__ = ("_works", "_finish", "_done")
+
+    def __init__(self, keep: list[Any], finish: Any):
+        self._works = keep
+        self._finish = finish
+        self._done = False
+
+    def wait(self) -> Any:
+        if self._done:
+            raise RuntimeError("comm.wait: this collective was already waited")
+        for w in self._works:
+            if hasattr(w, "wait"):
+                w.wait()
+        self._done = True
+        out, self._finish, self._works = self._finish(), None, []
+        return out
 
 
 class Collectives:
@@ -50,8 +76,14 @@ class Collectives:
     def coord(self, axis: str) -> int:
         return self.mesh.get_local_rank(axis)
 
+    # Every collective the scheduler can split has a ``*_start`` form that issues it with
+    # ``async_op=True`` and returns a :class:`Pending`; the plain form waits at once.
     def all_gather_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
                           out_shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        return self.all_gather_bucket_start(xs, axis, dims, out_shapes).wait()
+
+    def all_gather_bucket_start(self, xs: list[torch.Tensor], axis: str, dims: list[int],
+                                out_shapes: list[tuple[int, ...]]) -> Pending:
         """Pack every piece (padded to its largest torch.chunk piece) into one flat buffer,
         all-gather it once, unpack."""
         n = self.size(axis)
@@ -66,18 +98,24 @@ class Collectives:
             parts.append(xt.reshape(-1))
         flat = torch.cat(parts)
         buf = flat.new_empty((n * flat.numel(),))
-        dist.all_gather_into_tensor(buf, flat, group=self.group(axis))
-        per_rank = buf.view(n, flat.numel())
-        out, offset = [], 0
-        for (pad, rest, sizes), d in zip(pads, dims):
-            numel = pad * int(torch.Size(rest).numel())
-            pieces = [per_rank[r, offset:offset + numel].view((pad,) + rest)[:sizes[r]] for r in range(n)]
-            out.append(torch.cat(pieces).movedim(0, d).contiguous())
-            offset += numel
-        return out
+        work = dist.all_gather_into_tensor(buf, flat, group=self.group(axis), async_op=True)
+
+        def finish() -> list[torch.Tensor]:
+            per_rank = buf.view(n, flat.numel())
+            out, offset = [], 0
+            for (pad, rest, sizes), d in zip(pads, dims):
+                numel = pad * int(torch.Size(rest).numel())
+                pieces = [per_rank[r, offset:offset + numel].view((pad,) + rest)[:sizes[r]] for r in range(n)]
+                out.append(torch.cat(pieces).movedim(0, d).contiguous())
+                offset += numel
+            return out
+        return Pending([work], finish)
 
     def reduce_scatter_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
                               op: str) -> list[torch.Tensor]:
+        return self.reduce_scatter_bucket_start(xs, axis, dims, op).wait()
+
+    def reduce_scatter_bucket_start(self, xs: list[torch.Tensor], axis: str, dims: list[int], op: str) -> Pending:
         """Lay every tensor's padded per-rank chunks out rank-major in one buffer, reduce-scatter
         it once, unpack this rank's chunks."""
         n = self.size(axis)
@@ -97,30 +135,50 @@ class Collectives:
             metas.append((pad, tuple(xt.shape[1:]), sizes[me], d))
         buf = torch.cat([t for r in range(n) for t in per_rank[r]]).contiguous()
         out_flat = buf.new_empty((buf.numel() // n,))
-        dist.reduce_scatter_tensor(out_flat, buf, op=_REDUCE[op], group=self.group(axis))
-        if op == "avg":
-            out_flat = out_flat / n
-        out, offset = [], 0
-        for pad, rest, mine, d in metas:
-            numel = pad * int(torch.Size(rest).numel())
-            out.append(out_flat[offset:offset + numel].view((pad,) + rest)[:mine].movedim(0, d).contiguous())
-            offset += numel
-        return out
+        work = dist.reduce_scatter_tensor(out_flat, buf, op=_REDUCE[op], group=self.group(axis), async_op=True)
+
+        def finish() -> list[torch.Tensor]:
+            flat = out_flat / n if op == "avg" else out_flat
+            out, offset = [], 0
+            for pad, rest, mine, d in metas:
+                numel = pad * int(torch.Size(rest).numel())
+                out.append(flat[offset:offset + numel].view((pad,) + rest)[:mine].movedim(0, d).contiguous())
+                offset += numel
+            return out
+        return Pending([work, buf], finish)
 
     def all_reduce_bucket(self, xs: list[torch.Tensor], axes: list[str], op: str) -> list[torch.Tensor]:
+        return self.all_reduce_bucket_start(xs, axes, op).wait()
+
+    def all_reduce_bucket_start(self, xs: list[torch.Tensor], axes: list[str], op: str) -> Pending:
         """Concatenate every tensor (flattened) into one buffer, all-reduce it once per axis, split."""
         flat = torch.cat([x.reshape(-1) for x in xs])
-        out = self.all_reduce(flat, axes, op)
-        return [piece.view_as(x) for piece, x in zip(out.split([x.numel() for x in xs]), xs)]
+        pending = self._all_reduce_inplace(flat, axes, op)
+
+        def finish() -> list[torch.Tensor]:
+            out = pending.wait()
+            return [piece.view_as(x) for piece, x in zip(out.split([x.numel() for x in xs]), xs)]
+        return Pending([], finish)
 
     # -- primitives ----------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, axes: list[str], op: str) -> torch.Tensor:
-        y = x.clone()
-        n = 1
-        for axis in axes:
-            dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis))
-            n *= self.size(axis)
-        return y / n if op == "avg" else y
+        return self.all_reduce_start(x, axes, op).wait()
+
+    def all_reduce_start(self, x: torch.Tensor, axes: list[str], op: str) -> Pending:
+        return self._all_reduce_inplace(x.clone(), axes, op)
+
+    def _all_reduce_inplace(self, y: torch.Tensor, axes: list[str], op: str) -> Pending:
+        """Reduce ``y`` in place over the first axis asynchronously; the rest (a multi-axis
+        reduction) run when it is waited."""
+        work = dist.all_reduce(y, op=_REDUCE[op], group=self.group(axes[0]), async_op=True)
+
+        def finish() -> torch.Tensor:
+            n = self.size(axes[0])
+            for axis in axes[1:]:
+                dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis))
+                n *= self.size(axis)
+            return y / n if op == "avg" else y
+        return Pending([work], finish)
 
     def all_slice(self, x: torch.Tensor, axis: str, dim: int) -> torch.Tensor:
         sizes = chunk_sizes(x.shape[dim], self.size(axis))
@@ -128,18 +186,28 @@ class Collectives:
         return x.narrow(dim, sum(sizes[:i]), sizes[i]).contiguous()
 
     def all_gather(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...]) -> torch.Tensor:
+        return self.all_gather_start(x, axis, dim, out_shape).wait()
+
+    def all_gather_start(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...]) -> Pending:
         n = self.size(axis)
         sizes = chunk_sizes(out_shape[dim], n)
         pad = max(sizes)
         xt = x.movedim(dim, 0)
         if xt.shape[0] < pad:
             xt = torch.cat([xt, xt.new_zeros((pad - xt.shape[0],) + tuple(xt.shape[1:]))])
+        xt = xt.contiguous()
         buf = xt.new_empty((n * pad,) + tuple(xt.shape[1:]))
-        dist.all_gather_into_tensor(buf, xt.contiguous(), group=self.group(axis))
-        pieces = [buf[i * pad:i * pad + s] for i, s in enumerate(sizes)]
-        return torch.cat(pieces).movedim(0, dim).contiguous()
+        work = dist.all_gather_into_tensor(buf, xt, group=self.group(axis), async_op=True)
+
+        def finish() -> torch.Tensor:
+            pieces = [buf[i * pad:i * pad + s] for i, s in enumerate(sizes)]
+            return torch.cat(pieces).movedim(0, dim).contiguous()
+        return Pending([work, xt], finish)
 
     def reduce_scatter(self, x: torch.Tensor, axis: str, dim: int, op: str) -> torch.Tensor:
+        return self.reduce_scatter_start(x, axis, dim, op).wait()
+
+    def reduce_scatter_start(self, x: torch.Tensor, axis: str, dim: int, op: str) -> Pending:
         n = self.size(axis)
         sizes = chunk_sizes(x.shape[dim], n)
         pad = max(sizes)
@@ -154,11 +222,18 @@ class Collectives:
             pieces.append(p)
         buf = torch.cat(pieces).contiguous()
         out = buf.new_empty((pad,) + tuple(buf.shape[1:]))
-        dist.reduce_scatter_tensor(out, buf, op=_REDUCE[op], group=self.group(axis))
-        mine = out[:sizes[self.coord(axis)]]
-        if op == "avg":
-            mine = mine / n
-        return mine.movedim(0, dim).contiguous()
+        work = dist.reduce_scatter_tensor(out, buf, op=_REDUCE[op], group=self.group(axis), async_op=True)
+
+        def finish() -> torch.Tensor:
+            mine = out[:sizes[self.coord(axis)]]
+            if op == "avg":
+                mine = mine / n
+            return mine.movedim(0, dim).contiguous()
+        return Pending([work, buf], finish)
+
+    def wait(self, pending: Pending) -> Any:
+        """``comm.wait``: block on a started collective, return its tensor (or list of tensors)."""
+        return pending.wait()
 
     def all_to_all(self, x: torch.Tensor, axis: str, split_dim: int, concat_dim: int,
                    out_shape: tuple[int, ...]) -> torch.Tensor:
@@ -182,6 +257,8 @@ class Collectives:
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all", "all_gather_bucket",
                "reduce_scatter_bucket", "all_reduce_bucket")
+STARTS = tuple(c + "_start" for c in ("all_reduce", "all_gather", "reduce_scatter", "all_gather_bucket",
+                                      "reduce_scatter_bucket", "all_reduce_bucket"))
 
 
 class CountingComm:
@@ -195,12 +272,21 @@ class CountingComm:
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._comm, name)
-        if name not in COLLECTIVES:
-            return target
         stats = self._comm.stats
+        if name == "wait":
+            def wait(p: Any) -> Any:
+                if stats.order is not None:
+                    stats.order.append("comm.wait")
+                return target(p)
+            return wait
+        if name not in COLLECTIVES and name not in STARTS:
+            return target
+        kind = "comm." + name.removesuffix("_start")   # a started collective counts as its kind
 
         def call(x: Any, *args: Any) -> Any:
             xs = x if isinstance(x, list) else [x]  # bucketed collectives take a list
-            stats.add("comm." + name, sum(t.numel() * t.element_size() for t in xs))
+            stats.add(kind, sum(t.numel() * t.element_size() for t in xs))
+            if stats.order is not None:
+                stats.order.append("comm." + name)
             return target(x, *args)
         return call

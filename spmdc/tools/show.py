@@ -70,13 +70,17 @@ def summarize(module: Any) -> list[dict]:
 
 
 def comm_table(module: Any) -> list[dict]:
-    """Collectives grouped by (op, mesh, axes): count and operand bytes per rank."""
+    """Collectives grouped by (op, mesh, axes): count and operand bytes per rank (an async
+    ``comm.*_start`` counts as its collective)."""
+    from spmdc.dialects.comm import collective_kind
+
     rows: dict[tuple, dict] = {}
     for op in module.walk():
-        if not op.name.startswith("comm."):
+        kind = collective_kind(op)
+        if kind is None:
             continue
         axes = op.attr_value("axes", None) or [op.attr_value("axis", "?")]
-        key = (op.name, op.symbol_ref("mesh") or "?", ", ".join(map(str, axes)))
+        key = (kind, op.symbol_ref("mesh") or "?", ", ".join(map(str, axes)))
         r = rows.setdefault(key, {"op": key[0], "mesh": key[1], "axes": key[2], "count": 0, "bytes": 0})
         r["count"] += 1
         r["bytes"] += sum(v.type.num_bytes for v in op.operands if isinstance(v.type, TensorType))

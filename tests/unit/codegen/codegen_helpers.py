@@ -10,7 +10,7 @@ import torch
 from spmdc.codegen.cache import load_program
 from spmdc.dialects.shard import chunk_sizes
 from spmdc.dialects.tensor.base import torch_dtype
-from spmdc.runtime.collectives import Collectives, CommStats, CountingComm
+from spmdc.runtime.collectives import STARTS, Collectives, CommStats, CountingComm, Pending
 from spmdc.runtime.interpreter import interpret
 
 
@@ -76,9 +76,25 @@ class FakeCollectives(Collectives):
         self.calls.append(("reduce_scatter_bucket", [tuple(x.shape) for x in xs], axis, list(dims), op))
         return [self.reduce_scatter(x, axis, d, op) for x, d in zip(xs, dims)]
 
+    def all_reduce_bucket(self, xs, axes, op):
+        self.calls.append(("all_reduce_bucket", [tuple(x.shape) for x in xs], list(axes), op))
+        return [x * (1 + len(axes)) for x in xs]
+
     def all_to_all(self, x, axis, split_dim, concat_dim, out_shape):
         self.calls.append(("all_to_all", tuple(x.shape), axis, split_dim, concat_dim, tuple(out_shape)))
         return torch.full(tuple(out_shape), float(x.sum()), dtype=x.dtype)
+
+
+def _started(kind: str):
+    """``kind_start``: the fake ``kind`` run at once (recorded at the start), redeemed by ``wait``."""
+    def start(self, *args):
+        value = getattr(self, kind)(*args)
+        return Pending([], lambda: value)
+    return start
+
+
+for _name in STARTS:
+    setattr(FakeCollectives, _name, _started(_name.removesuffix("_start")))
 
 
 def run_both(module: Any, func_name: str, args: list[Any], sizes: dict[str, int] | None = None,

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models")
 
 import hf_tiny  # noqa: E402
 
-from spmdc.compiler.memory import peak_bytes  # noqa: E402
+from spmdc.passes.memory import peak_bytes  # noqa: E402
 from spmdc.frontend.capture import capture_program  # noqa: E402
 from spmdc.frontend.checkpoint import block_modules  # noqa: E402
 from spmdc.ir.printer import print_module  # noqa: E402

@@ -43,6 +43,18 @@ module @all attributes {spmdc.version = 1} {
     %agb:2 = comm.all_gather_bucket %rs, %a2a {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<32x8xf32>, tensor<32x8xf32>)
     %rsb:2 = comm.reduce_scatter_bucket %agb#0, %agb#1 {axis = "tp", dims = [0, 1], mesh = @mesh, op = "sum"} : (tensor<32x8xf32>, tensor<32x8xf32>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
     %arb:2 = comm.all_reduce_bucket %rsb#0, %rsb#1 {axes = ["tp"], mesh = @mesh, op = "sum"} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
+    %h1 = comm.all_gather_start %rd {axis = "tp", dim = 0, mesh = @mesh} : (tensor<8x32xf32>) -> !comm.handle<tensor<32x32xf32>>
+    %w1 = comm.wait %h1 : (!comm.handle<tensor<32x32xf32>>) -> tensor<32x32xf32>
+    %h2 = comm.reduce_scatter_start %ar {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<32x8xf32>) -> !comm.handle<tensor<8x8xf32>>
+    %w2 = comm.wait %h2 : (!comm.handle<tensor<8x8xf32>>) -> tensor<8x8xf32>
+    %h3 = comm.all_reduce_start %sl {axes = ["dp", "tp"], mesh = @mesh, op = "sum"} : (tensor<32x8xf32>) -> !comm.handle<tensor<32x8xf32>>
+    %w3 = comm.wait %h3 : (!comm.handle<tensor<32x8xf32>>) -> tensor<32x8xf32>
+    %h4 = comm.all_gather_bucket_start %rs, %a2a {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<8x8xf32>, tensor<32x2xf32>) -> !comm.handle<tensor<32x8xf32>, tensor<32x8xf32>>
+    %w4:2 = comm.wait %h4 : (!comm.handle<tensor<32x8xf32>, tensor<32x8xf32>>) -> (tensor<32x8xf32>, tensor<32x8xf32>)
+    %h5 = comm.reduce_scatter_bucket_start %w4#0, %w4#1 {axis = "tp", dims = [0, 1], mesh = @mesh, op = "sum"} : (tensor<32x8xf32>, tensor<32x8xf32>) -> !comm.handle<tensor<8x8xf32>, tensor<32x2xf32>>
+    %w5:2 = comm.wait %h5 : (!comm.handle<tensor<8x8xf32>, tensor<32x2xf32>>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
+    %h6 = comm.all_reduce_bucket_start %w5#0, %w5#1 {axes = ["tp"], mesh = @mesh, op = "sum"} : (tensor<8x8xf32>, tensor<32x2xf32>) -> !comm.handle<tensor<8x8xf32>, tensor<32x2xf32>>
+    %w6:2 = comm.wait %h6 : (!comm.handle<tensor<8x8xf32>, tensor<32x2xf32>>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
     %call = func.call %12 {callee = @helper} : tensor<4xf32>
     %f:2 = kernel.fused %b, %s {kind = "pointwise"} : (tensor<8x32xf32>, tensor<32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>) {
     ^bb0(%fa: tensor<8x32xf32>, %fb: tensor<32xf32>):

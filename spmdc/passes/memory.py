@@ -12,20 +12,46 @@ forward, and the backward recomputes them one region at a time.
 
 from __future__ import annotations
 
-from spmdc.ir.core import Operation, Value
-from spmdc.ir.types import TensorType
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["peak_bytes"]
+from spmdc.ir.core import Operation, Value
+from spmdc.ir.types import HandleType, TensorType
+
+__all__ = ["Profile", "peak_bytes", "profile"]
 
 
 def peak_bytes(module: Operation, func_name: str = "main") -> int:
     """Peak bytes of tensors the function allocates while it runs (static estimate)."""
+    return profile(function(module, func_name).body.ops).peak
+
+
+def function(module: Operation, func_name: str = "main") -> Any:
     from spmdc.dialects.func import FuncOp
 
     func = next((op for op in module.body.ops if isinstance(op, FuncOp) and op.sym_name == func_name), None)
     if func is None:
         raise ValueError(f"no function @{func_name} in the module")
-    ops = list(func.body.ops)
+    return func
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Live bytes over a schedule: ``peak`` bytes, reached at op ``at`` (index in the list)."""
+
+    peak: int
+    at: int
+    live: tuple[int, ...]   # live bytes after each op
+
+
+def profile(ops: list[Operation]) -> Profile:
+    """Live tensor bytes after each op of ``ops`` (one block, in this order).
+
+    An async collective (``comm.*_start``) allocates its receive buffers (the handle's bytes)
+    when it starts and keeps its operands alive until its ``comm.wait``, whose results are
+    new tensors."""
+    from spmdc.dialects.comm.async_ops import WaitOp
+
     base: dict[Value, Value] = {}        # a view's value -> the allocation it reads
     born: dict[Value, int] = {}          # allocation -> index of the op making it
     last: dict[Value, int] = {}          # allocation -> index of its last (direct or view) use
@@ -34,17 +60,26 @@ def peak_bytes(module: Operation, func_name: str = "main") -> int:
             b = base.get(v, v)
             if b in born:
                 last[b] = i
+        if isinstance(op, WaitOp):
+            start = op.operand(0).defining_op()
+            for v in start.operands if start is not None else ():
+                b = base.get(v, v)
+                if b in born:
+                    last[b] = max(last[b], i)
         for r in op.results:
             if op.has_trait("View") and op.operands:
                 base[r] = base.get(op.operand(0), op.operand(0))
-            elif isinstance(r.type, TensorType):
+            elif isinstance(r.type, (TensorType, HandleType)):
                 born[r] = last[r] = i
     delta = [0] * (len(ops) + 1)
     for v, i in born.items():
         delta[i] += v.type.num_bytes   # type: ignore[attr-defined]
         delta[last[v] + 1] -= v.type.num_bytes   # type: ignore[attr-defined]
-    live = peak = 0
-    for d in delta:
+    live = peak = at = 0
+    after = []
+    for i, d in enumerate(delta[:-1]):
         live += d
-        peak = max(peak, live)
-    return peak
+        after.append(live)
+        if live > peak:
+            peak, at = live, i
+    return Profile(peak, at, tuple(after))

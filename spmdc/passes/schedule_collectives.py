@@ -1,0 +1,144 @@
+"""``schedule-collectives``: split collectives into start/wait and move them apart so that
+communication overlaps compute (SimpleFSDP's reordering), under a per-rank memory cap.
+
+On per-rank programs (after ``partition`` and ``bucket-collectives``), every all-gather,
+reduce-scatter and all-reduce (bucketed or not) becomes ``comm.*_start`` + ``comm.wait``.
+Collectives form *lanes*: gathers, reduce-scatters and all-reduces, per mesh and axes. Then
+
+1. each wait sinks to just before the first use of its results, but no further than the next
+   start in its lane (a reduce-scatter is waited just before the next one is issued: one in
+   flight per lane);
+2. each start rises to just after the previous wait in its lane and after its operands are
+   computed (the all-gather of block i+1 is issued right after block i's gather is waited,
+   so it runs while block i computes; in the backward, the re-gathers in reverse block order
+   likewise), unless that would lift the program's estimated peak memory
+   (:mod:`spmdc.passes.memory`) above ``memory-cap`` bytes (0: no cap).
+
+No op moves across a value it depends on, and starts keep their relative order within a
+lane; every rank runs the same schedule, so collectives are issued in one order everywhere.
+
+Before::
+
+    %a:2 = comm.all_gather_bucket %w0, %w1 {axis = "dp", dims = [0, 0], mesh = @m} : ...
+    %y = tensor.matmul %x, %a#0 ...
+    %b:2 = comm.all_gather_bucket %w2, %w3 {axis = "dp", dims = [0, 0], mesh = @m} : ...
+    %z = tensor.matmul %y, %b#0 ...
+
+After::
+
+    %h = comm.all_gather_bucket_start %w0, %w1 {...} : (...) -> !comm.handle<...>
+    %a:2 = comm.wait %h : ...
+    %h_1 = comm.all_gather_bucket_start %w2, %w3 {...} : (...) -> !comm.handle<...>
+    %y = tensor.matmul %x, %a#0 ...          // overlaps the second gather
+    %b:2 = comm.wait %h_1 : ...
+    %z = tensor.matmul %y, %b#0 ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spmdc.passes.memory import profile
+from spmdc.dialects.comm import START_OPS, CollectiveOp, StartOp, WaitOp
+from spmdc.dialects.func import FuncOp
+from spmdc.ir.core import Block, Operation
+from spmdc.ir.types import HandleType
+from spmdc.passes.pass_base import ModulePass
+
+_LANE = {"comm.all_gather": "gather", "comm.all_gather_bucket": "gather",
+         "comm.reduce_scatter": "reduce_scatter", "comm.reduce_scatter_bucket": "reduce_scatter",
+         "comm.all_reduce": "all_reduce", "comm.all_reduce_bucket": "all_reduce"}
+
+
+def split_async(block: Block) -> list[tuple[StartOp, WaitOp]]:
+    """Replace each per-rank collective of a splittable kind by a start and, right after it,
+    its wait (same meaning); return the pairs in program order."""
+    pairs = []
+    for op in list(block.ops):
+        cls = START_OPS.get(op.name)
+        if cls is None or not isinstance(op, CollectiveOp) or op.is_global():
+            continue
+        start = cls(list(op.operands), [HandleType(tuple(r.type for r in op.results))],  # type: ignore[arg-type]
+                    dict(op.attributes), (), op.location)
+        start.result.name_hint = (op.results[0].name_hint or "c") + "_h"
+        wait = WaitOp([start.result], [r.type for r in op.results], {}, (), op.location)
+        block.insert_before(op, start)
+        block.insert_before(op, wait)
+        for old, new in zip(op.results, wait.results):
+            new.name_hint = old.name_hint
+            old.replace_all_uses_with(new)
+        op.erase()
+        pairs.append((start, wait))
+    return pairs
+
+
+def lane(start: StartOp) -> tuple:
+    return (_LANE[start.SYNC.name], start.symbol_ref("mesh"), start.axes)
+
+
+def schedule_block(block: Block, memory_cap: int = 0) -> list[tuple[StartOp, WaitOp]]:
+    """Split and reorder ``block``'s collectives (see the module docstring); the pairs made."""
+    pairs = split_async(block)
+    if not pairs:
+        return pairs
+    ops = block.ops
+    by_lane: dict[tuple, list[tuple[StartOp, WaitOp]]] = {}
+    for p in pairs:
+        by_lane.setdefault(lane(p[0]), []).append(p)
+    nxt = {id(w): (ps[k + 1][0] if k + 1 < len(ps) else None)
+           for ps in by_lane.values() for k, (_, w) in enumerate(ps)}
+    prev = {id(s): (ps[k - 1][1] if k else None) for ps in by_lane.values() for k, (s, _) in enumerate(ps)}
+    # 1. waits sink (in reverse program order, so a later wait has already moved)
+    for _, wait in reversed(pairs):
+        i = ops.index(wait)
+        users = [ops.index(u.owner) for r in wait.results for u in r.uses if u.owner.parent is block]
+        limit = min(users, default=len(ops) - 1)
+        following = nxt[id(wait)]
+        if following is not None:
+            limit = min(limit, ops.index(following))
+        target = limit - 1
+        if target > i:
+            ops.insert(target, ops.pop(i))
+    # 2. starts rise, one in flight per lane, within the memory cap
+    base_peak = profile(ops).peak
+    for start, _ in pairs:
+        i = ops.index(start)
+        floor = 0
+        for v in start.operands:
+            d = v.defining_op()
+            if d is not None and d.parent is block:
+                floor = max(floor, ops.index(d) + 1)
+        before = prev[id(start)]
+        if before is not None:
+            floor = max(floor, ops.index(before) + 1)
+        if floor >= i:
+            continue
+        ops.insert(floor, ops.pop(i))
+        if memory_cap:
+            peak = profile(ops).peak
+            if peak > max(memory_cap, base_peak):
+                ops.insert(i, ops.pop(floor))   # over the cap: stays where it was
+            else:
+                base_peak = max(base_peak, peak)
+    return pairs
+
+
+@dataclass
+class ScheduleCollectives(ModulePass):
+    """Async start/wait collectives, reordered for overlap under ``memory-cap`` bytes."""
+
+    name: ClassVar[str] = "schedule-collectives"
+    memory_cap: int = 0
+
+    def __post_init__(self) -> None:
+        if self.memory_cap < 0:
+            raise ValueError(f"memory-cap must be >= 0 bytes (0: no cap), got {self.memory_cap}")
+
+    def run(self, module: Operation) -> None:
+        for op in module.body.ops:
+            if isinstance(op, FuncOp) and "spmdc.rank" in op.attributes:
+                schedule_block(op.body, self.memory_cap)
+
+
+PASS = ScheduleCollectives
