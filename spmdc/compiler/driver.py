@@ -62,9 +62,10 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,
                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = True,
-                   overlap: bool = True, memory_cap: int = 0, dump: Dump | None = None, kwargs: Mapping[str, Any] | None = None,
+                   overlap: bool = True, memory_cap: int = 0, dump: Dump | None = None,
+                   kwargs: Mapping[str, Any] | None = None,
                    rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
-                   partial_grads: bool = False) -> CompiledStep:
+                   partial_grads: bool = False, mixed_precision: Any = None) -> CompiledStep:
     """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
 
     ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
@@ -74,7 +75,9 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     plan's ``checkpoint``; ``torch.utils.checkpoint`` regions in the model are kept anyway).
     ``mesh``: a Mesh, ``"dp=2,tp=2"``, ``{"dp": 2}`` or a named DeviceMesh. ``clip_grad_norm``:
     the step returns gradients clipped to that global norm, and the norm
-    (:mod:`spmdc.compiler.clipping`). ``partial_grads``: gradients are returned before their
+    (:mod:`spmdc.compiler.clipping`). ``mixed_precision``: ``"bf16"`` (or a policy): parameters
+    gathered and used in bf16, gradients reduced in float32 (:mod:`spmdc.frontend.mixed_precision`).
+    ``partial_grads``: gradients are returned before their
     reduction (``P(sum)`` where the batch is split), for gradient accumulation."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan
@@ -83,7 +86,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     if checkpoint is None and isinstance(plan, Plan):
         checkpoint = plan.checkpoint
     cap = capture_program(model, tuple(inputs), train=train, loss_fn=loss_fn, loss_inputs=tuple(loss_inputs),
-                          example_kwargs=kwargs, checkpoint=checkpoint)
+                          example_kwargs=kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision)
     module, name = cap.module, program_name(train)
     func = main_function(module)
     resolved = plan_for(plan, mesh, func)

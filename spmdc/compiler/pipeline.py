@@ -32,8 +32,8 @@ RNG_MODES = ("eager", "philox")
 class PipelineOptions:
     """``rank``: whose program; ``bucket``: SimpleFSDP bucketing; ``target``: ``torch`` or ``triton``;
     ``overlap``: async collectives reordered for overlap (``schedule-collectives``) under
-    ``memory_cap`` bytes per rank (0: no cap); ``rng``: ``eager`` (random numbers bitwise equal to single-device PyTorch) or ``philox``
-    (counter-based: each rank draws only its piece)."""
+    ``memory_cap`` bytes per rank (0: no cap); ``rng``: ``eager`` (random numbers bitwise equal
+    to single-device PyTorch) or ``philox`` (counter-based: each rank draws only its piece)."""
 
     rank: int = 0
     bucket: bool = False

@@ -85,7 +85,8 @@ def _user_input_names(model: Any, n_model: int, n_loss: int, kwargs: Mapping[str
 
 def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = False,
                     loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
-                    example_kwargs: Mapping[str, Any] | None = None, checkpoint: str | None = None) -> Captured:
+                    example_kwargs: Mapping[str, Any] | None = None, checkpoint: str | None = None,
+                    mixed_precision: Any = None) -> Captured:
     """Like :func:`capture` but returns a :class:`Captured` with timings and input bookkeeping.
     ``checkpoint="blocks"``: checkpoint every repeated block (training captures)."""
     from spmdc.frontend.export import export_program
@@ -100,7 +101,7 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     timings: dict[str, float] = {}
     t = time.perf_counter()
     info = export_program(model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
-                          example_kwargs=example_kwargs, checkpoint=checkpoint)
+                          example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision)
     timings["export"] = time.perf_counter() - t
     t = time.perf_counter()
     check_supported(info)

@@ -45,6 +45,7 @@ from spmdc.frontend.graph_surgery import (
 from spmdc.frontend.joint import joint_decompose
 from spmdc.frontend.loss import LossWrapper, OutputLeftOutWarning, OutputWrapper, strip_wrapper
 from spmdc.frontend.metadata import node_infos
+from spmdc.frontend.mixed_precision import MixedPrecision
 from spmdc.frontend.program import (
     ExportedProgramInfo,
     ExportError,
@@ -108,6 +109,7 @@ def export_program(
     decomposition_table: dict[Any, Callable] | None = None,
     example_kwargs: Mapping[str, Any] | None = None,
     checkpoint: str | None = None,
+    mixed_precision: Any = None,
 ) -> ExportedProgramInfo:
     """Export ``model`` with torch.export and decompose it to (near-)core ATen.
 
@@ -128,6 +130,9 @@ def export_program(
       checkpoint: ``"blocks"`` checkpoints every repeated block (a plan's ``checkpoint:
         blocks``); ``torch.utils.checkpoint`` regions are kept either way
         (:mod:`spmdc.frontend.checkpoint`).
+      mixed_precision: ``"bf16"``, a :class:`~spmdc.frontend.mixed_precision.MixedPrecision` or
+        FSDP2's ``MixedPrecisionPolicy``: the model runs with its parameters cast to
+        ``param_dtype`` inside the program (:mod:`spmdc.frontend.mixed_precision`).
 
     User inputs are numbered (``InputInfo.user_index``) in the flattened order
     ``[*example_inputs, *loss_inputs, *example_kwargs.values()]``; pass them in that
@@ -145,11 +150,12 @@ def export_program(
         raise ExportError(f"checkpoint={checkpoint!r}: expected None or 'blocks'")
     if not train and (loss_fn is not None or loss_inputs):
         raise ExportError("loss_fn / loss_inputs require train=True")
+    policy = MixedPrecision.parse(mixed_precision)
     if train:
-        root: nn.Module = LossWrapper(model, loss_fn, len(example_inputs), return_model_outputs)
+        root: nn.Module = LossWrapper(model, loss_fn, len(example_inputs), return_model_outputs, policy)
         args = example_inputs + loss_inputs
     else:
-        root, args = OutputWrapper(model), example_inputs
+        root, args = OutputWrapper(model, policy), example_inputs
     was_training = model.training
     t0 = time.perf_counter()
     marking = marking_checkpoints(model, blocks=checkpoint == "blocks") if train else contextlib.nullcontext()

@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from spmdc.frontend import torch_compat
 from spmdc.frontend.program import ExportError
+from spmdc.frontend.mixed_precision import MixedPrecision, call_model
 
 __all__ = ["WRAP_PREFIX", "LossWrapper", "OutputWrapper", "OutputLeftOutWarning", "extract_loss", "strip_wrapper"]
 
@@ -35,16 +36,17 @@ class LossWrapper(nn.Module):
     """
 
     def __init__(self, model: nn.Module, loss_fn: Callable | None, n_model_inputs: int,
-                 return_outputs: bool):
+                 return_outputs: bool, policy: MixedPrecision | None = None):
         super().__init__()
         self.model = model
+        self.policy = policy
         self.loss_fn = loss_fn
         self.n_model_inputs = n_model_inputs
         self.return_outputs = return_outputs
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple:
         model_args, loss_args = args[: self.n_model_inputs], args[self.n_model_inputs:]
-        out = self.model(*model_args, **kwargs)
+        out = call_model(self.model, model_args, kwargs, self.policy)
         if self.loss_fn is not None:
             loss, rest = self.loss_fn(out, *loss_args), out
         else:
@@ -72,13 +74,14 @@ class _Notes(list):
 class OutputWrapper(nn.Module):
     """``forward(*inputs, **kwargs) -> tuple of the model's tensor outputs`` (flattened in order)."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, policy: MixedPrecision | None = None):
         super().__init__()
         self.model = model
+        self.policy = policy
         self.left_out: list[str] = _Notes()
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple:
-        out = self.model(*args, **kwargs)
+        out = call_model(self.model, args, kwargs, self.policy)
         tensors: list[torch.Tensor] = []
         found: list[str] = []
         _tensor_leaves(out, "output", tensors, found)

@@ -38,20 +38,19 @@ from spmdc.ir.core import Operation
 from spmdc.ir.location import NameLoc
 from spmdc.ir.rewriter import Builder, Rewriter
 from spmdc.passes.pass_base import ModulePass
+from spmdc.sharding.blocks import block_of, module_of
 
 
-def block_of(path: str) -> str:
-    """``h.3.attn.q_proj.weight`` → ``h.3``; ``wte.weight`` → ``wte``."""
-    parts = path.split("/")[0].split(".")
-    if len(parts) > 1 and parts[1].isdigit():
-        return ".".join(parts[:2])
-    return parts[0]
+def _loose(block: str) -> bool:
+    """A key's block that does not stand alone: root-level modules (``wte``, ``ln_f``)."""
+    return not block.startswith("#") and block_of(block) is None
 
 
 def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[int, int]) -> list[list[Operation]]:
     """Buckets per key (its last element the model block), capped at ``max_bytes``; a bucket of
-    one collective joins its neighbour in program order with the same key but the block (the
-    embedding joins the first block, the final norm the last) instead of launching alone."""
+    one collective, or of root-level modules (embeddings, final norm, head), joins its
+    neighbour in program order with the same key but the block (the embedding joins the first
+    block, the final norm the last) instead of launching alone."""
     by_key: dict[tuple, list[list[Operation]]] = {}
     sizes: dict[tuple, int] = {}
     for key, op in members:
@@ -65,29 +64,23 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[
     lanes: dict[tuple, list[list[Operation]]] = {}   # same key but the block, in program order
     for key, bs in by_key.items():
         lanes.setdefault(key[:-1], []).extend(bs)
+    blocks = {id(op): key[-1] for key, op in members}
+
+    def nbytes(ops: list[Operation]) -> int:
+        return sum(op.operand(0).tensor_type.num_bytes for op in ops)
+
+    def loose(b: list[Operation]) -> bool:
+        return len(b) == 1 or all(_loose(blocks[id(op)]) for op in b)
+
     out = []
     for bs in lanes.values():
         bs.sort(key=lambda b: min(order[id(op)] for op in b))
         merged: list[list[Operation]] = []
-        pending: list[Operation] = []   # singletons waiting for the next bucket
         for b in bs:
-            size = sum(op.operand(0).tensor_type.num_bytes for op in b + pending)
-            if len(b) == 1 and not pending and merged and sum(
-                    op.operand(0).tensor_type.num_bytes for op in merged[-1] + b) <= max_bytes:
-                merged[-1].extend(b)      # joins the previous bucket
-            elif len(b) + len(pending) == 1:
-                pending = list(b)         # wait for a later neighbour
-            elif size <= max_bytes:
-                merged.append(pending + b)
-                pending = []
+            if merged and (loose(b) or loose(merged[-1])) and nbytes(merged[-1] + b) <= max_bytes:
+                merged[-1].extend(b)      # a loose bucket joins its neighbour (or takes it in)
             else:
-                merged.extend([pending, b] if pending else [b])
-                pending = []
-        if pending and merged and len(merged[-1]) > 1 and sum(
-                op.operand(0).tensor_type.num_bytes for op in merged[-1] + pending) <= max_bytes:
-            merged[-1].extend(pending)
-        elif pending:
-            merged.append(pending)
+                merged.append(list(b))
         out.extend(b for b in merged if len(b) > 1)
     return out
 
@@ -103,13 +96,15 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
     entry = func.body
     gathers = []
     params = {a for i, a in enumerate(func.args) if "spmdc.param" in func.arg_attrs(i)}
+    # a parameter's shard, or its cast (mixed precision: the shard is cast, then gathered)
+    shards = params | {op.result for op in entry.ops if op.name == "tensor.cast" and op.operand(0) in params}
     for op in entry.ops:
-        if isinstance(op, AllGatherOp) and op.operand(0) in params and "shard.sharding" not in op.attributes:
+        if isinstance(op, AllGatherOp) and op.operand(0) in shards and "shard.sharding" not in op.attributes:
             user = min((u.owner for u in op.result.uses), key=entry.index_of, default=op)
             where = user.location.name if isinstance(user.location, NameLoc) else ""
             # the model block of the first use; without a location, the first user itself
             # (Inductor's rule: gathers feeding one op share a bucket)
-            block = block_of(where) if where else f"#{entry.index_of(user)}"
+            block = module_of(where) if where else f"#{entry.index_of(user)}"
             phase = "bwd" if (op.result.name_hint or "").endswith("_bwd") else "fwd"
             dtype = op.operand(0).tensor_type.element_type  # one flat buffer per element type
             gathers.append(((op.attributes["mesh"], op.attr_value("axis"), dtype, phase, block), op))
@@ -118,9 +113,12 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
     for group in _groups(gathers, max_bytes, order):
         first = min(group, key=entry.index_of)
         # placed just before the first use of any member (``schedule-collectives`` moves it
-        # earlier for overlap); operands are parameters, defined on entry
+        # earlier for overlap), after every member's operand (a parameter, or its cast)
         need = min((u.owner for op in group for u in op.result.uses if u.owner.parent is entry),
                    key=entry.index_of, default=first)
+        defs = [d for op in group if (d := op.operand(0).defining_op()) is not None]
+        if any(entry.index_of(d) >= entry.index_of(need) for d in defs):
+            continue   # a cast computed after the first use: keep this group per parameter
         bucket = Builder.before(need).create(
             AllGatherBucketOp, [op.operand(0) for op in group],
             {"mesh": first.attributes["mesh"], "axis": first.attributes["axis"],
@@ -131,6 +129,40 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
     grads = _gradients(func)
     for kind, bucket_cls in ((ReduceScatterOp, ReduceScatterBucketOp), (AllReduceOp, AllReduceBucketOp)):
         made += _bucket_reductions(entry, kind, bucket_cls, grads, max_bytes, rewriter)
+    return made + _bucket_adjacent_all_reduces(entry, max_bytes, rewriter)
+
+
+def _bucket_adjacent_all_reduces(entry: Any, max_bytes: int, rewriter: Rewriter) -> int:
+    """All-reduces of one kind (mesh, axes, op, element type) issued one after another before
+    any of their results is used (a loss's numerator and denominator) become one bucket, at the
+    last of them."""
+    runs: list[list[Operation]] = []
+    run: list[Operation] = []
+    for op in entry.ops:
+        if isinstance(op, AllReduceOp) and "shard.sharding" not in op.attributes:
+            key = (op.attributes["mesh"], op.axes, op.attr_value("op"), op.operand(0).tensor_type.element_type)
+            first = run[0] if run else None
+            if first is not None and key == (first.attributes["mesh"], first.axes, first.attr_value("op"),
+                                             first.operand(0).tensor_type.element_type) \
+                    and sum(o.operand(0).tensor_type.num_bytes for o in run + [op]) <= max_bytes:
+                run.append(op)
+                continue
+            runs.append(run)
+            run = [op]
+        elif run and any(v.defining_op() in run for v in op.operands):
+            runs.append(run)      # a member's result is used: the run ends
+            run = []
+    runs.append(run)
+    made = 0
+    for group in (r for r in runs if len(r) > 1):
+        last = group[-1]
+        first = group[0]
+        bucket = Builder.before(last).create(
+            AllReduceBucketOp, [op.operand(0) for op in group],
+            {k: first.attributes[k] for k in ("mesh", "axes", "op")},
+            result_types=[op.result.type for op in group], location=first.location)
+        _replace(group, bucket, rewriter)
+        made += 1
     return made
 
 
@@ -167,7 +199,7 @@ def _bucket_reductions(entry: Any, kind: type, bucket_cls: type, grads: dict[int
         if isinstance(op, kind) and id(op.result) in grads and "shard.sharding" not in op.attributes:
             axes = op.attr_value("axis") if kind is ReduceScatterOp else op.axes
             key = (op.attributes["mesh"], axes, op.attr_value("op"), op.operand(0).tensor_type.element_type,
-                   block_of(grads[id(op.result)]))
+                   module_of(grads[id(op.result)]))
             members.append((key, op))
     order = {id(op): i for i, op in enumerate(entry.ops)}
     made = 0

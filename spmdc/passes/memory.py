@@ -18,7 +18,7 @@ from typing import Any
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.types import HandleType, TensorType
 
-__all__ = ["Profile", "peak_bytes", "profile"]
+__all__ = ["Profile", "live_at", "peak_bytes", "profile"]
 
 
 def peak_bytes(module: Operation, func_name: str = "main") -> int:
@@ -44,8 +44,9 @@ class Profile:
     live: tuple[int, ...]   # live bytes after each op
 
 
-def profile(ops: list[Operation]) -> Profile:
-    """Live tensor bytes after each op of ``ops`` (one block, in this order).
+def lifetimes(ops: list[Operation]) -> dict[Value, tuple[int, int]]:
+    """Every allocation made by ``ops`` (one block, in this order) → (index of the op making
+    it, index of its last direct or view use).
 
     An async collective (``comm.*_start``) allocates its receive buffers (the handle's bytes)
     when it starts and keeps its operands alive until its ``comm.wait``, whose results are
@@ -53,28 +54,30 @@ def profile(ops: list[Operation]) -> Profile:
     from spmdc.dialects.comm.async_ops import WaitOp
 
     base: dict[Value, Value] = {}        # a view's value -> the allocation it reads
-    born: dict[Value, int] = {}          # allocation -> index of the op making it
-    last: dict[Value, int] = {}          # allocation -> index of its last (direct or view) use
+    life: dict[Value, list[int]] = {}
     for i, op in enumerate(ops):
-        for v in op.operands:
+        uses = list(op.operands)
+        start = op.operand(0).defining_op() if isinstance(op, WaitOp) else None
+        if start is not None:
+            uses += list(start.operands)
+        for v in uses:
             b = base.get(v, v)
-            if b in born:
-                last[b] = i
-        if isinstance(op, WaitOp):
-            start = op.operand(0).defining_op()
-            for v in start.operands if start is not None else ():
-                b = base.get(v, v)
-                if b in born:
-                    last[b] = max(last[b], i)
+            if b in life:
+                life[b][1] = max(life[b][1], i)
         for r in op.results:
             if op.has_trait("View") and op.operands:
                 base[r] = base.get(op.operand(0), op.operand(0))
             elif isinstance(r.type, (TensorType, HandleType)):
-                born[r] = last[r] = i
+                life[r] = [i, i]
+    return {v: (b, e) for v, (b, e) in life.items()}
+
+
+def profile(ops: list[Operation]) -> Profile:
+    """Live tensor bytes after each op of ``ops`` (see :func:`lifetimes`)."""
     delta = [0] * (len(ops) + 1)
-    for v, i in born.items():
-        delta[i] += v.type.num_bytes   # type: ignore[attr-defined]
-        delta[last[v] + 1] -= v.type.num_bytes   # type: ignore[attr-defined]
+    for v, (b, e) in lifetimes(ops).items():
+        delta[b] += v.type.num_bytes   # type: ignore[attr-defined]
+        delta[e + 1] -= v.type.num_bytes   # type: ignore[attr-defined]
     live = peak = at = 0
     after = []
     for i, d in enumerate(delta[:-1]):
@@ -83,3 +86,8 @@ def profile(ops: list[Operation]) -> Profile:
         if live > peak:
             peak, at = live, i
     return Profile(peak, at, tuple(after))
+
+
+def live_at(ops: list[Operation], index: int) -> list[Value]:
+    """The allocations (tensors, collective handles) alive right after ``ops[index]``."""
+    return [v for v, (b, e) in lifetimes(ops).items() if b <= index <= e]

@@ -39,11 +39,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spmdc.passes.memory import profile
 from spmdc.dialects.comm import START_OPS, CollectiveOp, StartOp, WaitOp
 from spmdc.dialects.func import FuncOp
 from spmdc.ir.core import Block, Operation
 from spmdc.ir.types import HandleType
+from spmdc.passes.memory import profile
 from spmdc.passes.pass_base import ModulePass
 
 _LANE = {"comm.all_gather": "gather", "comm.all_gather_bucket": "gather",

@@ -49,7 +49,20 @@ def _recomputed(op: Operation) -> bool:
     return len(op.operands) == 1 and (op.has_trait("View") or isinstance(op, CastOp))
 
 
-def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[int], mesh: str, compute) -> None:
+def _compute_value(arg: Value) -> Value:
+    """What the model computes with: the parameter, or its only use when that is a cast to a
+    narrower float (mixed precision: the shard is cast before it is gathered, so the gather
+    moves the narrow type, as FSDP2's ``param_dtype``)."""
+    if len(arg.uses) == 1 and isinstance(arg.uses[0].owner, CastOp):
+        src, dst = arg.type, arg.uses[0].owner.result.type
+        if isinstance(src, TensorType) and isinstance(dst, TensorType) and dst.is_float and src.is_float \
+                and dst.num_bytes < src.num_bytes:
+            return arg.uses[0].owner.result
+    return arg
+
+
+def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[int], mesh: str, compute,
+                           name: str) -> None:
     """Give backward users of the gathered parameter (or of views of it) their own gather.
 
     FSDP's reshard-after-forward: the forward's gathered copy is freed after use, so the
@@ -69,7 +82,7 @@ def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[i
     first = min((op for op, _ in uses), key=entry.index_of)
     builder = Builder.before(first)
     again = builder.create(AnnotateOp, [arg], {"sharding": ShardingAttr(mesh, compute)}, location=first.location)
-    again.result.name_hint = (arg.name_hint or "p").replace(".", "_") + "_bwd"
+    again.result.name_hint = name.replace(".", "_") + "_bwd"
     copies: dict[int, Value] = {id(ann.result): again.result}
 
     def copy(v: Value) -> Value:
@@ -121,17 +134,18 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
         func.set_arg_attr(arg.index, SHARDING, ShardingAttr(mesh.name, r.storage))
         if not arg.uses:
             continue
-        users = [u.owner for u in arg.uses]
+        used = _compute_value(arg)
+        users = [u.owner for u in used.uses]
         first = min(users, key=lambda op: entry.index_of(op))
-        ann = Builder.before(first).create(AnnotateOp, [arg], {"sharding": ShardingAttr(mesh.name, r.compute)},
+        ann = Builder.before(first).create(AnnotateOp, [used], {"sharding": ShardingAttr(mesh.name, r.compute)},
                                            location=first.location)
         ann.result.name_hint = (arg.name_hint or "p").replace(".", "_") + "_use"
         for op in users:
             for idx, v in enumerate(op.operands):
-                if v is arg:
+                if v is used:
                     op.set_operand(idx, ann.result)
-        if plan.reshard_after_forward and r.compute != r.storage:
-            _regather_for_backward(func, arg, ann, fwd, mesh.name, r.compute)
+        if r.compute != r.storage and plan.reshards(fqn, param_args):
+            _regather_for_backward(func, used, ann, fwd, mesh.name, r.compute, arg.name_hint or "p")
     model_outputs = [i for i in range(len(func.return_op.operands)) if is_model_output(func, i)]
     out_specs = plan.resolve_outputs(mesh, [func.return_op.operand(i).type.shape for i in model_outputs])  # type: ignore[attr-defined]
     for i in range(len(func.return_op.operands)):

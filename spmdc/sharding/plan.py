@@ -17,12 +17,13 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
 from spmdc.sharding.mesh import Mesh, to_placements
+from spmdc.sharding.blocks import block_of
 
 Layout = tuple[Placement, ...]
 
@@ -50,7 +51,12 @@ class Plan:
     params: dict[str, Any] = field(default_factory=dict)      # pattern -> placements | ParamLayout
     inputs: list[Any] | dict[str, Any] = field(default_factory=list)  # per user input
     outputs: list[Any] = field(default_factory=list)           # per model output (loss: R)
-    reshard_after_forward: bool = True
+    reshard_after_forward: bool | str | list[str] = True
+    """Which gathered parameters the backward re-gathers (FSDP's reshard-after-forward):
+    ``True`` all, ``False`` none (kept from the forward: more memory, fewer all-gathers),
+    ``"blocks"`` those in repeated blocks (``h.3``, ``layers.0``) while root-level ones
+    (embeddings, final norm, head) are kept, as FSDP2 does for its root module; or a list of
+    FQN globs to re-gather."""
     name: str = "custom"
     checkpoint: str | None = None   # "blocks": recompute every repeated block in the backward
 
@@ -65,8 +71,13 @@ class Plan:
         checkpoint = d.get("checkpoint")
         if checkpoint not in (None, "blocks"):
             raise PlanError(f"checkpoint: expected 'blocks' (recompute every repeated block), got {checkpoint!r}")
+        reshard = d.get("reshard_after_forward", True)
+        if not (isinstance(reshard, bool) or reshard == "blocks"
+                or isinstance(reshard, list) and all(isinstance(g, str) for g in reshard)):
+            raise PlanError(f"reshard_after_forward: expected true, false, 'blocks' or a list of FQN globs, "
+                            f"got {reshard!r}")
         return Plan(params, list(d.get("inputs") or []), list(d.get("outputs") or []),
-                    bool(d.get("reshard_after_forward", True)), str(d.get("name", "custom")), checkpoint)
+                    reshard, str(d.get("name", "custom")), checkpoint)
 
     @staticmethod
     def load(path: str) -> Plan:
@@ -98,6 +109,16 @@ class Plan:
         return Plan.from_dict(data)
 
     # -- resolution --------------------------------------------------------------------------
+    def reshards(self, fqn: str, fqns: Iterable[str]) -> bool:
+        """Whether the backward re-gathers parameter ``fqn`` (see ``reshard_after_forward``);
+        ``fqns``: every parameter (``"blocks"`` re-gathers all when the model has no blocks)."""
+        r = self.reshard_after_forward
+        if isinstance(r, bool):
+            return r
+        if r == "blocks":
+            return block_of(fqn) is not None or all(block_of(f) is None for f in fqns)
+        return any(fnmatch.fnmatchcase(fqn, g) for g in r)
+
     def resolve_params(self, mesh: Mesh, params: Mapping[str, tuple[int, ...]]) -> dict[str, ResolvedParam]:
         """FQN → storage/compute layouts, checking every pattern and shard dim."""
         rep = tuple(Replicate() for _ in mesh.axes)
@@ -197,7 +218,7 @@ def _layer_of(fqn: str) -> tuple[str, str]:
 
 def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
            input_ranks: Sequence[int] = (), output_ranks: Sequence[int] = (), *,
-           reshard_after_forward: bool = True) -> Plan:
+           reshard_after_forward: bool | str | list[str] = "blocks") -> Plan:
     """A built-in plan for ``mesh`` (axes ``dp`` and/or ``tp``) over the given parameters.
 
     * ``dp``: parameters replicated on dp, batch (input dim 0) ``S(0)``: gradients all-reduced.

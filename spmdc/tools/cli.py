@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     show = sub.add_parser("show", help="summarise an IR file: functions, parameters, op counts")
     show.add_argument("file")
     show.add_argument("--comm", action="store_true", help="also tabulate collectives per mesh axis")
+    show.add_argument("--memory", action="store_true",
+                      help="also estimate each function's peak memory beyond its arguments (static liveness)")
     show.add_argument("--kernels", action="store_true",
                       help="also report kernels per step after fuse-kernels versus aten ops before fusion")
     for p in (cap, show):
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                      verbose=args.verbose)
     from spmdc.tools.show import show as show_file
 
-    return guard(prog, lambda: show_file(args.file, comm=args.comm, kernels=args.kernels), verbose=args.verbose)
+    return guard(prog, lambda: show_file(args.file, comm=args.comm, kernels=args.kernels, memory=args.memory), verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -242,6 +242,12 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         raise UserError(str(e)) from None
 
 
+def _measured_by() -> str:
+    import torch
+
+    return "cuda max_memory_allocated" if torch.cuda.is_available() else "torch.profiler"
+
+
 def run_main(cfg: RunConfig) -> int:
     from rich.table import Table
     from rich.text import Text
@@ -303,8 +309,12 @@ def run_main(cfg: RunConfig) -> int:
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     if r0.get("peak_bytes") is not None:
         note = " with --checkpoint blocks" if cfg.checkpoint else ""
-        console.print(f"memory the step allocates beyond parameters and inputs (rank 0, static liveness{note}): "
-                      f"peak {r0['peak_bytes'] / 1024:,.1f} KiB")
+        line = (f"memory the step allocates beyond parameters and inputs (rank 0{note}): "
+                f"estimated peak {r0['peak_bytes'] / 1024:,.1f} KiB (static liveness)")
+        if r0.get("measured_peak"):
+            k, peak = r0["measured_peak"]
+            line += f", measured {peak / 1024:,.1f} KiB (step {start_step + k + 1}, {_measured_by()})"
+        console.print(line)
     for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen)):
         if where:
             console.print(f"{what} written to {where}/")

@@ -32,6 +32,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     from spmdc.compiler import Dump
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.api import CompiledModule, Optimizer
+    from spmdc.runtime.memory import measure_peak
 
     own_group = not dist.is_initialized()
     if own_group:
@@ -60,16 +61,21 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         torch.manual_seed(job.get("seed", 0))   # the eager reference (--check) seeds the same way
         resumed = resume(cm, job) if job.get("load") else {}
         start_step = resumed.get("step", 0)
+        measured = None
+        profiled = min(1, job["steps"] - 1)   # the second step (the first one allocates optimizer state)
         for k in range(job["steps"]):
             start = time.perf_counter()
+            call = measure_peak if k == profiled and job.get("measure_memory", True) else _plain
             if job["train"]:
-                loss = cm.step(*w.inputs, *w.loss_inputs, **w.kwargs)
+                loss, peak = call(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)
                 losses.append(float(loss.detach()))
             else:
-                out = cm(*w.inputs, full=True, **w.kwargs)
+                out, peak = call(cm, *w.inputs, full=True, **w.kwargs)
                 first = out[0] if isinstance(out, tuple) else out
                 losses.append(float(first.float().norm()))
             times.append(time.perf_counter() - start)
+            if peak is not None:
+                measured = (k, peak)
             what = "loss" if job["train"] else "|output|"
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
                 f"({1000 * times[-1]:.1f} ms)", flush=True)
@@ -82,13 +88,17 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
-                "peak_bytes": prog.peak_bytes,
+                "peak_bytes": prog.peak_bytes, "measured_peak": measured,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
                 "start_step": start_step, **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
                                              if resumed else {})}
     finally:
         if own_group:
             dist.destroy_process_group()
+
+
+def _plain(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:
+    return fn(*args, **kwargs), None
 
 
 def resume(cm: Any, job: dict[str, Any]) -> dict[str, Any]:

@@ -87,6 +87,29 @@ def comm_table(module: Any) -> list[dict]:
     return list(rows.values())
 
 
+def memory_rows(module: Any) -> list[dict]:
+    """Per function: arguments' bytes, the static peak of what it allocates beyond them
+    (:func:`spmdc.passes.memory.profile`), the op where the peak is reached, and the largest
+    tensors alive there."""
+    from spmdc.dialects.func import FuncOp
+    from spmdc.passes.memory import live_at, profile
+
+    out = []
+    for op in module.body.ops:
+        if not isinstance(op, FuncOp):
+            continue
+        ops = list(op.body.ops)
+        prof = profile(ops)
+        at = ops[prof.at] if ops else None
+        biggest = sorted(live_at(ops, prof.at), key=lambda v: -v.type.num_bytes)[:5] if ops else []
+        out.append({"name": op.sym_name, "args": sum(getattr(a.type, "num_bytes", 0) for a in op.args),
+                    "peak": prof.peak, "at": f"#{prof.at} {at.name}" if at is not None else "",
+                    "loc": str(at.location) if at is not None else "",
+                    "in_flight": sum(1 for v in live_at(ops, prof.at) if v.type.__class__.__name__ == "HandleType"),
+                    "largest": [(f"%{v.name_hint or '?'}", str(v.type), v.type.num_bytes) for v in biggest]})
+    return out
+
+
 def kernel_summary(module: Any) -> str:
     """Kernels per step after ``fuse-kernels`` (on a copy) versus aten ops before fusion."""
     from spmdc.codegen.kernel_stats import kernel_stats
@@ -109,7 +132,7 @@ def plain_console(**kw: Any) -> Any:
     return console
 
 
-def show(path: str, console: Any = None, comm: bool = False, kernels: bool = False) -> int:
+def show(path: str, console: Any = None, comm: bool = False, kernels: bool = False, memory: bool = False) -> int:
     from rich.table import Table
     from rich.text import Text
 
@@ -175,4 +198,17 @@ def show(path: str, console: Any = None, comm: bool = False, kernels: bool = Fal
         console.print(t)
     if kernels:
         console.print("kernels (triton target): " + kernel_summary(module))
+    if memory:
+        for r in memory_rows(module):
+            console.print(Text(f"memory of @{r['name']}", style="bold"),
+                          f"(static liveness, per rank): arguments {r['args']:,} B; peak beyond them "
+                          f"{r['peak']:,} B after op {r['at']} {r['loc']}, {r['in_flight']} collective(s) in flight")
+            t = Table(title="largest tensors alive at the peak", title_justify="left")
+            for col in ("value", "type", "bytes"):
+                t.add_column(col, justify="right" if col == "bytes" else "left")
+            for n, ty, b in r["largest"]:
+                if ty.startswith("!comm.handle<"):
+                    ty = f"!comm.handle<{ty.count('tensor<')} tensors> (in flight)"
+                t.add_row(n, ty, f"{b:,}")
+            console.print(t)
     return 0

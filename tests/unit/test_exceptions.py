@@ -19,6 +19,7 @@ def _examples() -> dict[str, object]:
     from spmdc.frontend.deferred_init import ReplayError
     from spmdc.frontend.joint import MetadataLostWarning
     from spmdc.frontend.loss import OutputLeftOutWarning
+    from spmdc.frontend.mixed_precision import MixedPrecisionError
     from spmdc.frontend.program import ExportError
     from spmdc.frontend.torch_compat import UnsupportedTorchError
     from spmdc.frontend.workloads import WorkloadError
@@ -43,6 +44,7 @@ def _examples() -> dict[str, object]:
         "PlanError": PlanError("parameter 'w': Partial is not a layout a parameter can have"),
         "WorkloadError": WorkloadError("unknown workload 'x'"),
         "ExportError": ExportError("torch.export.export failed: RuntimeError: boom"),
+        "MixedPrecisionError": MixedPrecisionError("unknown mixed precision 'bf17' (choices: bf16, fp16, none)"),
         "ReplayError": ReplayError("'fc.extra' is never initialized by the recorded construction"),
         "LaunchError": LaunchError("rank 1 failed: RuntimeError: boom\n  at m.py:3 in f"),
         "UnsupportedTorchError": UnsupportedTorchError("spmdc needs torch 2.13.x, found 2.12.0"),

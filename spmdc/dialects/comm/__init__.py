@@ -23,4 +23,5 @@ from spmdc.ir.registry import Dialect
 DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS, *async_ops.OPS])
 
 __all__ = ["DIALECT", "AllGatherBucketOp", "AllGatherOp", "AllReduceBucketOp", "AllReduceOp", "AllSliceOp",
-           "AllToAllOp", "BucketOp", "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp", "START_OPS", "StartOp", "WaitOp", "collective_kind"]
+           "AllToAllOp", "BucketOp", "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp",
+           "START_OPS", "StartOp", "WaitOp", "collective_kind"]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from spmdc.dialects.shard.rules import OpShardingRule, elementwise_rule
 from spmdc.dialects.tensor.base import broadcast_shapes, same_element_type, tensor_types
 from spmdc.dialects.tensor.elementwise import BinaryOp, ElementwiseOp, UnaryOp
 from spmdc.dialects.tensor.helpers import str_attr
 from spmdc.ir.attributes import StringAttr
-from spmdc.ir.core import InferError
+from spmdc.ir.core import InferError, Value
 from spmdc.ir.types import TensorType
 
 PREDICATES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -112,12 +113,21 @@ class SelectOp(ElementwiseOp):
     """``cond ? a : b`` elementwise (``torch.where``); all three operands broadcast.
 
     ``%r = tensor.select %c, %a, %b : (tensor<8x8xi1>, tensor<8x8xf32>, tensor<f32>) -> tensor<8x8xf32>``
+
+    Masking with zero keeps a partial sum (``select(c, 0, P) = P``: every rank's zeros sum to
+    zero), as an embedding's backward masks its padding rows before the scatter-add.
     """
 
     name = "tensor.select"
     num_operands = 3
     torch = "torch.where({0}, {1}, {2})"
     triton = "tl.where({0}, {1}, {2})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        zero = [_is_zero_splat(v) for v in self.operands]
+        partial = tuple(i for i, other in ((1, 2), (2, 1)) if zero[other])
+        return elementwise_rule([v.type for v in self.operands], self.result.type,  # type: ignore[misc]
+                                partial_one=partial)
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -127,6 +137,14 @@ class SelectOp(ElementwiseOp):
         elt = same_element_type([a, b])
         shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape), b.shape)
         return [TensorType(shape, elt)]
+
+
+def _is_zero_splat(v: Value) -> bool:
+    """``v`` is a ``tensor.constant`` splat of zero."""
+    d = v.defining_op()
+    if d is None or d.name != "tensor.constant" or not d.is_splat:  # type: ignore[attr-defined]
+        return False
+    return d.value.flat_values()[0] == 0  # type: ignore[attr-defined]
 
 
 OPS = [CompareOp, AndOp, OrOp, XorOp, NotOp, SelectOp]

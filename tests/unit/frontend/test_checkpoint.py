@@ -22,11 +22,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models")
 
 import hf_tiny  # noqa: E402
 
-from spmdc.passes.memory import peak_bytes  # noqa: E402
 from spmdc.frontend.capture import capture_program  # noqa: E402
 from spmdc.frontend.checkpoint import block_modules  # noqa: E402
 from spmdc.ir.printer import print_module  # noqa: E402
 from spmdc.passes.manager import PassManager  # noqa: E402
+from spmdc.passes.memory import peak_bytes  # noqa: E402
 from spmdc.passes.registry import parse_pipeline  # noqa: E402
 from spmdc.runtime.interpreter import interpret  # noqa: E402
 

@@ -2,7 +2,8 @@
 
 Each case captures a built-in workload, applies a preset, runs the global sharding
 pipeline and partitions rank 0; the collectives are counted per (op, mesh axes), one per
-parameter (``bucket=False``: the analytic counts; bucketing is tested on its own).
+parameter, synchronous (``bucket=False, overlap=False``: the analytic counts; bucketing and
+scheduling are tested on their own).
 """
 
 from collections import Counter
@@ -26,8 +27,8 @@ def mlp_step(plan, mesh, train):
     model, ((x,), (y,)), loss_fn = mlp.factory()
     if train:
         return compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
-                            bucket=False)
-    return compile_step(model, (x,), mesh=mesh, plan=plan, bucket=False)
+                            bucket=False, overlap=False)
+    return compile_step(model, (x,), mesh=mesh, plan=plan, bucket=False, overlap=False)
 
 
 def test_megatron_mlp_forward_is_one_all_reduce():
@@ -62,7 +63,7 @@ def test_fsdp_keeping_gathered_weights_has_no_backward_gather():
     params = {n: tuple(p.shape) for n, p in model.named_parameters()}
     plan = preset("fsdp", Mesh({"dp": 4}), params, [2, 2], [], reshard_after_forward=False)
     step = compile_step(model, (x,), mesh=Mesh({"dp": 4}), plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
-                        bucket=False)
+                        bucket=False, overlap=False)
     assert counts(step) == {("all_gather", "dp"): 4, ("reduce_scatter", "dp"): 4, ("all_reduce", "dp"): 1}
     assert FuncOp  # imported for the type of rank modules
 
@@ -115,7 +116,7 @@ def test_gpt2_fsdp_tp_training_matches_the_analytic_per_block_table():
 
     model, ((tok,), (tgt,)), loss_fn = gpt2_tiny.factory()
     step = compile_step(model, (tok,), mesh=Mesh({"dp": 2, "tp": 2}), plan="fsdp+tp", train=True,
-                        loss_fn=loss_fn, loss_inputs=(tgt,), bucket=False)
+                        loss_fn=loss_fn, loss_inputs=(tgt,), bucket=False, overlap=False)
     rows = _owners(step.rank_module(0))
     n_layer = len(model.h)
     # tp: only the Megatron reductions, 2 forward + 2 backward per block, on activations
@@ -160,9 +161,9 @@ def test_megatron_mlp_input_gradient_adds_exactly_one_all_reduce():
 
     torch.manual_seed(0)
     model, x, y = _PreMLP(), torch.randn(8, 16), torch.randn(8, 16)
-    fwd = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", bucket=False)
+    fwd = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", bucket=False, overlap=False)
     train = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", train=True, loss_fn=F.mse_loss,
-                         loss_inputs=(y,), bucket=False)
+                         loss_inputs=(y,), bucket=False, overlap=False)
     assert counts(fwd) == {("all_reduce", "tp"): 1}
     assert counts(train) == {("all_reduce", "tp"): 2}
 
@@ -193,7 +194,7 @@ def test_partial_bias_adds_merge_into_one_all_reduce_and_stay_exact():
 
     torch.manual_seed(0)
     model, x = _TwoBranch(), torch.randn(8, 16)
-    step = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", bucket=False)
+    step = compile_step(model, (x,), mesh=Mesh({"tp": 2}), plan="megatron", bucket=False, overlap=False)
     assert counts(step, 0) == counts(step, 1) == {("all_reduce", "tp"): 1}
     results = launch(run_steps, 2, ([step],))
     for rank in (0, 1):
