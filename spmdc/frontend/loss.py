@@ -19,8 +19,8 @@ import torch
 import torch.nn as nn
 
 from spmdc.frontend import torch_compat
-from spmdc.frontend.program import ExportError
 from spmdc.frontend.mixed_precision import MixedPrecision, call_model
+from spmdc.frontend.program import ExportError
 
 __all__ = ["WRAP_PREFIX", "LossWrapper", "OutputWrapper", "OutputLeftOutWarning", "extract_loss", "strip_wrapper"]
 

@@ -60,7 +60,7 @@ def _grammar_for(
 
 _TOKEN_NAMES = {
     "VALUE_DEF": "SSA value", "OP_NAME": "identifier", "STRING": "string", "INT": "integer",
-    "FLOAT": "float", "SYMBOL": "symbol", "TENSOR_TYPE": "type", "LBRACE": "'{'",
+    "FLOAT": "float", "SYMBOL": "symbol", "TENSOR_TYPE": "type", "HANDLE_TYPE": "type", "LBRACE": "'{'",
     "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
     "COLON": "':'", "COMMA": "','", "EQUAL": "'='", "LESSTHAN": "'<'", "MORETHAN": "'>'",
     "__ANON_0": "'->'", "$END": "end of input", "BLOCK_ID": "block label",

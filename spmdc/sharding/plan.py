@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
-from spmdc.sharding.mesh import Mesh, to_placements
 from spmdc.sharding.blocks import block_of
+from spmdc.sharding.mesh import Mesh, to_placements
 
 Layout = tuple[Placement, ...]
 

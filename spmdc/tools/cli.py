@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                      verbose=args.verbose)
     from spmdc.tools.show import show as show_file
 
-    return guard(prog, lambda: show_file(args.file, comm=args.comm, kernels=args.kernels, memory=args.memory), verbose=args.verbose)
+    return guard(prog, lambda: show_file(args.file, comm=args.comm, kernels=args.kernels, memory=args.memory),
+                 verbose=args.verbose)
 
 
 if __name__ == "__main__":
