@@ -1,6 +1,6 @@
 """spmdc against PyTorch's own eager tools: step time, collectives and bytes per training step.
 
-    python bench/vs_torch.py [--quick] [--iters N] [--warmup N] [--cases mlp:megatron gpt2:fsdp ...]
+    python bench/vs_torch.py [--quick] [--iters N] [--warmup N] [--cases mlp:megatron gpt2:fsdp gpt2:fsdp:bf16 ...]
 
 One launch of 4 ranks (torch's elastic launcher, gloo, CPU). Every rank runs, for each case,
 both sides on the same workload, mesh and plan, alternating iteration by iteration so that
@@ -10,7 +10,13 @@ both see the same machine load:
   ``parallelize_module`` with ``ColwiseParallel`` on q/k/v/c_fc/fc1 and ``RowwiseParallel``
   on c_proj/fc2 (the linears the preset shards); everything else replicated.
 * ``fsdp`` (mesh dp=4): spmdc's ``fsdp`` preset vs FSDP2, ``fully_shard`` on every block
-  (for the MLP: every linear) plus the root; the batch is split over the 4 ranks.
+  (for the MLP: every linear) plus the root; the batch is split over the 4 ranks. A third
+  field ``:bf16`` runs both in mixed precision: spmdc's ``mixed_precision="bf16"`` against
+  FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``.
+
+Memory: spmdc's static estimate of the step's peak (beyond parameters and inputs), and the
+measured peak of one step on each side (:func:`spmdc.runtime.memory.measure_peak`: what the
+step allocates above what was live when it began, from torch.profiler's memory events).
 
 A step is forward + backward (loss and every gradient; no optimizer update) — exactly what
 spmdc's compiled training step computes. Time: per iteration the slowest rank's time (after a
@@ -43,6 +49,8 @@ WORKLOADS = {
     # name: (example module, factory kwargs)
     "mlp": ("mlp", dict(batch=64, d_in=256, d_hidden=1024, d_out=256)),
     "gpt2": ("gpt2_tiny", dict(batch=8, seq=64, vocab_size=512, block_size=64, d_model=128, n_head=4, n_layer=4)),
+    "gpt2-12": ("gpt2_tiny", dict(batch=8, seq=64, vocab_size=512, block_size=64, d_model=128, n_head=4,
+                                  n_layer=12)),
 }
 MESHES = {"megatron": {"tp": 4}, "fsdp": {"dp": 4}}
 COLUMN = ("q_proj", "k_proj", "v_proj", "c_fc", "fc1")
@@ -95,13 +103,16 @@ def torch_megatron(model, device_mesh):
     return model
 
 
-def torch_fsdp(model, device_mesh):
-    from torch.distributed.fsdp import fully_shard
+def torch_fsdp(model, device_mesh, precision=None):
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if precision else None
+    kw = {"mp_policy": mp} if mp else {}
     blocks = list(model.h) if hasattr(model, "h") else [m for m in model.children()]
     for b in blocks:
-        fully_shard(b, mesh=device_mesh)
-    fully_shard(model, mesh=device_mesh)
+        fully_shard(b, mesh=device_mesh, **kw)
+    fully_shard(model, mesh=device_mesh, **kw)
     return model
 
 
@@ -155,6 +166,7 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
     from spmdc.compiler import compile_rank
     from spmdc.runtime.collectives import Collectives
     from spmdc.runtime.executor import RankRunner
+    from spmdc.runtime.memory import measure_peak
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -188,7 +200,7 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                 model = torch_megatron(model, dmesh)
                 xl, yl = x, y
             else:
-                model = torch_fsdp(model, dmesh)
+                model = torch_fsdp(model, dmesh, case.get("precision"))
                 xl, yl = x.chunk(world)[rank], y.chunk(world)[rank]
             setup_torch = time.perf_counter() - t
 
@@ -222,6 +234,11 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
             with cdm:
                 torch_step()
             cdm_counts = {str(k): v for k, v in cdm.get_comm_counts().items()}
+            # measured peak memory of one step on each side (outside the timed iterations)
+            dist.barrier()
+            _, mem_spmdc = measure_peak(spmdc_step)
+            dist.barrier()
+            _, mem_torch = measure_peak(torch_step)
 
             # results: spmdc loss/gradients as full tensors, PyTorch's likewise
             spmdc_res = dict(zip(step.result_kinds, runner.full_results(outs)))
@@ -246,6 +263,8 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                     spmdc_loss=spmdc_res["loss"].item(), torch_loss=loss_t.item(),
                     spmdc_grads={k.split(":", 1)[1]: v for k, v in spmdc_res.items() if k.startswith("grad:")},
                     torch_grads=torch_grads, setup_spmdc=setup_spmdc, setup_torch=setup_torch,
+                    precision=case.get("precision"), est_peak=prog.peak_bytes, mem_spmdc=mem_spmdc,
+                    mem_torch=mem_torch,
                 ))
             dist.barrier()
     finally:
@@ -278,9 +297,12 @@ class TimedComm:
 
 # -- report ---------------------------------------------------------------------------------------
 
-def eager_reference(workload: str):
+def eager_reference(workload: str, precision: str | None = None):
+    """Loss and gradients of one step on one device (under the same mixed precision, if any)."""
+    from spmdc.frontend.mixed_precision import MixedPrecision, call_model
+
     model, ((x,), (y,)), loss_fn = build(workload)
-    loss = loss_fn(model(x), y)
+    loss = loss_fn(call_model(model, (x,), {}, MixedPrecision.parse(precision)), y)
     loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters(remove_duplicate=False)}
     return loss.item(), grads
@@ -315,12 +337,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer iterations (warm-up 1, 5 measured)")
     ap.add_argument("--iters", type=int, default=None, help="measured iterations (default 20, --quick 5)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up iterations (default 3, --quick 1)")
-    ap.add_argument("--cases", nargs="+", default=["mlp:megatron", "mlp:fsdp", "gpt2:megatron", "gpt2:fsdp"])
+    ap.add_argument("--cases", nargs="+", default=["mlp:megatron", "mlp:fsdp", "gpt2:megatron", "gpt2:fsdp",
+                                                   "gpt2-12:fsdp", "gpt2:fsdp:bf16"],
+                    help="workload:plan[:bf16] (workloads: mlp, gpt2, gpt2-12; plans: megatron, fsdp)")
     ap.add_argument("--markdown", default=None, metavar="FILE", help="also append the tables to FILE (markdown)")
     ap.add_argument("--bucket", dest="bucket", action="store_true", default=True,
                     help="compile spmdc with bucket-collectives (one collective per block; the default)")
     ap.add_argument("--no-bucket", dest="bucket", action="store_false",
                     help="compile spmdc with one collective per parameter")
+    ap.add_argument("--no-overlap", dest="overlap", action="store_false", default=True,
+                    help="compile spmdc with synchronous collectives (no schedule-collectives)")
     args = ap.parse_args()
     iters = args.iters or (5 if args.quick else 20)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
@@ -341,14 +367,20 @@ def main() -> None:
     console = Console(width=160)
     cases, compile_s = [], {}
     for spec in args.cases:
-        workload, plan = spec.split(":")
+        workload, plan, *rest = spec.split(":")
+        precision = rest[0] if rest else None
+        if workload not in WORKLOADS or plan not in MESHES or precision not in (None, "bf16") or len(rest) > 1:
+            ap.error(f"--cases {spec}: expected workload:plan[:bf16] with workload in {', '.join(WORKLOADS)} and "
+                     f"plan in {', '.join(MESHES)}")
+        if precision and plan != "fsdp":
+            ap.error(f"--cases {spec}: mixed precision is compared with FSDP2's policy, so only for plan fsdp")
         model, ((x,), (y,)), loss_fn = build(workload)
         t = time.perf_counter()
         step = compile_step(model, (x,), mesh=Mesh(MESHES[plan]), plan=plan, train=True, loss_fn=loss_fn,
-                            loss_inputs=(y,), bucket=args.bucket)
+                            loss_inputs=(y,), bucket=args.bucket, overlap=args.overlap, mixed_precision=precision)
         compile_s[spec] = time.perf_counter() - t
         console.print(f"[dim]compiled {spec}: {compile_s[spec]:.1f}s[/dim]")
-        cases.append(dict(step=step, workload=workload, plan=plan))
+        cases.append(dict(step=step, workload=workload, plan=plan, precision=precision))
     t = time.perf_counter()
     results = launch(worker, 4, (cases, iters, warmup), timeout_s=600)[0]
     launch_s = time.perf_counter() - t
@@ -371,15 +403,21 @@ def main() -> None:
     md2 = ["| workload | plan | spmdc collectives | spmdc MB | PyTorch collectives | PyTorch MB | "
            "CommDebugMode (check) |",
            "|---|---|---|---:|---|---:|---|"]
+    t3 = Table(title="Peak memory of one step beyond parameters and inputs, per rank (MB)")
+    for c in ("workload", "plan", "spmdc estimated", "spmdc measured", "PyTorch measured", "spmdc / PyTorch"):
+        t3.add_column(c, justify="left" if c in ("workload", "plan") else "right")
+    md3 = ["| workload | plan | spmdc estimated | spmdc measured | PyTorch measured | spmdc / PyTorch |",
+           "|---|---|---:|---:|---:|---:|"]
     bad = []
     for r in results:
-        ref_loss, ref_grads = eager_reference(r["workload"])
+        ref_loss, ref_grads = eager_reference(r["workload"], r["precision"])
+        label = r["plan"] + (f" {r['precision']}" if r["precision"] else "")
         ms_s = 1e3 * statistics.median(r["t_spmdc"])
         ms_t = 1e3 * statistics.median(r["t_torch"])
         who = "DTensor TP" if r["plan"] == "megatron" else "FSDP2"
         mesh = "x".join(f"{k}={v}" for k, v in r["mesh"].items())
         gs, gt = max_grad_diff(r["spmdc_grads"], ref_grads), max_grad_diff(r["torch_grads"], ref_grads)
-        row = [r["workload"], r["plan"], mesh, who, f"{ms_t:.1f}", f"{ms_s:.1f}", f"{ms_s / ms_t:.2f}x",
+        row = [r["workload"], label, mesh, who, f"{ms_t:.1f}", f"{ms_s:.1f}", f"{ms_s / ms_t:.2f}x",
                f"{1e3 * max(r['t_comm']):.1f}",
                f"{r['spmdc_loss']:.6f}", f"{r['torch_loss']:.6f}", f"{ref_loss:.6f}", f"{gs:.1e}", f"{gt:.1e}"]
         t1.add_row(*row)
@@ -388,23 +426,31 @@ def main() -> None:
         sb = sum(v for k, v in r["spmdc_bytes"].items() if k != "comm.all_slice")
         n_slice = r["spmdc_counts"].get("comm.all_slice", 0)
         scs = fmt_counts(sc) + (f" (+{n_slice} all_slice, no traffic)" if n_slice else "")
-        row2 = [r["workload"], r["plan"], scs, f"{sb / 1e6:.2f}", fmt_counts(r["torch_counts"]),
+        row2 = [r["workload"], label, scs, f"{sb / 1e6:.2f}", fmt_counts(r["torch_counts"]),
                 f"{sum(r['torch_bytes'].values()) / 1e6:.2f}",
                 ", ".join(f"{v} {k.split('.')[-1]}" for k, v in sorted(r["cdm_counts"].items())) or "none"]
         t2.add_row(*row2)
         md2.append("| " + " | ".join(row2) + " |")
+        row3 = [r["workload"], label, f"{r['est_peak'] / 1e6:.2f}", f"{r['mem_spmdc'] / 1e6:.2f}",
+                f"{r['mem_torch'] / 1e6:.2f}", f"{r['mem_spmdc'] / max(r['mem_torch'], 1):.2f}x"]
+        t3.add_row(*row3)
+        md3.append("| " + " | ".join(row3) + " |")
+        # mixed precision: both sides round to bf16, each in its own order (FSDP2 compares to 1e-2 too)
+        rtol, atol = (1e-2, 1e-3) if r["precision"] else (1e-4, 1e-5)
         for side, loss in (("spmdc", r["spmdc_loss"]), ("PyTorch", r["torch_loss"])):
-            if not math.isclose(loss, ref_loss, rel_tol=1e-4, abs_tol=1e-5):
-                bad.append(f"{r['workload']}/{r['plan']}: {side} loss {loss} != eager {ref_loss}")
+            if not math.isclose(loss, ref_loss, rel_tol=rtol, abs_tol=atol):
+                bad.append(f"{r['workload']}/{label}: {side} loss {loss} != eager {ref_loss}")
     console.print(t1)
     console.print(t2)
+    console.print(t3)
     console.print("workloads: " + "; ".join(f"{w}: {d}" for w, d in desc.items()))
     console.print("spmdc compile (capture + sharding, main process): "
                   + ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items()) + f"; launch + all runs {launch_s:.0f}s")
     if bad:
         console.print("[red]LOSS MISMATCH:[/red] " + "; ".join(bad))
     else:
-        console.print("losses: spmdc and PyTorch both equal eager single-device within rtol 1e-4 / atol 1e-5")
+        console.print("losses: spmdc and PyTorch both equal eager single-device within rtol 1e-4 / atol 1e-5 "
+                      "(bf16 rows: the same mixed precision eagerly, within rtol 1e-2)")
     if args.markdown:
         cmd = "python bench/vs_torch.py " + " ".join(sys.argv[1:])
         with open(args.markdown, "a", encoding="utf-8") as f:
@@ -412,7 +458,8 @@ def main() -> None:
             f.write(f"Command: `{cmd}`; machine: {os.cpu_count()} CPU cores ({platform.machine()}), 4 gloo ranks, "
                     f"torch {__import__('torch').__version__}.\n\n")
             f.write(f"Step time — {title}:\n\n" + "\n".join(md) + "\n\nCollectives per step, per rank:\n\n"
-                    + "\n".join(md2) + "\n\nWorkloads: " + "; ".join(f"`{w}`: {d}" for w, d in desc.items()) + "\n")
+                    + "\n".join(md2) + "\n\nPeak memory of one step, per rank (MB):\n\n" + "\n".join(md3)
+                    + "\n\nWorkloads: " + "; ".join(f"`{w}`: {d}" for w, d in desc.items()) + "\n")
 
 
 if __name__ == "__main__":

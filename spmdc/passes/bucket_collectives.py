@@ -169,7 +169,8 @@ def _bucket_adjacent_all_reduces(entry: Any, max_bytes: int, rewriter: Rewriter)
 def _gradients(func: FuncOp) -> dict[int, str]:
     """id of a value → the parameter whose gradient it is: the function's ``spmdc.grad_of``
     results, and the values they are computed from elementwise (a clipped gradient's
-    reduce-scatter feeds the clipping's multiply, not the return)."""
+    reduce-scatter feeds the clipping's multiply, not the return) or by a further reduction
+    (HSDP: the reduce-scatter over dp feeds the all-reduce over the replicas)."""
     ret = func.return_op
     grads: dict[int, str] = {}
     frontier = []
@@ -181,7 +182,8 @@ def _gradients(func: FuncOp) -> dict[int, str]:
     while frontier:   # up to the clipping's multiply: two elementwise steps back
         v, name, depth = frontier.pop()
         d = v.defining_op()
-        if d is None or depth >= 2 or d.name not in ("tensor.mul", "tensor.convert", "tensor.cast"):
+        if d is None or depth >= 3 or d.name not in ("tensor.mul", "tensor.convert", "tensor.cast",
+                                                     "comm.all_reduce"):
             continue
         for x in d.operands:
             if id(x) not in grads and x.type == v.type:

@@ -33,7 +33,8 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
             device_mesh: Any = None, device: str | None = None, target: str | None = None,
             bucket: bool = True, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
             rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
-            grad_accum: int = 1, inputs: str = "global", init: Callable[[Any], Any] | None = None) -> CompiledModule:
+            grad_accum: int = 1, inputs: str = "global", init: Callable[[Any], Any] | None = None,
+            overlap: bool = True, memory_cap: int = 0, mixed_precision: Any = None) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
@@ -42,7 +43,13 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
     ``target``: ``"torch"`` (aten calls) or ``"triton"`` (fused regions as Triton kernels; on
     CPU under the Triton interpreter); default Triton on GPUs, aten on CPUs. ``bucket`` (default on): one
     all-gather / reduce-scatter / gradient all-reduce per model block instead of one per
-    parameter (SimpleFSDP; ``bucket=False`` for per-parameter collectives).
+    parameter (SimpleFSDP; ``bucket=False`` for per-parameter collectives). ``overlap`` (default
+    on): collectives are issued asynchronously and reordered so that communication runs while
+    the previous block computes (``schedule-collectives``), prefetching only while the program's
+    estimated peak memory stays under ``memory_cap`` bytes per rank (0: no cap).
+    ``mixed_precision``: ``"bf16"`` / ``"fp16"`` (or FSDP2's ``MixedPrecisionPolicy``): each
+    parameter's shard is cast before it is gathered and the model computes in that dtype;
+    gradients are reduced and parameters and optimizer state kept in float32.
     ``dump``: write the IR after every pass and the generated code (:class:`spmdc.compiler.Dump`).
     ``example_kwargs``: keyword model inputs (``{"labels": y}`` for a HuggingFace model that computes
     its loss); pass the same keywords to ``cm(...)`` / ``cm.step(...)``. ``rng``: ``"eager"`` —
@@ -67,4 +74,4 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
                           target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
                           checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs,
-                          init=init)
+                          init=init, overlap=overlap, memory_cap=memory_cap, mixed_precision=mixed_precision)

@@ -59,7 +59,8 @@ class CompiledModule(nn.Module):
                  target: str | None = None, bucket: bool = True, dump: Dump | None = None,
                  example_kwargs: dict[str, Any] | None = None, rng: str = "eager",
                  checkpoint: str | None = None, clip_grad_norm: float | None = None, grad_accum: int = 1,
-                 inputs: str = "global", init: Callable[[Any], Any] | None = None):
+                 inputs: str = "global", init: Callable[[Any], Any] | None = None, overlap: bool = True,
+                 memory_cap: int = 0, mixed_precision: Any = None):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -79,6 +80,11 @@ class CompiledModule(nn.Module):
             raise ValueError(f"grad_accum must be a positive integer, got {grad_accum!r}")
         if clip_grad_norm is not None and not clip_grad_norm > 0:
             raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm!r}")
+        if memory_cap < 0 or int(memory_cap) != memory_cap:
+            raise ValueError(f"memory_cap must be a number of bytes >= 0 (0: no cap), got {memory_cap!r}")
+        from spmdc.frontend.mixed_precision import MixedPrecision
+
+        mixed_precision = MixedPrecision.parse(mixed_precision)
         if device is None:
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         self.mesh, self.rank = mesh, dist.get_rank()
@@ -98,7 +104,9 @@ class CompiledModule(nn.Module):
         self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
         self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), bucket=bucket, dump=dump, rng=rng,
                               checkpoint=checkpoint, clip=clip_grad_norm, accum=int(grad_accum), inputs=inputs,
-                              target=target or default_target(), can_train=train)
+                              target=target or default_target(), can_train=train,
+                              comm=dict(bucket=bucket, overlap=overlap, memory_cap=int(memory_cap),
+                                        mixed_precision=mixed_precision))
         self.target = self._opts.target
         self.training = model.training
         self._runners: dict[tuple, RankRunner] = {}
@@ -147,9 +155,9 @@ class CompiledModule(nn.Module):
             if kind != "forward":   # the forward of the whole batch (a training step may take micro-batches)
                 n_fwd = len(forward_too) - len(self._kw_names)
                 fwd_in, fwd_kw = list(forward_too)[:n_fwd], dict(zip(self._kw_names, list(forward_too)[n_fwd:]))
-            jobs.append(dict(inputs=fwd_in, train=False, bucket=o.bucket, dump=o.dump, kwargs=fwd_kw, rng=o.rng))
+            jobs.append(dict(inputs=fwd_in, train=False, dump=o.dump, kwargs=fwd_kw, rng=o.rng, **o.comm))
         if kind != "forward":
-            jobs.append(dict(inputs=model_in, train=True, loss_fn=o.loss_fn, bucket=o.bucket, dump=o.dump, kwargs=kw,
+            jobs.append(dict(inputs=model_in, train=True, loss_fn=o.loss_fn, dump=o.dump, kwargs=kw, **o.comm,
                              rng=o.rng, checkpoint=o.checkpoint, loss_inputs=list(tensors[n_model:n_model + o.n_loss]),
                              clip_grad_norm=o.clip if kind == "train" else None,
                              partial_grads=kind == "train_partial"))

@@ -208,7 +208,7 @@ def _check_dims(what: str, shape: tuple[int, ...], lay: Layout, mesh: Mesh, kind
 COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "fc1", "c_fc", "w1", "w3",
                    "query", "key", "value", "fc_in")
 ROW_PARALLEL = ("o_proj", "out_proj", "down_proj", "fc2", "c_proj", "w2", "fc_out", "proj")
-PRESETS = ("dp", "fsdp", "megatron", "sp", "fsdp+tp")
+PRESETS = ("dp", "fsdp", "hsdp", "megatron", "sp", "fsdp+tp")
 
 
 def _layer_of(fqn: str) -> tuple[str, str]:
@@ -223,6 +223,9 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
 
     * ``dp``: parameters replicated on dp, batch (input dim 0) ``S(0)``: gradients all-reduced.
     * ``fsdp``: parameters stored ``S(0)`` on dp, computed at ``R``; gradients reduce-scattered.
+    * ``hsdp``: on a 2-D mesh ``rep × dp``, parameters replicated on rep and stored ``S(0)`` on
+      dp (fsdp within a replica, ddp across), the batch split over both: each gradient is
+      reduce-scattered over dp, then all-reduced over rep.
     * ``megatron``: ``nn.Linear`` weights column-parallel (``S(0)`` of ``[out, in]``, bias ``S(0)``)
       for q/k/v/up/gate/fc1, row-parallel (``S(1)``) for o/down/fc2/c_proj; the rest replicated.
     * ``sp``: megatron plus sequence-parallel activations at the boundaries (input/output ``S(0)``
@@ -236,7 +239,8 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
         raise PlanError(f"unknown plan preset '{name}' (presets: {', '.join(PRESETS)})"
                         + (f"; did you mean {near[0]!r}?" if near else ""))
     axes = mesh.axis_names
-    need = {"dp": ("dp",), "fsdp": ("dp",), "megatron": ("tp",), "sp": ("tp",), "fsdp+tp": ("dp", "tp")}[name]
+    need = {"dp": ("dp",), "fsdp": ("dp",), "hsdp": ("rep", "dp"), "megatron": ("tp",), "sp": ("tp",),
+            "fsdp+tp": ("dp", "tp")}[name]
     missing = [a for a in need if a not in axes]
     if missing:
         raise PlanError(f"plan preset '{name}' needs mesh axis '{missing[0]}' (mesh axes: {', '.join(axes)})")
@@ -250,7 +254,7 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
                 storage["tp"] = compute["tp"] = Shard(0)
             elif layer in ROW_PARALLEL and leaf == "weight" and len(shape) == 2:
                 storage["tp"] = compute["tp"] = Shard(1)
-        if name in ("fsdp", "fsdp+tp") and shape:
+        if name in ("fsdp", "fsdp+tp", "hsdp") and shape:
             # dp shards dim 0, or dim 1 when tp already shards dim 0: a dim sharded by two
             # axes is chunked by dp first, so gathering dp alone would not be contiguous.
             tp_dim = storage.get("tp").dim if isinstance(storage.get("tp"), Shard) else None
@@ -265,6 +269,8 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
         lay: dict[str, Any] = {}
         if "dp" in need and r >= 1:
             lay["dp"] = Shard(0)
+        if "rep" in need and r >= 1:
+            lay["rep"] = Shard(0)
         if name == "sp" and r >= 1:
             lay["tp"] = Shard(0 if r <= 2 else 1)
         return lay

@@ -104,7 +104,8 @@ def _step_cost(step: Step, layout: Layout, nbytes: float, mesh_shape: Sequence[i
     if step.kind == "reduce_scatter":
         return c.reduce_scatter(b, n)
     if step.kind == "all_reduce":
-        return c.all_reduce(b, n)
+        # the runtime reduces over one axis after the other (one process group per mesh axis)
+        return sum(costs[a].all_reduce(b, mesh_shape[a]) for a in step.axes)
     return c.all_to_all(b, n)
 
 

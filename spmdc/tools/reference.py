@@ -22,10 +22,11 @@ class TrainSettings:
     lr: float = 0.05
     clip_grad_norm: float | None = None
     grad_accum: int = 1
+    mixed_precision: str | None = None   # "bf16" / "fp16": FSDP2-style param_dtype, float32 reduction
 
     def as_dict(self) -> dict[str, Any]:
         return dict(optimizer=self.optimizer, lr=self.lr, clip_grad_norm=self.clip_grad_norm,
-                    grad_accum=self.grad_accum)
+                    grad_accum=self.grad_accum, mixed_precision=self.mixed_precision)
 
 
 def _first_tensor(out: Any) -> Any:
@@ -60,6 +61,7 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
     import torch
 
     from spmdc.frontend.loss import extract_loss
+    from spmdc.frontend.mixed_precision import MixedPrecision, call_model
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.optimizers import Optimizer
 
@@ -75,7 +77,9 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
     torch.manual_seed(seed)   # as every rank does before its first step
     if not train:
         with torch.no_grad():
-            norms = [float(_first_tensor(w.call_model()).float().norm()) for _ in range(steps)]
+            policy = MixedPrecision.parse(settings.mixed_precision)
+            norms = [float(_first_tensor(call_model(model, w.inputs, w.kwargs, policy)).float().norm())
+                     for _ in range(steps)]
         return {"losses": norms, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
     stretches = ([before] if before and before[0] else []) + [(steps, settings)]
     opt, losses = None, []
@@ -85,12 +89,13 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
         for group in opt.param_groups:   # a resumed run may change the learning rate
             group["lr"] = s.lr
         losses = []
+        policy = MixedPrecision.parse(s.mixed_precision)
         for _ in range(n_steps):
             opt.zero_grad()
             micro = _micro_batches(w, s.grad_accum)
             total = 0.0
             for inputs, loss_inputs, kwargs in micro:
-                out = model(*inputs, **kwargs)
+                out = call_model(model, tuple(inputs), dict(kwargs), policy)
                 loss = w.loss_fn(out, *loss_inputs) if w.loss_fn else extract_loss(out)
                 (loss / len(micro)).backward()
                 total += loss.item()

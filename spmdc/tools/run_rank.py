@@ -51,7 +51,9 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             clip_grad_norm=job.get("clip_grad_norm"), grad_accum=job.get("grad_accum", 1),
                             target=job.get("target"), bucket=job.get("bucket", True),
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
-                            rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"))
+                            rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"),
+                            overlap=job.get("overlap", True), memory_cap=job.get("memory_cap", 0),
+                            mixed_precision=job.get("mixed_precision"))
         compile_s = time.perf_counter() - t0
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
             flush=True)
