@@ -41,9 +41,15 @@ from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.blocks import block_of, module_of
 
 
-def _loose(block: str) -> bool:
-    """A key's block that does not stand alone: root-level modules (``wte``, ``ln_f``)."""
+def _root_level(block: str) -> bool:
+    """A key's block naming a root-level module (``wte``, ``ln_f``), not a repeated block."""
     return not block.startswith("#") and block_of(block) is None
+
+
+LOOSE_FRACTION = 0.5
+"""A group of root-level modules joins a neighbouring block's bucket when its bytes are at most
+this fraction of a typical (median) block's: a position embedding or a final norm does; an
+embedding table as large as a block keeps its own bucket."""
 
 
 def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[int, int]) -> list[list[Operation]]:
@@ -69,11 +75,15 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[
     def nbytes(ops: list[Operation]) -> int:
         return sum(op.operand(0).tensor_type.num_bytes for op in ops)
 
-    def loose(b: list[Operation]) -> bool:
-        return len(b) == 1 or all(_loose(blocks[id(op)]) for op in b)
-
     out = []
     for bs in lanes.values():
+        sizes = sorted(nbytes(b) for b in bs if not all(_root_level(blocks[id(op)]) for op in b))
+        typical = sizes[len(sizes) // 2] if sizes else 0
+
+        def loose(b: list[Operation]) -> bool:
+            return len(b) == 1 or (all(_root_level(blocks[id(op)]) for op in b)
+                                   and nbytes(b) <= LOOSE_FRACTION * typical)
+
         bs.sort(key=lambda b: min(order[id(op)] for op in b))
         merged: list[list[Operation]] = []
         for b in bs:

@@ -52,8 +52,8 @@ def _linear_run(steps: int, precision: bool) -> dict[str, Any]:
         dist.all_reduce(loss)
         theirs.append(float(loss) / world)
     return {"spmdc": ours, "fsdp2": theirs,
-            "params": {n: p.full_tensor() for n, p in cm.named_parameters()},
-            "fsdp2_params": {n: p.full_tensor() for n, p in ref.named_parameters()},
+            "params": {n: p.detach().full_tensor() for n, p in cm.named_parameters()},
+            "fsdp2_params": {n: p.detach().full_tensor() for n, p in ref.named_parameters()},
             "bytes": dict(cm.comm.stats.bytes), "counts": dict(cm.comm.stats.counts)}
 
 
@@ -83,7 +83,7 @@ def _launches(plan: str, mesh: Any, dmesh: Any) -> dict[str, Any]:
     cm.comm.stats.order = None
     losses.append(float(cm.step(x, y)))
     out["losses"] = losses
-    out["state"] = {n: p.full_tensor() for n, p in cm.named_parameters()}
+    out["state"] = {n: p.detach().full_tensor() for n, p in cm.named_parameters()}
     out["ir"] = cm.programs["train"].module
     if plan == "fsdp":
         world, rank = dist.get_world_size(), dist.get_rank()
