@@ -12,6 +12,8 @@ stages and generates the code that rank loads. Dumps are written from these very
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -42,8 +44,9 @@ def main_function(module: Operation) -> FuncOp:
 
 
 def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
-    """A preset name resolved against the captured function's parameters and inputs."""
-    if isinstance(plan, Plan):
+    """A preset name (or a plan refining a preset) resolved against the captured function's
+    parameters and inputs."""
+    if isinstance(plan, Plan) and plan.preset is None:
         return plan
     from spmdc.sharding.apply import is_model_output
 
@@ -57,6 +60,10 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
             params[p.value] = a.type.shape  # type: ignore[attr-defined]
     out_ranks = [v.type.rank for i, v in enumerate(func.return_op.operands)  # type: ignore[attr-defined]
                  if is_model_output(func, i)]
+    if isinstance(plan, Plan):   # a preset with the plan's own buckets / resharding / checkpointing
+        base = preset(plan.preset, mesh, params, in_ranks, out_ranks)
+        return dataclasses.replace(base, reshard_after_forward=plan.reshard_after_forward, name=plan.name,
+                                   checkpoint=plan.checkpoint, buckets=list(plan.buckets))
     return preset(plan, mesh, params, in_ranks, out_ranks)
 
 

@@ -42,8 +42,9 @@ from spmdc.sharding.blocks import block_of, module_of
 
 
 def _root_level(block: str) -> bool:
-    """A key's block naming a root-level module (``wte``, ``ln_f``), not a repeated block."""
-    return not block.startswith("#") and block_of(block) is None
+    """A key's block naming a root-level module (``wte``, ``ln_f``), not a repeated block, a
+    manual bucket (``=glob``) or an op (``#index``)."""
+    return not block.startswith(("#", "=")) and block_of(block) is None
 
 
 LOOSE_FRACTION = 0.5
@@ -86,8 +87,12 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[
 
         bs.sort(key=lambda b: min(order[id(op)] for op in b))
         merged: list[list[Operation]] = []
+        def manual(b: list[Operation]) -> bool:
+            return blocks[id(b[0])].startswith("=")
+
         for b in bs:
-            if merged and (loose(b) or loose(merged[-1])) and nbytes(merged[-1] + b) <= max_bytes:
+            if merged and not manual(b) and not manual(merged[-1]) and (loose(b) or loose(merged[-1])) \
+                    and nbytes(merged[-1] + b) <= max_bytes:
                 merged[-1].extend(b)      # a loose bucket joins its neighbour (or takes it in)
             else:
                 merged.append(list(b))
@@ -106,8 +111,10 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
     entry = func.body
     gathers = []
     params = {a for i, a in enumerate(func.args) if "spmdc.param" in func.arg_attrs(i)}
+    manual = _manual_buckets(func)
     # a parameter's shard, or its cast (mixed precision: the shard is cast, then gathered)
-    shards = params | {op.result for op in entry.ops if op.name == "tensor.cast" and op.operand(0) in params}
+    casts = {op.result: op.operand(0) for op in entry.ops if op.name == "tensor.cast" and op.operand(0) in params}
+    shards = params | set(casts)
     for op in entry.ops:
         if isinstance(op, AllGatherOp) and op.operand(0) in shards and "shard.sharding" not in op.attributes:
             user = min((u.owner for u in op.result.uses), key=entry.index_of, default=op)
@@ -115,6 +122,10 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
             # the model block of the first use; without a location, the first user itself
             # (Inductor's rule: gathers feeding one op share a bucket)
             block = module_of(where) if where else f"#{entry.index_of(user)}"
+            param = casts.get(op.operand(0), op.operand(0))
+            fqn = func.arg_attrs(param.index).get("spmdc.param")
+            if fqn is not None and fqn.value in manual:   # type: ignore[attr-defined]
+                block = "=" + manual[fqn.value]   # type: ignore[attr-defined]
             phase = "bwd" if (op.result.name_hint or "").endswith("_bwd") else "fwd"
             dtype = op.operand(0).tensor_type.element_type  # one flat buffer per element type
             gathers.append(((op.attributes["mesh"], op.attr_value("axis"), dtype, phase, block), op))
@@ -138,7 +149,7 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
         made += 1
     grads = _gradients(func)
     for kind, bucket_cls in ((ReduceScatterOp, ReduceScatterBucketOp), (AllReduceOp, AllReduceBucketOp)):
-        made += _bucket_reductions(entry, kind, bucket_cls, grads, max_bytes, rewriter)
+        made += _bucket_reductions(entry, kind, bucket_cls, grads, max_bytes, rewriter, manual)
     return made + _bucket_adjacent_all_reduces(entry, max_bytes, rewriter)
 
 
@@ -202,16 +213,27 @@ def _gradients(func: FuncOp) -> dict[int, str]:
     return grads
 
 
+def _manual_buckets(func: FuncOp) -> dict[str, str]:
+    """Parameter FQN → its manual bucket (``spmdc.bucket``, from the plan's ``buckets``)."""
+    out = {}
+    for i in range(len(func.args)):
+        attrs = func.arg_attrs(i)
+        if "spmdc.bucket" in attrs and "spmdc.param" in attrs:
+            out[attrs["spmdc.param"].value] = attrs["spmdc.bucket"].value  # type: ignore[attr-defined]
+    return out
+
+
 def _bucket_reductions(entry: Any, kind: type, bucket_cls: type, grads: dict[int, str], max_bytes: int,
-                       rewriter: Rewriter) -> int:
+                       rewriter: Rewriter, manual: dict[str, str]) -> int:
     """Gradient reductions of one kind, per (mesh, axes, op, element type, block), one bucket
     each right after its last operand is computed (when every member's users come later)."""
     members = []
     for op in entry.ops:
         if isinstance(op, kind) and id(op.result) in grads and "shard.sharding" not in op.attributes:
             axes = op.attr_value("axis") if kind is ReduceScatterOp else op.axes
+            fqn = grads[id(op.result)]
             key = (op.attributes["mesh"], axes, op.attr_value("op"), op.operand(0).tensor_type.element_type,
-                   module_of(grads[id(op.result)]))
+                   "=" + manual[fqn] if fqn in manual else module_of(fqn))
             members.append((key, op))
     order = {id(op): i for i, op in enumerate(entry.ops)}
     made = 0

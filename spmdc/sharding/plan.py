@@ -59,6 +59,13 @@ class Plan:
     FQN globs to re-gather."""
     name: str = "custom"
     checkpoint: str | None = None   # "blocks": recompute every repeated block in the backward
+    buckets: list[str] = field(default_factory=list)
+    """Manual buckets, as ``fully_shard`` groups: FQN globs, each one bucket of collectives
+    (the parameters' all-gathers, their gradients' reductions); parameters matching none are
+    bucketed automatically (per block). ``["wte.*", "wpe.*", "h.0.*", "h.1.*"]``."""
+    preset: str | None = None
+    """A preset this plan refines: its layouts for the model's parameters and inputs, with this
+    plan's ``buckets``, ``reshard_after_forward`` and ``checkpoint`` (``params`` must be empty)."""
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> Plan:
@@ -71,13 +78,24 @@ class Plan:
         checkpoint = d.get("checkpoint")
         if checkpoint not in (None, "blocks"):
             raise PlanError(f"checkpoint: expected 'blocks' (recompute every repeated block), got {checkpoint!r}")
-        reshard = d.get("reshard_after_forward", True)
+        base = d.get("preset")
+        if base is not None and (not isinstance(base, str) or base not in PRESETS):
+            near = difflib.get_close_matches(str(base), PRESETS, n=1)
+            raise PlanError(f"preset: unknown preset {base!r} (presets: {', '.join(PRESETS)})"
+                            + (f"; did you mean {near[0]!r}?" if near else ""))
+        if base is not None and (params or d.get("inputs") or d.get("outputs")):
+            raise PlanError(f"a plan based on preset '{base}' takes its layouts from the preset: give 'buckets', "
+                            "'reshard_after_forward' or 'checkpoint', not 'params', 'inputs' or 'outputs'")
+        reshard = d.get("reshard_after_forward", "blocks" if base else True)
         if not (isinstance(reshard, bool) or reshard == "blocks"
                 or isinstance(reshard, list) and all(isinstance(g, str) for g in reshard)):
             raise PlanError(f"reshard_after_forward: expected true, false, 'blocks' or a list of FQN globs, "
                             f"got {reshard!r}")
+        buckets = d.get("buckets") or []
+        if not isinstance(buckets, list) or not all(isinstance(g, str) for g in buckets):
+            raise PlanError(f"buckets: expected a list of FQN globs, got {buckets!r}")
         return Plan(params, list(d.get("inputs") or []), list(d.get("outputs") or []),
-                    reshard, str(d.get("name", "custom")), checkpoint)
+                    reshard, str(d.get("name", base or "custom")), checkpoint, list(buckets), base)
 
     @staticmethod
     def load(path: str) -> Plan:
@@ -118,6 +136,20 @@ class Plan:
         if r == "blocks":
             return block_of(fqn) is not None or all(block_of(f) is None for f in fqns)
         return any(fnmatch.fnmatchcase(fqn, g) for g in r)
+
+    def bucket_of(self, fqns: Iterable[str]) -> dict[str, str]:
+        """FQN → the first of ``buckets`` matching it (checking that every glob matches)."""
+        fqns = list(fqns)
+        out: dict[str, str] = {}
+        for glob in self.buckets:
+            hits = [f for f in fqns if fnmatch.fnmatchcase(f, glob)]
+            if not hits:
+                near = difflib.get_close_matches(glob, fqns, n=3, cutoff=0.4)
+                hint = f"; near matches: {', '.join(near)}" if near else ""
+                raise PlanError(f"plan bucket '{glob}' matches no parameter{hint}")
+            for f in hits:
+                out.setdefault(f, glob)
+        return out
 
     def resolve_params(self, mesh: Mesh, params: Mapping[str, tuple[int, ...]]) -> dict[str, ResolvedParam]:
         """FQN → storage/compute layouts, checking every pattern and shard dim."""

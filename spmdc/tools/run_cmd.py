@@ -260,6 +260,12 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     resolve_factory(cfg.workload)
     if isinstance(plan, str):
         preset(plan, mesh, {})
+    elif getattr(plan, "preset", None):
+        preset(plan.preset, mesh, {})
+    if getattr(plan, "buckets", None):   # bucket globs name parameters: check them before ranks start
+        from spmdc.frontend.workloads import load_workload
+
+        plan.bucket_of(n for n, _ in load_workload(cfg.workload).model.named_parameters())
     if cfg.check and cfg.rng == "philox":
         raise UserError("--check compares with eager PyTorch, whose random numbers --rng philox does not "
                         "reproduce by design; use --rng eager (the default) with --check")

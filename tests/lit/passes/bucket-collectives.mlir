@@ -72,3 +72,23 @@ func.func @ddp(%h.0.w: tensor<8x8xf32> {spmdc.param = "h.0.w"}, %h.0.b: tensor<8
   %r2 = comm.all_reduce %g2 {axes = ["dp"], mesh = @mesh, op = "sum"} : tensor<8xf32>
   func.return %l, %r1, %r2 : tensor<f32>, tensor<8x8xf32>, tensor<8xf32>
 }
+
+// Manual buckets (the plan's `buckets`, as `spmdc.bucket` on the parameters): the two blocks'
+// gathers become one bucket because the user grouped them; the embedding, in a bucket of its
+// own, does not join them even alone.
+// CHECK-LABEL: func.func @manual
+// CHECK:      comm.all_gather %wte
+// CHECK:      comm.all_gather_bucket %h.0.w1, %h.1.w1 {axis = "dp", dims = [0, 0], mesh = @mesh}
+// CHECK-NOT:  comm.all_gather
+func.func @manual(%wte: tensor<4x8xf32> {spmdc.param = "wte", spmdc.bucket = "wte"},
+                  %h.0.w1: tensor<4x8xf32> {spmdc.param = "h.0.w1", spmdc.bucket = "h.*"},
+                  %h.1.w1: tensor<4x8xf32> {spmdc.param = "h.1.w1", spmdc.bucket = "h.*"}, %x: tensor<8x8xf32>)
+    -> tensor<8x8xf32> attributes {spmdc.rank = 0} {
+  %e = comm.all_gather %wte {axis = "dp", dim = 0, mesh = @mesh} : (tensor<4x8xf32>) -> tensor<8x8xf32>
+  %x0 = tensor.matmul %x, %e : tensor<8x8xf32> loc("wte/aten.mm")
+  %a = comm.all_gather %h.0.w1 {axis = "dp", dim = 0, mesh = @mesh} : (tensor<4x8xf32>) -> tensor<8x8xf32>
+  %m = tensor.matmul %x0, %a : tensor<8x8xf32> loc("h.0.fc/aten.mm")
+  %c = comm.all_gather %h.1.w1 {axis = "dp", dim = 0, mesh = @mesh} : (tensor<4x8xf32>) -> tensor<8x8xf32>
+  %o = tensor.matmul %m, %c : tensor<8x8xf32> loc("h.1.fc/aten.mm")
+  func.return %o : tensor<8x8xf32>
+}

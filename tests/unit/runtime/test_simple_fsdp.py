@@ -154,3 +154,30 @@ def test_memory_cap_keeps_the_estimated_peak():
             assert split_async(f.body)
     capped, free = rank0(memory_cap=1), rank0()
     assert peak_bytes(capped) <= peak_bytes(split) < peak_bytes(free)
+
+
+def test_manual_buckets_from_a_plan_refining_a_preset(tmp_path):
+    """A plan file ``preset: fsdp`` + ``buckets``: the listed groups become the buckets (here all
+    blocks in one, the embeddings in another), ``reshard_after_forward: false`` drops the
+    backward's re-gathers; a glob matching nothing is refused with near matches."""
+    from spmdc.compiler import compile_step
+    from spmdc.dialects.comm import collective_kind
+    from spmdc.sharding.mesh import Mesh
+    from spmdc.sharding.plan import Plan, PlanError
+
+    model, ((x,), (y,)), loss_fn = W.gpt2_job(n_layer=2)
+    path = tmp_path / "plan.yaml"
+    path.write_text('preset: fsdp\nbuckets: ["w?e.*", "h.*"]\nreshard_after_forward: false\n')
+    module = compile_step(model, (x,), mesh=Mesh({"dp": 4}), plan=Plan.load(str(path)), train=True,
+                          loss_fn=loss_fn, loss_inputs=(y,)).rank_module(0)
+    gathers = [op for op in module.walk() if collective_kind(op) == "comm.all_gather_bucket"]
+    names = [sorted(v.name_hint for v in op.operands) for op in gathers]
+    assert len(gathers) == 3   # [wte, wpe], [h.0.*, h.1.*], [ln_f.*] (not in a manual bucket)
+    assert ["wpe.weight", "wte.weight"] in names
+    assert any(len(n) == 2 * 16 and all(p.startswith("h.") for p in n) for n in names)   # 16 per block
+    scatters = [op for op in module.walk() if collective_kind(op) == "comm.reduce_scatter_bucket"]
+    assert len(scatters) == 3
+    path.write_text('preset: fsdp\nbuckets: ["blocks.*"]\n')
+    with pytest.raises(PlanError, match="plan bucket 'blocks.\\*' matches no parameter"):
+        compile_step(model, (x,), mesh=Mesh({"dp": 4}), plan=Plan.load(str(path)), train=True,
+                     loss_fn=loss_fn, loss_inputs=(y,))
