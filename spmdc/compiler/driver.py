@@ -13,7 +13,6 @@ stages and generates the code that rank loads. Dumps are written from these very
 from __future__ import annotations
 
 import dataclasses
-
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any

@@ -1,7 +1,9 @@
 """``fuse-collectives`` (first version): fewer, cheaper collectives on per-rank programs.
 
 * ``all_reduce(a) + all_reduce(b)`` (same mesh, axes and op ``sum``; each used only
-  there) → ``all_reduce(a + b)``: a deferred reduction, one collective instead of two.
+  there) → ``all_reduce(a + b)``: a deferred reduction, one collective instead of two;
+  likewise ``reduce_scatter(a) + reduce_scatter(b)`` → ``reduce_scatter(a + b)`` (a tied
+  embedding's two gradient halves: the head's and the lookup's).
   Which ops allow it is read from their sharding rules: ops whose rule takes every
   operand ``P(sum)`` to a ``P(sum)`` result (``partial_all``: add, sub).
 * ``all_reduce(a) + bias`` (a commutative such op) followed by another such op with an
@@ -33,9 +35,9 @@ from spmdc.ir.rewriter import Builder, RewritePattern, Rewriter, apply_patterns_
 from spmdc.passes.pass_base import ModulePass
 
 
-def _single_use_all_reduce(v, user: Operation) -> AllReduceOp | None:
+def _single_use_all_reduce(v, user: Operation, kind: type = AllReduceOp) -> Operation | None:
     op = v.defining_op()
-    if isinstance(op, AllReduceOp) and op.attr_value("op") == "sum" and len(v.uses) == 1 \
+    if isinstance(op, kind) and op.attr_value("op") == "sum" and len(v.uses) == 1 \
             and "shard.sharding" not in op.attributes:
         return op
     return None
@@ -52,17 +54,27 @@ def linear_in_partial_sums(op: Operation | None, commutative: bool = False) -> b
 
 
 class DeferAllReduce(RewritePattern):
+    """``f(reduce(a), reduce(b))`` → ``reduce(f(a, b))`` for ``f`` linear in partial sums, the
+    reductions alike: all-reduces, or reduce-scatters of operands of one shape (``f`` then
+    acts elementwise on the whole tensors, so scattering after it is the same)."""
+
     def match_and_rewrite(self, op: Operation, rewriter: Rewriter) -> bool:
         if len(op.operands) < 2 or not linear_in_partial_sums(op):
             return False
-        ars = [_single_use_all_reduce(v, op) for v in op.operands]
-        first = ars[0]
-        if first is None or any(a is None or a.attributes != first.attributes for a in ars) \
-                or any(v.type != op.result.type for v in op.operands):
+        for kind in (AllReduceOp, ReduceScatterOp):
+            ars = [_single_use_all_reduce(v, op, kind) for v in op.operands]
+            first = ars[0]
+            if first is None or any(a is None or a.attributes != first.attributes for a in ars) \
+                    or any(v.type != op.result.type for v in op.operands) \
+                    or any(a.operand(0).type != first.operand(0).type for a in ars):  # type: ignore[union-attr]
+                continue
+            break
+        else:
             return False
         builder = Builder.before(op)
         inner = builder.create(type(op), [a.operand(0) for a in ars], location=op.location)  # type: ignore[union-attr]
-        fused = builder.create(AllReduceOp, [inner.result], dict(first.attributes), location=op.location)
+        fused = builder.create(kind, [inner.result], dict(first.attributes),
+                               result_types=[op.result.type], location=op.location)
         rewriter.replace_op(op, fused.results)
         for a in ars:
             rewriter.erase_op(a)  # type: ignore[arg-type]

@@ -81,3 +81,16 @@ func.func @do_not_move_lone_bias_add(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>)
   %1 = tensor.add %0, %b : tensor<8x16xf32>
   func.return %1 : tensor<8x16xf32>
 }
+
+// A tied embedding's gradient: the head's and the lookup's partial gradients were each
+// reduce-scattered and then added; one reduce-scatter of their sum does the same.
+// CHECK-LABEL: func.func @tied_gradient_reduce_scatters
+// CHECK:      %[[S:.*]] = tensor.add %a, %b : tensor<8x4xf32>
+// CHECK-NEXT: %[[R:.*]] = comm.reduce_scatter %[[S]] {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+// CHECK-NEXT: func.return %[[R]]
+func.func @tied_gradient_reduce_scatters(%a: tensor<8x4xf32>, %b: tensor<8x4xf32>) -> tensor<4x4xf32> attributes {spmdc.rank = 0} {
+  %0 = comm.reduce_scatter %a {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+  %1 = comm.reduce_scatter %b {axis = "tp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<8x4xf32>) -> tensor<4x4xf32>
+  %2 = tensor.add %0, %1 : tensor<4x4xf32>
+  func.return %2 : tensor<4x4xf32>
+}
