@@ -6,7 +6,8 @@ On per-rank programs (after ``partition``): the all-gathers of parameters (argum
 ``comm.all_gather_bucket`` placed where its first member was; the reduce-scatters that
 store gradients (results returned as ``spmdc.grad_of``) are grouped by axis, reduction
 and the parameter's block, and each group becomes one ``comm.reduce_scatter_bucket``
-right after its last operand is computed. ``max-bytes`` caps a bucket (local bytes).
+right after its last operand is computed. ``max-bytes`` caps a bucket (bytes of the whole
+tensors, gathered or reduced: the same on every rank of the group, so all ranks bucket alike).
 
 Before::
 
@@ -41,6 +42,13 @@ from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.blocks import block_of, module_of
 
 
+def _group_bytes(op: Operation) -> int:
+    """A collective's size as every rank of its group sees it (the whole tensor: the gathered
+    result, the reduced operand), so that each rank of a group makes the same buckets even
+    when shards are uneven (a rank's own piece may be smaller, or empty)."""
+    return (op.result if isinstance(op, AllGatherOp) else op.operand(0)).tensor_type.num_bytes
+
+
 def _root_level(block: str) -> bool:
     """A key's block naming a root-level module (``wte``, ``ln_f``), not a repeated block, a
     manual bucket (``=glob``) or an op (``#index``)."""
@@ -61,7 +69,7 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[
     by_key: dict[tuple, list[list[Operation]]] = {}
     sizes: dict[tuple, int] = {}
     for key, op in members:
-        nbytes = op.operand(0).tensor_type.num_bytes
+        nbytes = _group_bytes(op)
         buckets = by_key.setdefault(key, [[]])
         if buckets[-1] and sizes[key] + nbytes > max_bytes:
             buckets.append([])
@@ -74,7 +82,7 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[
     blocks = {id(op): key[-1] for key, op in members}
 
     def nbytes(ops: list[Operation]) -> int:
-        return sum(op.operand(0).tensor_type.num_bytes for op in ops)
+        return sum(_group_bytes(op) for op in ops)
 
     out = []
     for bs in lanes.values():
@@ -260,7 +268,7 @@ class BucketCollectives(ModulePass):
     """Merge parameter all-gathers and gradient reduce-scatters per model block."""
 
     name: ClassVar[str] = "bucket-collectives"
-    max_bytes: int = 25 * 1024 * 1024
+    max_bytes: int = 128 * 1024 * 1024   # whole-tensor bytes: a block of a large model stays one bucket
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1:

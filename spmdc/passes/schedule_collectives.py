@@ -15,7 +15,10 @@ Collectives form *lanes*: gathers, reduce-scatters and all-reduces, per mesh and
    (:mod:`spmdc.passes.memory`) above ``memory-cap`` bytes (0: no cap).
 
 No op moves across a value it depends on, and starts keep their relative order within a
-lane; every rank runs the same schedule, so collectives are issued in one order everywhere.
+lane. Ranks of one process group must issue its collectives in one order: every decision
+above depends only on the program's structure, which is the same on every rank; the memory
+cap is not (a rank's shards may be smaller), so under a cap a start also never rises above
+another start on its process group (lanes of one group keep their program order).
 
 Before::
 
@@ -102,16 +105,22 @@ def schedule_block(block: Block, memory_cap: int = 0) -> list[tuple[StartOp, Wai
             ops.insert(target, ops.pop(i))
     # 2. starts rise, one in flight per lane, within the memory cap
     base_peak = profile(ops).peak
-    for start, _ in pairs:
-        i = ops.index(start)
+    group_of = {id(s): (s.symbol_ref("mesh"), s.axes) for s, _ in pairs}
+    for n, (start, _) in enumerate(pairs):
+        pos = {id(op): k for k, op in enumerate(ops)}
+        i = pos[id(start)]
         floor = 0
         for v in start.operands:
             d = v.defining_op()
             if d is not None and d.parent is block:
-                floor = max(floor, ops.index(d) + 1)
+                floor = max(floor, pos[id(d)] + 1)
         before = prev[id(start)]
         if before is not None:
-            floor = max(floor, ops.index(before) + 1)
+            floor = max(floor, pos[id(before)] + 1)
+        if memory_cap:   # rank-dependent decisions must not reorder one group's collectives
+            for other, _ in pairs[:n]:
+                if group_of[id(other)] == group_of[id(start)]:
+                    floor = max(floor, pos[id(other)] + 1)
         if floor >= i:
             continue
         ops.insert(floor, ops.pop(i))
