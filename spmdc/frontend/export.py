@@ -72,7 +72,14 @@ def _export(root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> E
         with quiet_fake_tensor_errors():
             return torch.export.export(root, args, kwargs, strict=False)
     except Exception as e:  # noqa: BLE001
-        raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e
+        policy = getattr(root, "policy", None)
+        hint = ""
+        if policy is not None and ("dtype" in str(e).lower() or "scalar type" in str(e)):
+            hint = (f" (under mixed precision {policy.name} the parameters and floating inputs are cast, as FSDP2's "
+                    "MixedPrecisionPolicy does, but buffers and tensors the model creates keep their dtype: this "
+                    "model mixes them in one op; it fails the same way eagerly under the policy. Cast them in "
+                    "the model, or run without mixed precision)")
+        raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}{hint}") from e
 
 
 def _decompose(ep: ExportedProgram, table: dict[Any, Callable], train: bool
