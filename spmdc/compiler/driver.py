@@ -62,7 +62,7 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
     if isinstance(plan, Plan):   # a preset with the plan's own buckets / resharding / checkpointing
         base = preset(plan.preset, mesh, params, in_ranks, out_ranks)
         return dataclasses.replace(base, reshard_after_forward=plan.reshard_after_forward, name=plan.name,
-                                   checkpoint=plan.checkpoint, buckets=list(plan.buckets))
+                                   checkpoint=plan.checkpoint, buckets=plan.buckets)
     return preset(plan, mesh, params, in_ranks, out_ranks)
 
 

@@ -40,6 +40,7 @@ from spmdc.ir.location import NameLoc
 from spmdc.ir.rewriter import Builder, Rewriter
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.blocks import block_of, module_of
+from spmdc.sharding.cost import AxisCost, ComputeCost
 
 
 def _group_bytes(op: Operation) -> int:
@@ -93,11 +94,11 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[
             return len(b) == 1 or (all(_root_level(blocks[id(op)]) for op in b)
                                    and nbytes(b) <= LOOSE_FRACTION * typical)
 
-        bs.sort(key=lambda b: min(order[id(op)] for op in b))
-        merged: list[list[Operation]] = []
         def manual(b: list[Operation]) -> bool:
             return blocks[id(b[0])].startswith("=")
 
+        bs.sort(key=lambda b: min(order[id(op)] for op in b))
+        merged: list[list[Operation]] = []
         for b in bs:
             if merged and not manual(b) and not manual(merged[-1]) and (loose(b) or loose(merged[-1])) \
                     and nbytes(merged[-1] + b) <= max_bytes:
@@ -108,13 +109,57 @@ def _groups(members: list[tuple[tuple, Operation]], max_bytes: int, order: dict[
     return out
 
 
+def _auto_groups(members: list[tuple[tuple, Operation]], entry: Any, max_bytes: int) -> list[list[Operation]]:
+    """Buckets chosen by the cost model (``mode=auto``), per lane (key without the block), over
+    the gathers in the order they are needed. With prefetching, a bucket's communication runs
+    during the compute from the previous bucket's first use to its own (its window); what does
+    not fit is exposed. A gather joins the open bucket (under ``max_bytes``) when that exposes
+    no more time than launching it alone, prefetched behind the compute from the open bucket's
+    first use to its own: small gathers between little compute merge (one launch instead of
+    several), and a bucket closes once its communication would no longer hide."""
+    comm, compute = AxisCost(), ComputeCost()
+    ops = list(entry.ops)
+    pos = {id(op): i for i, op in enumerate(ops)}
+    elapsed = [0.0]
+    for op in ops:   # prefix sums of estimated compute time
+        elapsed.append(elapsed[-1] + (0.0 if op.name.startswith("comm.") else compute.op_time(op)))
+
+    def need(op: Operation) -> int:
+        return min((pos[id(u.owner)] for u in op.result.uses if id(u.owner) in pos), default=pos[id(op)])
+
+    def time(group: list[Operation]) -> float:
+        return comm.all_gather(float(sum(_group_bytes(o) for o in group)), group[0].group_size())
+
+    lanes: dict[tuple, list[Operation]] = {}
+    for key, op in members:
+        lanes.setdefault(key[:-1], []).append(op)
+    out = []
+    for lane in lanes.values():
+        lane.sort(key=need)
+        buckets: list[list[Operation]] = []
+        prev_need = 0
+        for op in lane:
+            cur = buckets[-1] if buckets else None
+            if cur is not None:
+                window = elapsed[need(cur[0])] - elapsed[prev_need]
+                grows = max(0.0, time(cur + [op]) - window) - max(0.0, time(cur) - window)
+                alone = max(0.0, time([op]) - (elapsed[need(op)] - elapsed[need(cur[0])]))
+                if sum(_group_bytes(o) for o in cur + [op]) <= max_bytes and grows <= alone:
+                    cur.append(op)
+                    continue
+                prev_need = need(cur[0])
+            buckets.append([op])
+        out.extend(b for b in buckets if len(b) > 1)
+    return out
+
+
 def _replace(group: list[Operation], bucket: Operation, rewriter: Rewriter) -> None:
     for op, res in zip(group, bucket.results):
         res.name_hint = op.result.name_hint
         rewriter.replace_op(op, [res])
 
 
-def bucket_function(func: FuncOp, max_bytes: int) -> int:
+def bucket_function(func: FuncOp, max_bytes: int, mode: str = "blocks") -> int:
     rewriter = Rewriter()
     entry = func.body
     gathers = []
@@ -139,7 +184,8 @@ def bucket_function(func: FuncOp, max_bytes: int) -> int:
             gathers.append(((op.attributes["mesh"], op.attr_value("axis"), dtype, phase, block), op))
     made = 0
     order = {id(op): i for i, op in enumerate(entry.ops)}
-    for group in _groups(gathers, max_bytes, order):
+    groups = _auto_groups(gathers, entry, max_bytes) if mode == "auto" else _groups(gathers, max_bytes, order)
+    for group in groups:
         first = min(group, key=entry.index_of)
         # placed just before the first use of any member (``schedule-collectives`` moves it
         # earlier for overlap), after every member's operand (a parameter, or its cast)
@@ -269,15 +315,21 @@ class BucketCollectives(ModulePass):
 
     name: ClassVar[str] = "bucket-collectives"
     max_bytes: int = 128 * 1024 * 1024   # whole-tensor bytes: a block of a large model stays one bucket
+    mode: str = "blocks"
+    """``blocks``: parameter gathers bucketed per model block (and the plan's manual buckets);
+    ``auto``: by the cost model, ignoring blocks (:func:`_auto_groups`)."""
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1:
             raise ValueError(f"max-bytes must be positive, got {self.max_bytes}")
+        if self.mode not in ("blocks", "auto"):
+            raise ValueError(f"mode must be 'blocks' or 'auto', got '{self.mode}'")
 
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
             if isinstance(op, FuncOp) and "spmdc.rank" in op.attributes:
-                bucket_function(op, self.max_bytes)
+                mode = op.attr_value("spmdc.buckets", self.mode)   # a plan's `buckets: auto`
+                bucket_function(op, self.max_bytes, str(mode))
 
 
 PASS = BucketCollectives

@@ -131,6 +131,8 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
     entry = func.body
     for fqn, glob in plan.bucket_of(param_args).items():   # manual buckets: read by bucket-collectives
         func.set_arg_attr(param_args[fqn].index, "spmdc.bucket", StringAttr(glob))
+    if plan.buckets == "auto":
+        func.set_attr("spmdc.buckets", StringAttr("auto"))
     for fqn, arg in param_args.items():
         r = resolved[fqn]
         func.set_arg_attr(arg.index, SHARDING, ShardingAttr(mesh.name, r.storage))

@@ -60,3 +60,24 @@ def placement_change_cost(src: Placement, dst: Placement, nbytes: float, n: int,
     if isinstance(src, Shard) and isinstance(dst, Shard):
         return axis.all_to_all(nbytes, n)
     return INF
+
+
+@dataclass(frozen=True)
+class ComputeCost:
+    """Roofline estimate of an op's time in µs: matmuls by FLOPs, everything else by the bytes
+    it writes (memory-bound). Defaults: an accelerator of 100 TFLOP/s and 2 TB/s."""
+
+    flops_per_us: float = 1e8
+    bytes_per_us: float = 2e6
+
+    def op_time(self, op: object) -> float:
+        from spmdc.ir.types import TensorType
+
+        results = [r.type for r in getattr(op, "results", []) if isinstance(r.type, TensorType)]
+        if not results:
+            return 0.0
+        if getattr(op, "name", "") == "tensor.matmul":
+            a = op.operand(0).type   # type: ignore[attr-defined]
+            k = a.shape[-1] if a.shape else 1
+            return 2.0 * results[0].num_elements * k / self.flops_per_us
+        return sum(t.num_bytes for t in results) / self.bytes_per_us

@@ -59,10 +59,11 @@ class Plan:
     FQN globs to re-gather."""
     name: str = "custom"
     checkpoint: str | None = None   # "blocks": recompute every repeated block in the backward
-    buckets: list[str] = field(default_factory=list)
+    buckets: list[str] | str = field(default_factory=list)
     """Manual buckets, as ``fully_shard`` groups: FQN globs, each one bucket of collectives
     (the parameters' all-gathers, their gradients' reductions); parameters matching none are
-    bucketed automatically (per block). ``["wte.*", "wpe.*", "h.0.*", "h.1.*"]``."""
+    bucketed automatically (per block). ``["wte.*", "wpe.*", "h.0.*", "h.1.*"]``. Or
+    ``"auto"``: parameter gathers bucketed by the cost model instead of by block."""
     preset: str | None = None
     """A preset this plan refines: its layouts for the model's parameters and inputs, with this
     plan's ``buckets``, ``reshard_after_forward`` and ``checkpoint`` (``params`` must be empty)."""
@@ -92,10 +93,11 @@ class Plan:
             raise PlanError(f"reshard_after_forward: expected true, false, 'blocks' or a list of FQN globs, "
                             f"got {reshard!r}")
         buckets = d.get("buckets") or []
-        if not isinstance(buckets, list) or not all(isinstance(g, str) for g in buckets):
-            raise PlanError(f"buckets: expected a list of FQN globs, got {buckets!r}")
+        if buckets != "auto" and (not isinstance(buckets, list) or not all(isinstance(g, str) for g in buckets)):
+            raise PlanError(f"buckets: expected a list of FQN globs or 'auto', got {buckets!r}")
         return Plan(params, list(d.get("inputs") or []), list(d.get("outputs") or []),
-                    reshard, str(d.get("name", base or "custom")), checkpoint, list(buckets), base)
+                    reshard, str(d.get("name", base or "custom")), checkpoint,
+                    buckets if buckets == "auto" else list(buckets), base)
 
     @staticmethod
     def load(path: str) -> Plan:
@@ -141,7 +143,7 @@ class Plan:
         """FQN → the first of ``buckets`` matching it (checking that every glob matches)."""
         fqns = list(fqns)
         out: dict[str, str] = {}
-        for glob in self.buckets:
+        for glob in ([] if self.buckets == "auto" else self.buckets):
             hits = [f for f in fqns if fnmatch.fnmatchcase(f, glob)]
             if not hits:
                 near = difflib.get_close_matches(glob, fqns, n=3, cutoff=0.4)

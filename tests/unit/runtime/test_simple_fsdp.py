@@ -181,3 +181,23 @@ def test_manual_buckets_from_a_plan_refining_a_preset(tmp_path):
     with pytest.raises(PlanError, match="plan bucket 'blocks.\\*' matches no parameter"):
         compile_step(model, (x,), mesh=Mesh({"dp": 4}), plan=Plan.load(str(path)), train=True,
                      loss_fn=loss_fn, loss_inputs=(y,))
+
+
+def test_plan_buckets_auto_lets_the_cost_model_choose():
+    """``buckets: auto``: the gathers are bucketed by the cost model, not per block — on a model
+    whose blocks compute little (an accelerator's roofline), fewer, larger buckets."""
+    from spmdc.compiler import compile_step
+    from spmdc.dialects.comm import collective_kind
+    from spmdc.sharding.mesh import Mesh
+    from spmdc.sharding.plan import Plan
+
+    model, ((x,), (y,)), loss_fn = W.gpt2_job(n_layer=4)
+    counts = {}
+    for buckets in ([], "auto"):
+        plan = Plan.from_dict({"preset": "fsdp", "buckets": buckets})
+        module = compile_step(copy.deepcopy(model), (x,), mesh=Mesh({"dp": 4}), plan=plan, train=True,
+                              loss_fn=loss_fn, loss_inputs=(y,)).rank_module(0)
+        gathers = [op for op in module.walk() if collective_kind(op) == "comm.all_gather_bucket"]
+        counts[str(buckets)] = len(gathers)
+        assert sum(len(op.operands) for op in gathers) == 4 * 16 + 4 + 4 * 8   # every parameter gather bucketed
+    assert counts["[]"] == 8 and counts["auto"] < counts["[]"]
