@@ -20,7 +20,7 @@
 // TWICE: spmdc-opt: error: option 'max-bytes' of pass 'bucket-collectives' is given twice
 
 // The option under another name; the message lists the real one.
-// UNKNOWN-OPTION: spmdc-opt: error: pass 'bucket-collectives' has no option 'bucket-size' (options: max-bytes)
+// UNKNOWN-OPTION: spmdc-opt: error: pass 'bucket-collectives' has no option 'bucket-size' (options: max-bytes, mode)
 
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   func.return %x : tensor<4xf32>
