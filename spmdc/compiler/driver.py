@@ -42,7 +42,29 @@ def main_function(module: Operation) -> FuncOp:
     return next(op for op in module.body.ops if isinstance(op, FuncOp))  # type: ignore[attr-defined]
 
 
-def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
+def kv_heads_of(model: Any) -> dict[str, int]:
+    """Attention module path → its number of key/value heads, for modules with a ``k_proj``
+    (or ``key``) child that say it: ``num_key_value_heads`` / ``n_kv_head(s)`` /
+    ``num_kv_heads``, or their ``config.num_key_value_heads`` (Hugging Face)."""
+    out: dict[str, int] = {}
+    if model is None or not hasattr(model, "named_modules"):
+        return out
+    for path, m in model.named_modules():
+        if not any(hasattr(m, c) for c in ("k_proj", "key")):
+            continue
+        for name in ("num_key_value_heads", "n_kv_head", "n_kv_heads", "num_kv_heads"):
+            v = getattr(m, name, None)
+            if isinstance(v, int):
+                out[path] = v
+                break
+        else:
+            v = getattr(getattr(m, "config", None), "num_key_value_heads", None)
+            if isinstance(v, int):
+                out[path] = v
+    return out
+
+
+def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> Plan:
     """A preset name (or a plan refining a preset) resolved against the captured function's
     parameters and inputs."""
     if isinstance(plan, Plan) and plan.preset is None:
@@ -60,10 +82,10 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp) -> Plan:
     out_ranks = [v.type.rank for i, v in enumerate(func.return_op.operands)  # type: ignore[attr-defined]
                  if is_model_output(func, i)]
     if isinstance(plan, Plan):   # a preset with the plan's own buckets / resharding / checkpointing
-        base = preset(plan.preset, mesh, params, in_ranks, out_ranks)
+        base = preset(plan.preset, mesh, params, in_ranks, out_ranks, kv_heads=kv_heads_of(model))
         return dataclasses.replace(base, reshard_after_forward=plan.reshard_after_forward, name=plan.name,
                                    checkpoint=plan.checkpoint, buckets=plan.buckets)
-    return preset(plan, mesh, params, in_ranks, out_ranks)
+    return preset(plan, mesh, params, in_ranks, out_ranks, kv_heads=kv_heads_of(model))
 
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,
@@ -95,7 +117,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
                           example_kwargs=kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision)
     module, name = cap.module, program_name(train)
     func = main_function(module)
-    resolved = plan_for(plan, mesh, func)
+    resolved = plan_for(plan, mesh, func, model)
     t = time.perf_counter()
     writer = dump.ir_writer(name, "global") if dump else None
     if writer:

@@ -242,6 +242,7 @@ def _check_dims(what: str, shape: tuple[int, ...], lay: Layout, mesh: Mesh, kind
 COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "fc1", "c_fc", "w1", "w3",
                    "query", "key", "value", "fc_in")
 ROW_PARALLEL = ("o_proj", "out_proj", "down_proj", "fc2", "c_proj", "w2", "fc_out", "proj")
+KV_PROJECTIONS = ("k_proj", "v_proj", "key", "value")
 PRESETS = ("dp", "fsdp", "hsdp", "megatron", "sp", "fsdp+tp")
 
 
@@ -252,7 +253,8 @@ def _layer_of(fqn: str) -> tuple[str, str]:
 
 def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
            input_ranks: Sequence[int] = (), output_ranks: Sequence[int] = (), *,
-           reshard_after_forward: bool | str | list[str] = "blocks") -> Plan:
+           reshard_after_forward: bool | str | list[str] = "blocks",
+           kv_heads: Mapping[str, int] | None = None) -> Plan:
     """A built-in plan for ``mesh`` (axes ``dp`` and/or ``tp``) over the given parameters.
 
     * ``dp``: parameters replicated on dp, batch (input dim 0) ``S(0)``: gradients all-reduced.
@@ -262,6 +264,9 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
       reduce-scattered over dp, then all-reduced over rep.
     * ``megatron``: ``nn.Linear`` weights column-parallel (``S(0)`` of ``[out, in]``, bias ``S(0)``)
       for q/k/v/up/gate/fc1, row-parallel (``S(1)``) for o/down/fc2/c_proj; the rest replicated.
+      Grouped-query attention: ``kv_heads`` maps an attention module's path to its number of
+      key/value heads; when tp does not divide it, sharding k/v would cut a head (the reshape
+      to heads would then move data), so that module's k/v projections stay replicated.
     * ``sp``: megatron plus sequence-parallel activations at the boundaries (input/output ``S(0)``
       of the token dim for 2-D inputs, ``S(1)`` for ``[batch, seq, ...]``).
     * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh); a weight whose dim 0 is
@@ -284,7 +289,12 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
         compute: dict[str, Any] = {}
         if name in ("megatron", "sp", "fsdp+tp"):
             layer, leaf = _layer_of(fqn)
-            if layer in COLUMN_PARALLEL and leaf in ("weight", "bias"):
+            owner = fqn.rsplit(".", 2)[0] if fqn.count(".") >= 2 else ""
+            n_kv = (kv_heads or {}).get(owner)
+            tp = mesh.shape[axes.index("tp")]
+            if layer in KV_PROJECTIONS and n_kv is not None and n_kv % tp:
+                pass   # fewer (or indivisible) key/value heads than ranks: replicated k/v
+            elif layer in COLUMN_PARALLEL and leaf in ("weight", "bias"):
                 storage["tp"] = compute["tp"] = Shard(0)
             elif layer in ROW_PARALLEL and leaf == "weight" and len(shape) == 2:
                 storage["tp"] = compute["tp"] = Shard(1)
