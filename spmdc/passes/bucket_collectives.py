@@ -219,7 +219,7 @@ def _bucket_adjacent_all_reduces(entry: Any, max_bytes: int, rewriter: Rewriter)
             first = run[0] if run else None
             if first is not None and key == (first.attributes["mesh"], first.axes, first.attr_value("op"),
                                              first.operand(0).tensor_type.element_type) \
-                    and sum(o.operand(0).tensor_type.num_bytes for o in run + [op]) <= max_bytes:
+                    and sum(_group_bytes(o) for o in run + [op]) <= max_bytes:
                 run.append(op)
                 continue
             runs.append(run)

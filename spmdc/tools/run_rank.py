@@ -67,7 +67,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         profiled = min(1, job["steps"] - 1)   # the second step (the first one allocates optimizer state)
         for k in range(job["steps"]):
             start = time.perf_counter()
-            call = measure_peak if k == profiled and job.get("measure_memory", True) else _plain
+            call = measure_peak if k == profiled else _plain
             if job["train"]:
                 loss, peak = call(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)
                 losses.append(float(loss.detach()))

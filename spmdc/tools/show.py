@@ -92,6 +92,7 @@ def memory_rows(module: Any) -> list[dict]:
     (:func:`spmdc.passes.memory.profile`), the op where the peak is reached, and the largest
     tensors alive there."""
     from spmdc.dialects.func import FuncOp
+    from spmdc.ir.types import HandleType
     from spmdc.passes.memory import live_at, profile
 
     out = []
@@ -101,11 +102,12 @@ def memory_rows(module: Any) -> list[dict]:
         ops = list(op.body.ops)
         prof = profile(ops)
         at = ops[prof.at] if ops else None
-        biggest = sorted(live_at(ops, prof.at), key=lambda v: -v.type.num_bytes)[:5] if ops else []
+        live = live_at(ops, prof.at) if ops else []
+        biggest = sorted(live, key=lambda v: -v.type.num_bytes)[:5]
         out.append({"name": op.sym_name, "args": sum(getattr(a.type, "num_bytes", 0) for a in op.args),
                     "peak": prof.peak, "at": f"#{prof.at} {at.name}" if at is not None else "",
                     "loc": str(at.location) if at is not None else "",
-                    "in_flight": sum(1 for v in live_at(ops, prof.at) if v.type.__class__.__name__ == "HandleType"),
+                    "in_flight": sum(1 for v in live if isinstance(v.type, HandleType)),
                     "largest": [(f"%{v.name_hint or '?'}", str(v.type), v.type.num_bytes) for v in biggest]})
     return out
 
