@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from spmdc.dialects.func import FuncOp
-from spmdc.dialects.shard import AnnotateOp, Replicate, ShardingAttr
+from spmdc.dialects.shard import AnnotateOp, Replicate, ShardingAttr, shard_dim
 from spmdc.ir.attributes import UnitAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder
@@ -63,7 +63,7 @@ def add_gradient_clipping(module: Operation, max_norm: float, func_name: str = "
         x = g if t.element_type == "f32" else b.create(T.CastOp, [g], result_type=t.with_element_type("f32")).result
         sq = b.create(T.MulOp, [x, x], location=loc).result
         s = b.create(T.SumOp, [sq], {"dims": list(range(t.rank)), "keepdim": False}, location=loc).result
-        key = tuple(a for a, p in enumerate(layout.placements) if p.is_shard()) if layout is not None else ()
+        key = tuple(a for a, p in enumerate(layout.placements) if shard_dim(p) is not None) if layout else ()
         groups[key] = s if key not in groups else b.create(T.AddOp, [groups[key], s], location=loc).result
         if layout is not None:
             replicated = ShardingAttr(layout.mesh, tuple(Replicate() for _ in layout.placements))

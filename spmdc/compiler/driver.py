@@ -64,6 +64,37 @@ def kv_heads_of(model: Any) -> dict[str, int]:
     return out
 
 
+HEAD_COUNT_NAMES = ("num_heads", "n_head", "num_attention_heads", "n_heads", "nhead")
+
+
+def heads_of(model: Any) -> dict[str, int]:
+    """Module path → its number of attention heads, for modules that say it
+    (``num_heads`` / ``n_head`` / ``num_attention_heads`` / ``n_heads``, or their ``config``)."""
+    out: dict[str, int] = {}
+    if model is None or not hasattr(model, "named_modules"):
+        return out
+    for path, m in model.named_modules():
+        for name in HEAD_COUNT_NAMES:
+            v = getattr(m, name, None)
+            if isinstance(v, int) and v > 0:
+                out[path] = v
+                break
+    return out
+
+
+def conv1d_modules(model: Any) -> set[str]:
+    """Paths of modules whose ``weight`` is ``[in, out]`` (HuggingFace's ``Conv1D``, GPT-2's
+    ``c_attn``/``c_fc``/``c_proj``), so that presets transpose their column/row layouts."""
+    if model is None or not hasattr(model, "named_modules"):
+        return set()
+    return {path for path, m in model.named_modules() if type(m).__name__ == "Conv1D"}
+
+
+def _preset(name: str, mesh: Mesh, params: dict, in_ranks: list, out_ranks: list, model: Any) -> Plan:
+    return preset(name, mesh, params, in_ranks, out_ranks, kv_heads=kv_heads_of(model), heads=heads_of(model),
+                  transposed=conv1d_modules(model))
+
+
 def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> Plan:
     """A preset name (or a plan refining a preset) resolved against the captured function's
     parameters and inputs."""
@@ -82,10 +113,10 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> P
     out_ranks = [v.type.rank for i, v in enumerate(func.return_op.operands)  # type: ignore[attr-defined]
                  if is_model_output(func, i)]
     if isinstance(plan, Plan):   # a preset with the plan's own buckets / resharding / checkpointing
-        base = preset(plan.preset, mesh, params, in_ranks, out_ranks, kv_heads=kv_heads_of(model))
+        base = _preset(plan.preset, mesh, params, in_ranks, out_ranks, model)
         return dataclasses.replace(base, reshard_after_forward=plan.reshard_after_forward, name=plan.name,
                                    checkpoint=plan.checkpoint, buckets=plan.buckets)
-    return preset(plan, mesh, params, in_ranks, out_ranks, kv_heads=kv_heads_of(model))
+    return _preset(plan, mesh, params, in_ranks, out_ranks, model)
 
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,

@@ -12,6 +12,15 @@ After::
 
     %1 = comm.reduce_scatter %0 {axis = "tp", dim = 0, mesh = @m, op = "sum",
                                  shard.sharding = [#shard<@m, [S(0)]>]} : tensor<8x16xf32>
+
+A strided step (to or from ``SS(d, k)``) works on dim ``d`` seen as ``[k, size/k]``: a reshape
+(where ``SS(d, k)`` is ``S(d+1)``), the plain collective on dim ``d+1``, and a reshape back::
+
+    %1 = shard.redistribute %0 {from = #shard<@m, [SS(1, 3)]>, to = #shard<@m, [R]>} : tensor<4x96xf32>
+    // becomes
+    %v = tensor.reshape %0 {shard.sharding = [#shard<@m, [S(2)]>]} : (tensor<4x96xf32>) -> tensor<4x3x32xf32>
+    %g = comm.all_gather %v {axis = "tp", dim = 2, mesh = @m, shard.sharding = [#shard<@m, [R]>]} : tensor<4x3x32xf32>
+    %1 = tensor.reshape %g {shard.sharding = [#shard<@m, [R]>]} : (tensor<4x3x32xf32>) -> tensor<4x96xf32>
 """
 
 from __future__ import annotations
@@ -20,9 +29,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects import comm
-from spmdc.dialects.shard import RedistributeOp
+from spmdc.dialects.shard import Placement, RedistributeOp, Shard, StridedShard, shard_dim
+from spmdc.dialects.tensor import ReshapeOp
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder, Rewriter
+from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import set_result_layouts
 from spmdc.sharding.planner import plan_redistribution
@@ -45,7 +56,12 @@ def lower_one(op: RedistributeOp, rewriter: Rewriter) -> None:
     b = Builder.before(op)
     cur = op.operand(0)
     names = mesh.axis_names
+    before = tuple(op.source.placements)
     for step in steps:
+        if step.parts > 1:
+            cur = _strided_step(b, cur, step, before, mesh, op)
+            before = step.after
+            continue
         attrs: dict[str, object] = {"mesh": _sym(mesh.sym_name)}
         if step.kind == "all_reduce":
             attrs["axes"] = [names[a] for a in step.axes]
@@ -62,7 +78,40 @@ def lower_one(op: RedistributeOp, rewriter: Rewriter) -> None:
         new = b.create(_OPS[step.kind], [cur], attrs, result_types=[ty], location=op.location)
         set_result_layouts(new, mesh.sym_name, [step.after])
         cur = new.result
+        before = step.after
     rewriter.replace_op(op, [cur])
+
+
+def _unfold(layout: tuple[Placement, ...], dim: int) -> tuple[Placement, ...]:
+    """``layout`` on the tensor with ``dim`` split into ``[k, size/k]``: ``SS(dim, k)`` is
+    ``S(dim+1)`` there, later dims move up by one."""
+    out: list[Placement] = []
+    for p in layout:
+        d = shard_dim(p)
+        if isinstance(p, StridedShard) and p.dim == dim:
+            out.append(Shard(dim + 1))
+        elif d is not None and d > dim:
+            out.append(Shard(d + 1))
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+def _strided_step(b: Builder, cur, step, before, mesh, op: RedistributeOp):
+    """reshape → the step's collective on the unfolded dim → reshape back."""
+    ty: TensorType = op.result.tensor_type
+    d, k = step.dim, step.parts
+    unfolded = ty.with_shape(ty.shape[:d] + (k, ty.shape[d] // k) + ty.shape[d + 1:])
+    view = b.create(ReshapeOp, [cur], {}, result_types=[unfolded], location=op.location)
+    set_result_layouts(view, mesh.sym_name, [_unfold(before, d)])
+    attrs: dict[str, object] = {"mesh": _sym(mesh.sym_name), "axis": mesh.axis_names[step.axes[0]], "dim": d + 1}
+    if step.kind == "reduce_scatter":
+        attrs["op"] = step.op
+    coll = b.create(_OPS[step.kind], [view.result], attrs, result_types=[unfolded], location=op.location)
+    set_result_layouts(coll, mesh.sym_name, [_unfold(step.after, d)])
+    back = b.create(ReshapeOp, [coll.result], {}, result_types=[ty], location=op.location)
+    set_result_layouts(back, mesh.sym_name, [step.after])
+    return back.result
 
 
 def _sym(name: str):

@@ -2,7 +2,8 @@
 
 Every value's global type becomes this rank's local type (``torch.chunk`` pieces,
 so uneven shards work): arguments, op results, collectives. ``shard.annotate`` ops
-vanish (identity on local values); ``tensor.random`` ops learn which piece of the global
+vanish (identity on local values); a slice of one part of an ``SS(d, k)`` value takes that
+part of the local parts; ``tensor.random`` ops learn which piece of the global
 tensor this rank draws (``global_shape``, ``offset``); ``shard.sharding`` attributes leave the ops (the
 function's argument/result attributes keep them: they say how the rank's pieces make
 the global values). The function gets ``spmdc.rank``. Run ``lower-redistribution``
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp
-from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, ShardingAttr
-from spmdc.dialects.tensor import ConstantOp, RandomOp
+from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, ShardingAttr, StridedShard
+from spmdc.dialects.tensor import ConstantOp, RandomOp, SliceOp
 from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Rewriter
@@ -82,6 +83,12 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         lay = layout_of(v)
         if lay is not None and not isinstance(func.res_attrs(i).get(SHARDING), ShardingAttr):
             func.set_res_attr(i, SHARDING, ShardingAttr(mesh.sym_name, tuple(lay)))
+    strided_slices = {}
+    for op in func.body.ops:
+        if isinstance(op, SliceOp) and op.part() is not None:
+            src = layout_of(op.operand(0))
+            if src is not None and any(isinstance(p, StridedShard) and p.dim == op.slice_attrs()[0] for p in src):
+                strided_slices[op] = op.part()
     for a in func.args:
         a.type = local(a.type, layout_of(a))
     for op in list(func.body.ops):
@@ -95,7 +102,12 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
             _partition_constant(op, layouts[0], shape, coords)
         if isinstance(op, RandomOp) and layouts[0] is not None:
             g, lay = op.result.tensor_type.shape, tuple(layouts[0])
+            if any(isinstance(p, StridedShard) for p in lay):
+                raise op.emit_error(f"cannot draw random numbers in the strided layout [{', '.join(map(str, lay))}] "
+                                    "(each rank's piece is several blocks of the global tensor)")
             op.localize(local_shape(g, lay, shape, coords), local_offset(g, lay, shape, coords))
+        if op in strided_slices:
+            op.localize(op.operand(0).tensor_type, strided_slices[op])   # part j of the local parts
         for res, lay in zip(op.results, layouts):
             res.type = local(res.type, lay)
         op.attributes.pop(SHARDING, None)

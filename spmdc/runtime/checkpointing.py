@@ -10,6 +10,11 @@ like their parameters, plus step counts and hyper-parameters), torch's generator
 ops draw on from where they stopped) and a small ``extra`` dict of the caller's (pickled). DCP
 maps saved shards onto the loading job's layout, so a checkpoint of fsdp on 4 ranks loads into
 megatron on 2; the values are bitwise what was saved.
+
+DCP describes each rank's shard as one box of the global tensor, which a strided shard
+(``SS(d, k)``: a piece of each of k parts) is not: those tensors travel through DCP in the
+plain ``S(d)`` layout (cut locally from the gathered value when saving; gathered and cut back
+to ``SS`` after loading).
 """
 
 from __future__ import annotations
@@ -29,6 +34,46 @@ def _state(cm: Any, optimizer: Any) -> tuple[dict[str, Any], Any]:
     return state, optim_sd
 
 
+def _strided_entries(tree: Any) -> list[tuple[Any, Any, Any]]:
+    """``(container, key, dtensor)`` for every DTensor laid out with a strided shard in ``tree``."""
+    from torch.distributed.tensor import DTensor
+
+    out = []
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    for k, v in items:
+        if isinstance(v, DTensor) and any(type(p).__name__ == "_StridedShard" for p in v.placements):
+            out.append((tree, k, v))
+        elif isinstance(v, (dict, list)):
+            out.extend(_strided_entries(v))
+    return out
+
+
+def _plain(dt: Any, full: Any = None) -> Any:
+    """A DTensor with ``dt``'s shape, every strided shard made a plain ``Shard`` of the same
+    dim, holding ``full`` (cut locally) or uninitialised."""
+    import torch
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    placements = [Shard(p.dim) if type(p).__name__ == "_StridedShard" else p for p in dt.placements]
+    if full is None:
+        full = torch.empty(dt.shape, dtype=dt.dtype, device=dt.to_local().device)
+    return distribute_tensor(full, dt.device_mesh, placements, src_data_rank=None)
+
+
+def _restore_strided(swapped: list[tuple[Any, Any, Any, Any]], cm: Any) -> None:
+    """Cut each loaded plain-layout value back into its strided DTensor (in place)."""
+    import torch.distributed as dist
+
+    from spmdc.runtime.executor import local_piece
+    from spmdc.sharding.mesh import to_placement
+
+    for container, key, orig, plain in swapped:
+        full = plain.full_tensor()
+        piece = local_piece(full, [to_placement(p) for p in orig.placements], cm.mesh, dist.get_rank())
+        orig.to_local().copy_(piece)
+        container[key] = orig
+
+
 def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None) -> None:
     """Write ``cm``'s (and ``optimizer``'s) state to the directory ``path``; every rank calls it."""
     import torch
@@ -39,6 +84,8 @@ def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None
             "cuda_rng": torch.cuda.get_rng_state() if cm.device.type == "cuda" else None,
             "plan": cm.plan_name, "mesh": str(cm.mesh)}
     state["spmdc"] = io.BytesIO(pickle.dumps(meta))
+    for container, key, dt in _strided_entries(state):
+        container[key] = _plain(dt, dt.full_tensor())
     dcp.save(state, checkpoint_id=path)
 
 
@@ -84,7 +131,12 @@ def load(cm: Any, path: str, optimizer: Any = None) -> dict[str, Any]:
     state, _ = _state(cm, optimizer)
     _check_keys(path, state)
     state["spmdc"] = io.BytesIO()
+    swapped = []
+    for container, key, dt in _strided_entries(state):
+        container[key] = _plain(dt)
+        swapped.append((container, key, dt, container[key]))
     dcp.load(state, checkpoint_id=path)
+    _restore_strided(swapped, cm)
     set_state_dict(cm, optimizer if optimizer is not None else [], model_state_dict=state["model"],
                    optim_state_dict=state.get("optim", {}))
     buf = state["spmdc"]

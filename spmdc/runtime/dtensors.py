@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spmdc.dialects.shard import Partial, Replicate, Shard
+from spmdc.dialects.shard import Partial, Replicate, Shard, StridedShard
 
 
 def dtensor_placements(layout: Sequence[Any]) -> tuple[Any, ...]:
@@ -17,6 +17,10 @@ def dtensor_placements(layout: Sequence[Any]) -> tuple[Any, ...]:
     for p in layout:
         if isinstance(p, Shard):
             out.append(TShard(p.dim))
+        elif isinstance(p, StridedShard):
+            from torch.distributed.tensor.placement_types import _StridedShard
+
+            out.append(_StridedShard(p.dim, split_factor=p.parts))
         elif isinstance(p, Partial):
             out.append(TPartial(p.op))
         elif isinstance(p, Replicate):

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from spmdc.compiler.program import Layout, RankProgram
-from spmdc.dialects.shard import Partial, Replicate, Shard, chunk_size
+from spmdc.dialects.shard import Partial, Replicate, Shard, StridedShard, chunk_size
 from spmdc.runtime.collectives import CountingComm
-from spmdc.sharding.mesh import Mesh, local_offset, local_shape
+from spmdc.sharding.mesh import Mesh, local_blocks, local_offset, local_shape
 from spmdc.sharding.planner import plan_redistribution
 
 EXECUTORS = ("codegen", "interpret")
@@ -34,6 +34,13 @@ def local_piece(full: Any, layout: Sequence[Any], mesh: Mesh, rank: int) -> Any:
     """This rank's piece of a single-device tensor (Partial: coordinate 0 of the axis holds it)."""
     coords = mesh_coords(mesh, rank)
     shape = tuple(full.shape)
+    blocks = local_blocks(shape, tuple(layout), mesh.shape, coords)
+    if blocks:   # SS(d, k): this rank's chunk of each part, then the other axes' plain shards
+        import torch
+
+        full = torch.cat([full.narrow(d, s, n) for d, s, n in blocks], dim=blocks[0][0])
+        layout = [Replicate() if isinstance(p, StridedShard) else p for p in layout]
+        shape = tuple(full.shape)
     off = local_offset(shape, tuple(layout), mesh.shape, coords)
     size = local_shape(shape, tuple(layout), mesh.shape, coords)
     t = full
@@ -56,6 +63,13 @@ def to_full(local: Any, global_shape: tuple[int, ...], layout: Sequence[Any], co
         axis = names[st.axes[0]]
         if st.kind == "all_reduce":
             cur = comm.all_reduce(cur, [names[a] for a in st.axes], st.op)
+        elif st.kind == "all_gather" and st.parts > 1:   # SS(d, k): gather each part
+            d, k = st.dim, st.parts
+            view = cur.reshape(*cur.shape[:d], k, cur.shape[d] // k, *cur.shape[d + 1:])
+            out_shape = list(view.shape)
+            out_shape[d + 1] = global_shape[d] // k
+            cur = comm.all_gather(view, axis, d + 1, tuple(out_shape))
+            cur = cur.reshape(*cur.shape[:d], global_shape[d], *cur.shape[d + 2:])
         elif st.kind == "all_gather":
             out_shape = list(cur.shape)
             out_shape[st.dim] = _size_before(global_shape, lay, st.axes[0], st.dim, comm)

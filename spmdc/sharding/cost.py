@@ -4,6 +4,7 @@
     all_reduce:                   6.6 + 2(n-1)·lat + 2B·(n-1)/n / bw
     all_to_all:                   6.6 + (n-1)·lat + B·(n-1)/n² / bw
     all_slice (R→S):              0
+    to or from SS(d, k):          as S(d), but SS <-> S moves through R (one all_gather)
 
 ``B`` is the size in GB of the tensor the collective produces or consumes whole
 (global bytes divided by the other axes' sharding). Latency/bandwidth default to
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
+from spmdc.dialects.shard import Partial, Placement, Replicate, shard_dim
 
 INF = float("inf")
 BASE_US = 6.6
@@ -49,16 +50,19 @@ def placement_change_cost(src: Placement, dst: Placement, nbytes: float, n: int,
         return 0.0
     if isinstance(dst, Partial):
         return INF  # R/S → P is never chosen by the planner
-    if isinstance(src, Shard) and isinstance(dst, Replicate):
+    sharded_src, sharded_dst = shard_dim(src) is not None, shard_dim(dst) is not None
+    if sharded_src and isinstance(dst, Replicate):
         return axis.all_gather(nbytes, n)
-    if isinstance(src, Replicate) and isinstance(dst, Shard):
+    if isinstance(src, Replicate) and sharded_dst:
         return 0.0
     if isinstance(src, Partial) and isinstance(dst, Replicate):
         return axis.all_reduce(nbytes, n)
-    if isinstance(src, Partial) and isinstance(dst, Shard):
+    if isinstance(src, Partial) and sharded_dst:
         return axis.reduce_scatter(nbytes, n)
-    if isinstance(src, Shard) and isinstance(dst, Shard):
-        return axis.all_to_all(nbytes, n)
+    if sharded_src and sharded_dst:
+        # S(i) -> S(j) is one all-to-all; to or from a strided shard the planner gathers and re-slices
+        strided = src.is_strided() or dst.is_strided()
+        return axis.all_gather(nbytes, n) if strided else axis.all_to_all(nbytes, n)
     return INF
 
 

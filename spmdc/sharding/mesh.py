@@ -18,9 +18,12 @@ from spmdc.dialects.shard import (
     Replicate,
     Shard,
     ShardingAttr,
+    StridedShard,
     chunk_offset,
     chunk_size,
     parse_placement,
+    strided,
+    strided_chunk_size,
 )
 from spmdc.dialects.shard.ops import MAX_MESH_DEVICES
 
@@ -119,7 +122,8 @@ class Mesh:
 
 
 def to_placement(p: Any) -> Placement:
-    """Accept spmdc placements, DTensor placements, or text (``"S(0)"``, ``"R"``, ``"P(sum)"``)."""
+    """Accept spmdc placements, DTensor placements (``_StridedShard(d, split_factor=k)`` is
+    ``SS(d, k)``), or text (``"S(0)"``, ``"SS(1, 3)"``, ``"R"``, ``"P(sum)"``)."""
     if isinstance(p, Placement):
         return p
     if isinstance(p, str):
@@ -127,12 +131,15 @@ def to_placement(p: Any) -> Placement:
     kind = type(p).__name__
     if kind == "Replicate":
         return Replicate()
-    if kind in ("Shard", "_StridedShard") and hasattr(p, "dim"):
+    if kind == "_StridedShard" and hasattr(p, "dim"):
+        return strided(int(p.dim), int(getattr(p, "split_factor", 1)))
+    if kind == "Shard" and hasattr(p, "dim"):
         return Shard(int(p.dim))
     if kind in ("Partial", "_Partial", "_NormPartial"):
         op = getattr(p, "reduce_op", "sum")
         return Partial({"sum": "sum", "avg": "avg", "max": "max", "min": "min"}.get(str(op).lower(), "sum"))
-    raise TypeError(f"not a placement: {p!r} (expected Replicate(), Shard(d), Partial(op) or text like 'S(0)')")
+    raise TypeError(f"not a placement: {p!r} (expected Replicate(), Shard(d), StridedShard(d, k), Partial(op) "
+                    "or text like 'S(0)')")
 
 
 def to_placements(ps: Any, mesh: Mesh) -> tuple[Placement, ...]:
@@ -145,7 +152,7 @@ def to_placements(ps: Any, mesh: Mesh) -> tuple[Placement, ...]:
             raise ValueError(f"unknown mesh axis '{unknown[0]}' (mesh axes: {', '.join(mesh.axis_names)})")
         return tuple(to_placement(ps.get(a, Replicate())) for a in mesh.axis_names)
     if isinstance(ps, str):
-        ps = [x for x in ps.replace("[", "").replace("]", "").split(",") if x.strip()]
+        ps = _split_placements(ps.replace("[", "").replace("]", ""))
     if not isinstance(ps, (list, tuple)):
         ps = [ps]
     out = tuple(to_placement(p) for p in ps)
@@ -155,19 +162,39 @@ def to_placements(ps: Any, mesh: Mesh) -> tuple[Placement, ...]:
     return out
 
 
+def _split_placements(text: str) -> list[str]:
+    """``"SS(1, 3), R"`` → ``["SS(1, 3)", "R"]``: commas inside parentheses stay."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [x for x in out if x.strip()]
+
+
 def local_shape(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh_shape: tuple[int, ...],
                 coords: tuple[int, ...]) -> tuple[int, ...]:
-    """This rank's piece: each ``S(d)`` chunks dim d like torch.chunk, axes in order."""
+    """This rank's piece: each ``S(d)`` chunks dim d like torch.chunk, axes in order; an
+    ``SS(d, k)`` holds its chunk of each of the k parts."""
     out = list(shape)
     for p, n, c in zip(placements, mesh_shape, coords):
         if isinstance(p, Shard):
             out[p.dim] = chunk_size(out[p.dim], n, c)
+        elif isinstance(p, StridedShard):
+            out[p.dim] = strided_chunk_size(out[p.dim], p.parts, n, c)
     return tuple(out)
 
 
 def local_offset(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh_shape: tuple[int, ...],
                  coords: tuple[int, ...]) -> tuple[int, ...]:
-    """Global index of this rank's piece's first element, per dim."""
+    """Global index of this rank's piece's first element, per dim (``S`` layouts: an ``SS``
+    piece is not one block; :func:`local_blocks` gives its parts)."""
+    if any(isinstance(p, StridedShard) for p in placements):
+        raise ValueError(f"a strided layout [{', '.join(map(str, placements))}] has no single offset")
     off = [0] * len(shape)
     size = list(shape)
     for p, n, c in zip(placements, mesh_shape, coords):
@@ -175,3 +202,17 @@ def local_offset(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh
             off[p.dim] += chunk_offset(size[p.dim], n, c)
             size[p.dim] = chunk_size(size[p.dim], n, c)
     return tuple(off)
+
+
+def local_blocks(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh_shape: tuple[int, ...],
+                 coords: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """Where this rank's piece comes from along its strided dim: ``[(dim, start, length), ...]``
+    in local order (one block per part of an ``SS(d, k)``), after the ``S`` placements;
+    ``[]`` when no axis is strided. The piece is ``cat([full.narrow(d, s, l) ...], d)``
+    narrowed further by the ``S`` placements (:func:`local_offset` of the others)."""
+    for p, n, c in zip(placements, mesh_shape, coords):
+        if isinstance(p, StridedShard):
+            part = shape[p.dim] // p.parts
+            off, size = chunk_offset(part, n, c), chunk_size(part, n, c)
+            return [(p.dim, j * part + off, size) for j in range(p.parts)]
+    return []

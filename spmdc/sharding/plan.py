@@ -17,11 +17,11 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
+from spmdc.dialects.shard import Partial, Placement, Replicate, Shard, StridedShard, shard_dim, strided_problem
 from spmdc.sharding.blocks import block_of
 from spmdc.sharding.mesh import Mesh, to_placements
 
@@ -230,11 +230,15 @@ def _fmt(lay: Layout) -> str:
 
 
 def _check_dims(what: str, shape: tuple[int, ...], lay: Layout, mesh: Mesh, kind: str) -> None:
+    who = what if what.startswith(('input', 'output')) else 'parameter ' + repr(what)
     for axis, p in zip(mesh.axis_names, lay):
-        if isinstance(p, Shard) and not 0 <= p.dim < len(shape):
-            raise PlanError(f"{what if what.startswith(('input', 'output')) else 'parameter ' + repr(what)}: "
-                            f"{kind} placement {p} on mesh axis '{axis}' is out of range for a "
+        d = shard_dim(p)
+        if d is not None and not 0 <= d < len(shape):
+            raise PlanError(f"{who}: {kind} placement {p} on mesh axis '{axis}' is out of range for a "
                             f"rank-{len(shape)} tensor of shape {list(shape)}")
+    why = strided_problem(tuple(lay), tuple(shape), mesh.axis_names)
+    if why:
+        raise PlanError(f"{who} of shape {list(shape)}: {kind} {why}")
 
 
 # -- presets ------------------------------------------------------------------------------------
@@ -243,6 +247,9 @@ COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "fc1", 
                    "query", "key", "value", "fc_in")
 ROW_PARALLEL = ("o_proj", "out_proj", "down_proj", "fc2", "c_proj", "w2", "fc_out", "proj")
 KV_PROJECTIONS = ("k_proj", "v_proj", "key", "value")
+# fused q|k|v projections (three equal parts along the output features): GPT-2's c_attn, a ViT's
+# packed qkv; nn.MultiheadAttention's in_proj_weight / in_proj_bias
+FUSED_QKV = ("c_attn", "qkv", "qkv_proj", "Wqkv", "in_proj")
 PRESETS = ("dp", "fsdp", "hsdp", "megatron", "sp", "fsdp+tp")
 
 
@@ -254,7 +261,8 @@ def _layer_of(fqn: str) -> tuple[str, str]:
 def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
            input_ranks: Sequence[int] = (), output_ranks: Sequence[int] = (), *,
            reshard_after_forward: bool | str | list[str] = "blocks",
-           kv_heads: Mapping[str, int] | None = None) -> Plan:
+           kv_heads: Mapping[str, int] | None = None, heads: Mapping[str, int] | None = None,
+           transposed: Collection[str] = ()) -> Plan:
     """A built-in plan for ``mesh`` (axes ``dp`` and/or ``tp``) over the given parameters.
 
     * ``dp``: parameters replicated on dp, batch (input dim 0) ``S(0)``: gradients all-reduced.
@@ -267,6 +275,12 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
       Grouped-query attention: ``kv_heads`` maps an attention module's path to its number of
       key/value heads; when tp does not divide it, sharding k/v would cut a head (the reshape
       to heads would then move data), so that module's k/v projections stay replicated.
+      Fused q|k|v projections (GPT-2's ``c_attn``, ``qkv``, ``qkv_proj``, ``Wqkv``,
+      ``in_proj_weight``) are sharded by heads within each of the three parts, ``SS(out, 3)``,
+      when their output splits in three equal parts and tp divides the module's ``heads``
+      (read from the model where known); otherwise they stay replicated. ``transposed`` names
+      the modules whose weight is ``[in, out]`` (HuggingFace ``Conv1D``): their column/row
+      dims swap.
     * ``sp``: megatron plus sequence-parallel activations at the boundaries (input/output ``S(0)``
       of the token dim for 2-D inputs, ``S(1)`` for ``[batch, seq, ...]``).
     * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh); a weight whose dim 0 is
@@ -288,20 +302,14 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
         storage: dict[str, Any] = {}
         compute: dict[str, Any] = {}
         if name in ("megatron", "sp", "fsdp+tp"):
-            layer, leaf = _layer_of(fqn)
-            owner = fqn.rsplit(".", 2)[0] if fqn.count(".") >= 2 else ""
-            n_kv = (kv_heads or {}).get(owner)
-            tp = mesh.shape[axes.index("tp")]
-            if layer in KV_PROJECTIONS and n_kv is not None and n_kv % tp:
-                pass   # fewer (or indivisible) key/value heads than ranks: replicated k/v
-            elif layer in COLUMN_PARALLEL and leaf in ("weight", "bias"):
-                storage["tp"] = compute["tp"] = Shard(0)
-            elif layer in ROW_PARALLEL and leaf == "weight" and len(shape) == 2:
-                storage["tp"] = compute["tp"] = Shard(1)
+            lay = _tensor_parallel(fqn, shape, mesh.shape[axes.index("tp")], kv_heads or {}, heads or {},
+                                   set(transposed))
+            if lay is not None:
+                storage["tp"] = compute["tp"] = lay
         if name in ("fsdp", "fsdp+tp", "hsdp") and shape:
             # dp shards dim 0, or dim 1 when tp already shards dim 0: a dim sharded by two
             # axes is chunked by dp first, so gathering dp alone would not be contiguous.
-            tp_dim = storage.get("tp").dim if isinstance(storage.get("tp"), Shard) else None
+            tp_dim = shard_dim(storage["tp"]) if "tp" in storage else None
             dp_dim = 0 if tp_dim != 0 else (1 if len(shape) > 1 else None)
             if dp_dim is not None:
                 storage["dp"] = Shard(dp_dim)
@@ -322,6 +330,35 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
     inputs = [boundary(r) for r in input_ranks]
     outputs = [boundary(r) for r in output_ranks]
     return Plan({_escape(k): v for k, v in specs.items()}, inputs, outputs, reshard_after_forward, name)
+
+
+def _tensor_parallel(fqn: str, shape: tuple[int, ...], tp: int, kv_heads: Mapping[str, int],
+                     heads: Mapping[str, int], transposed: set[str]) -> Placement | None:
+    """Megatron's tp placement of one parameter (None: replicated)."""
+    layer, leaf = _layer_of(fqn)
+    module = fqn.rsplit(".", 1)[0] if "." in fqn else ""
+    owner = module.rsplit(".", 1)[0] if "." in module else ""
+    is_t = module in transposed
+    if leaf in ("in_proj_weight", "in_proj_bias"):          # nn.MultiheadAttention: packed [3E, E]
+        layer, leaf, owner, is_t = "in_proj", leaf[len("in_proj_"):], module, False
+    if leaf not in ("weight", "bias") or not shape:
+        return None
+    out_dim = 0 if leaf == "bias" or not is_t else len(shape) - 1
+    if layer in FUSED_QKV:
+        n_heads = heads.get(owner)
+        if shape[out_dim] % 3 or (shape[out_dim] // 3) % tp or (n_heads is not None and n_heads % tp):
+            return None   # three equal parts, each split by whole heads, or replicated
+        if leaf == "weight" and len(shape) == 2 and shape[out_dim] != 3 * shape[1 - out_dim]:
+            return None   # q, k, v of unequal widths (grouped-query packed projections)
+        return StridedShard(out_dim, 3)
+    n_kv = kv_heads.get(owner)
+    if layer in KV_PROJECTIONS and n_kv is not None and n_kv % tp:
+        return None   # fewer (or indivisible) key/value heads than ranks: replicated k/v
+    if layer in COLUMN_PARALLEL:
+        return Shard(out_dim)
+    if layer in ROW_PARALLEL and leaf == "weight" and len(shape) == 2:
+        return Shard(0 if is_t else 1)
+    return None
 
 
 def _escape(fqn: str) -> str:

@@ -6,10 +6,15 @@ mesh axis (``all_reduce`` may take several axes at once):
     S(d) -> R      comm.all_gather        P -> R      comm.all_reduce
     R -> S(d)      comm.all_slice (free)  P -> S(d)   comm.reduce_scatter
     S(i) -> S(j)   comm.all_to_all
+    SS(d,k) -> R   comm.all_gather  (parts = k)    R -> SS(d,k)  comm.all_slice (parts = k)
+    P -> SS(d,k)   comm.reduce_scatter (parts = k)
 
 A dim sharded by several axes is chunked by the first, then the next, so only the
 last axis sharding a dim may gather or re-split it, and a new ``S(d)`` may only be
-added on an axis after every axis already sharding ``d``. Costs come from
+added on an axis after every axis already sharding ``d``. A strided dim is sharded by
+its axis alone, and a move to ``SS(d, k)`` is only tried for a ``k`` the target holds. A step
+with ``parts = k`` works on the dim seen as ``[k, size/k]`` (lower-redistribution makes that a
+reshape around the collective). Costs come from
 :mod:`spmdc.sharding.cost`; ties go to fewer steps, then to a fixed move order, so
 the plan is deterministic.
 
@@ -23,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
+from spmdc.dialects.shard import Partial, Placement, Replicate, Shard, StridedShard, shard_dim
 from spmdc.sharding.cost import AxisCost
 
 Layout = tuple[Placement, ...]
@@ -37,6 +42,7 @@ class Step:
     concat_dim: int = -1      # all_to_all only
     op: str = "sum"           # reduction kind
     after: Layout = ()        # layout once this step has run
+    parts: int = 1            # > 1: the dim is k equal parts, each gathered/sliced/scattered (SS)
 
 
 def _last_sharder(layout: Layout, dim: int) -> int:
@@ -47,33 +53,46 @@ def _last_sharder(layout: Layout, dim: int) -> int:
     return idx
 
 
-def _moves(layout: Layout, rank: int) -> list[tuple[Step, Layout]]:
+def _moves(layout: Layout, rank: int, targets: frozenset[StridedShard] = frozenset()) -> list[tuple[Step, Layout]]:
     out: list[tuple[Step, Layout]] = []
+    strided_dims = {p.dim for p in layout if isinstance(p, StridedShard)}
+    sharded_dims = {shard_dim(p) for p in layout} - {None}
 
     def with_(a: int, p: Placement, lay: Layout = layout) -> Layout:
         return lay[:a] + (p,) + lay[a + 1:]
 
+    def new_dims(a: int) -> list[int]:   # dims a new S(d) may take on axis a
+        return [d for d in range(rank) if d not in strided_dims and _last_sharder(layout, d) < a]
+
+    new_strided = [t for t in sorted(targets, key=str) if t.dim < rank and t.dim not in sharded_dims]
     for a, p in enumerate(layout):
         if isinstance(p, Shard):
             if _last_sharder(layout, p.dim) == a:
                 nl = with_(a, Replicate())
                 out.append((Step("all_gather", (a,), p.dim, after=nl), nl))
-                for d in range(rank):
-                    if d != p.dim and _last_sharder(layout, d) < a:
+                for d in new_dims(a):
+                    if d != p.dim:
                         nl = with_(a, Shard(d))
                         out.append((Step("all_to_all", (a,), p.dim, d, after=nl), nl))
+        elif isinstance(p, StridedShard):
+            nl = with_(a, Replicate())
+            out.append((Step("all_gather", (a,), p.dim, after=nl, parts=p.parts), nl))
         elif isinstance(p, Replicate):
-            for d in range(rank):
-                if _last_sharder(layout, d) < a:
-                    nl = with_(a, Shard(d))
-                    out.append((Step("all_slice", (a,), d, after=nl), nl))
+            for d in new_dims(a):
+                nl = with_(a, Shard(d))
+                out.append((Step("all_slice", (a,), d, after=nl), nl))
+            for t in new_strided:
+                nl = with_(a, t)
+                out.append((Step("all_slice", (a,), t.dim, after=nl, parts=t.parts), nl))
         elif isinstance(p, Partial):
             nl = with_(a, Replicate())
             out.append((Step("all_reduce", (a,), op=p.op, after=nl), nl))
-            for d in range(rank):
-                if _last_sharder(layout, d) < a:
-                    nl = with_(a, Shard(d))
-                    out.append((Step("reduce_scatter", (a,), d, op=p.op, after=nl), nl))
+            for d in new_dims(a):
+                nl = with_(a, Shard(d))
+                out.append((Step("reduce_scatter", (a,), d, op=p.op, after=nl), nl))
+            for t in new_strided:
+                nl = with_(a, t)
+                out.append((Step("reduce_scatter", (a,), t.dim, op=p.op, after=nl, parts=t.parts), nl))
     partial_axes = [a for a, p in enumerate(layout) if isinstance(p, Partial)]
     for k in range(2, len(partial_axes) + 1):
         for group in combinations(partial_axes, k):
@@ -91,7 +110,7 @@ def _step_cost(step: Step, layout: Layout, nbytes: float, mesh_shape: Sequence[i
     # bytes of the tensor as seen by one process group: divide by the other axes' sharding
     b = nbytes
     for k, p in enumerate(layout):
-        if k not in step.axes and isinstance(p, Shard):
+        if k not in step.axes and shard_dim(p) is not None:
             b /= mesh_shape[k]
     n = 1
     for a in step.axes:
@@ -116,6 +135,7 @@ def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh
     if src == dst:
         return []
     costs = costs or [AxisCost() for _ in mesh_shape]
+    targets = frozenset(p for p in dst if isinstance(p, StridedShard))
     counter = 0
     heap: list[tuple[float, int, int, Layout, list[Step]]] = [(0.0, 0, 0, src, [])]
     best: dict[Layout, tuple[float, int]] = {src: (0.0, 0)}
@@ -125,7 +145,7 @@ def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh
             return steps
         if best.get(lay, (float("inf"), 0)) < (cost, nsteps):
             continue
-        for step, nl in _moves(lay, rank):
+        for step, nl in _moves(lay, rank, targets):
             nc = cost + _step_cost(step, lay, nbytes, mesh_shape, costs)
             key = (nc, nsteps + 1)
             if key < best.get(nl, (float("inf"), 1 << 30)):

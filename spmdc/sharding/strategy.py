@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, Shard
+from spmdc.dialects.shard import Partial, Placement, Replicate, StridedShard, shard_dim, strided
 from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule
 from spmdc.ir.core import Operation
 from spmdc.ir.types import TensorType
@@ -39,32 +39,62 @@ class AxisStrategy:
     results: tuple[Placement, ...]
     label: str
     factor: int | None = None
+    parts: int = 1   # > 1: the factor is sharded strided (every dim mapped to it SS(dim, parts))
 
 
-def axis_strategies(rule: OpShardingRule, axis_size: int) -> list[AxisStrategy]:
+def strided_hints(rule: OpShardingRule, axis: int, layouts: Sequence[Layout | None],
+                  is_result: bool) -> set[tuple[int, int]]:
+    """``(factor, parts)`` for each ``SS(d, parts)`` the given layouts hold on ``axis`` on a dim
+    mapped (not viewed) to a factor: the op may run with that factor sharded strided."""
+    out = set()
+    groups = rule.results if is_result else rule.operands
+    for dims, lay in zip(groups, layouts):
+        p = lay[axis] if lay is not None and axis < len(lay) else None
+        if isinstance(p, StridedShard) and p.dim < len(dims) and dims[p.dim] is not None:
+            out.add((dims[p.dim], p.parts))
+    return out
+
+
+def axis_strategies(rule: OpShardingRule, axis_size: int,
+                    hints: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset(),
+                    small: bool = False) -> list[AxisStrategy]:
+    """The strategies of ``rule`` on one mesh axis of ``axis_size``: replicated, each factor
+    sharded (dims viewed strided get ``SS``), each hinted ``(factor, parts)`` sharded strided
+    (``SS`` wherever the factor appears), and the Partial pass-throughs. Factors smaller than
+    the axis (some ranks would hold nothing) are left out unless ``small``."""
     n_in, n_out = len(rule.operands), len(rule.results)
     R = Replicate()
     out = [AxisStrategy((R,) * n_in, (R,) * n_out, "replicate")]
     if axis_size == 1:
         return out
-    for f, size in enumerate(rule.factor_sizes):
-        if f in rule.blocked or size < axis_size or (f in rule.even_only and size % axis_size):
+    viewed = {f for _, _, _, f, _ in rule.views}
+    candidates = [(f, 1) for f in range(rule.num_factors)] + sorted(hints)
+    for f, parts in candidates:
+        size = rule.factor_sizes[f]
+        if parts > 1 and (f in viewed or size % parts):
+            continue
+        if f in rule.blocked or (size < axis_size * parts and not small) or \
+                (f in rule.even_only and size % (axis_size * parts)):
             continue
         kind = rule.reduction_kind(f)
         if kind == "avg" and size % axis_size:
             continue
-        ins = tuple(Shard(dims.index(f)) if f in dims
-                    else Partial(kind) if kind is not None and j in rule.reduce_partial_operands else R
+
+        def placement(dims: tuple[int | None, ...], is_result: bool, j: int) -> Placement | None:
+            if f in dims:
+                return strided(dims.index(f), parts)
+            view = rule.view_of(is_result, j, f)
+            return StridedShard(*view) if view is not None else None
+
+        ins = tuple(placement(dims, False, j)
+                    or (Partial(kind) if kind is not None and j in rule.reduce_partial_operands else R)
                     for j, dims in enumerate(rule.operands))
         outs = []
-        for dims in rule.results:
-            if f in dims:
-                outs.append(Shard(dims.index(f)))
-            elif kind is not None:
-                outs.append(Partial(kind))
-            else:
-                outs.append(R)
-        out.append(AxisStrategy(ins, tuple(outs), f"factor {f}", f))
+        for j, dims in enumerate(rule.results):
+            got = placement(dims, True, j)
+            outs.append(got if got is not None else Partial(kind) if kind is not None else R)
+        label = f"factor {f}" + (f" strided {parts}" if parts > 1 else "")
+        out.append(AxisStrategy(ins, tuple(outs), label, f, parts))
     for kind in sorted(rule.partial_results):
         out.append(AxisStrategy((R,) * n_in, (Partial(kind),) * n_out, f"partial {kind} result"))
     for kind in sorted(rule.partial_kinds):
@@ -86,7 +116,7 @@ def _bytes_on_axis(ty: object, layout: Layout | None, axis: int, mesh_shape: Seq
     b = float(ty.num_bytes)
     if layout is not None:
         for k, p in enumerate(layout):
-            if k != axis and isinstance(p, Shard):
+            if k != axis and shard_dim(p) is not None:
                 b /= mesh_shape[k]
     return b
 
@@ -133,16 +163,15 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
     split: dict[int, int] = {}  # factor -> product of the axis sizes sharding it so far
     unknown = [i for i, x in enumerate(operand_layouts) if x is None]
     unknown_r = [i for i, x in enumerate(result_layouts) if x is None]
+    exclusive: set[int] = set()   # factors that a strided layout reserves for one axis
     for a, n in enumerate(mesh_shape):
         best: tuple[float, int, int] | None = None
         best_s: AxisStrategy | None = None
         free: set[tuple] = set()
-        for idx, s in enumerate(axis_strategies(rule, n)):
-            if s.factor is not None and n > 1:
-                parts = split.get(s.factor, 1) * n
-                size = rule.factor_sizes[s.factor]
-                if parts > size or (s.factor in rule.even_only and size % parts):
-                    continue
+        hints = strided_hints(rule, a, operand_layouts, False) | strided_hints(rule, a, result_layouts, True)
+        for idx, s in enumerate(axis_strategies(rule, n, hints)):
+            if s.factor is not None and n > 1 and not _fits(rule, s, n, split, exclusive):
+                continue
             cost, changes = 0.0, 0
             for v, ty, have, want in zip(op.operands, in_types, operand_layouts, s.operands):
                 if have is None:
@@ -182,8 +211,7 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
         total += best[0]  # type: ignore[index]
         total_changes += best[1]  # type: ignore[index]
         ambiguous |= len(free) > 1
-        if best_s.factor is not None and n > 1:
-            split[best_s.factor] = split.get(best_s.factor, 1) * n
+        _record(rule, best_s, n, split, exclusive)
     operands = tuple(tuple(s.operands[i] for s in per_axis) for i in range(len(in_types)))
     results = tuple(tuple(s.results[i] for s in per_axis) for i in range(len(out_types)))
     return Choice(operands, results, total, total_changes, ambiguous)
@@ -194,20 +222,39 @@ def runs_locally(rule: OpShardingRule, mesh_shape: Sequence[int], operand_layout
     """Whether the op can compute exactly ``result_layouts`` from exactly ``operand_layouts``
     with no redistribution: on every mesh axis some strategy of ``rule`` takes and gives them."""
     split: dict[int, int] = {}
+    exclusive: set[int] = set()
     for a, n in enumerate(mesh_shape):
         match = None
-        for s in axis_strategies(rule, n):
-            if s.factor is not None and n > 1:
-                parts = split.get(s.factor, 1) * n
-                size = rule.factor_sizes[s.factor]
-                if parts > size or (s.factor in rule.even_only and size % parts):
-                    continue
+        hints = strided_hints(rule, a, operand_layouts, False) | strided_hints(rule, a, result_layouts, True)
+        for s in axis_strategies(rule, n, hints, small=True):
+            if s.factor is not None and n > 1 and not _fits(rule, s, n, split, exclusive, small=True):
+                continue
             if all(lay[a] == want for lay, want in zip(operand_layouts, s.operands)) and \
                     all(lay[a] == got for lay, got in zip(result_layouts, s.results)):
                 match = s
                 break
         if match is None:
             return False
-        if match.factor is not None and n > 1:
-            split[match.factor] = split.get(match.factor, 1) * n
+        _record(rule, match, n, split, exclusive)
     return True
+
+
+def _fits(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], exclusive: set[int],
+          small: bool = False) -> bool:
+    """Whether factor ``s.factor`` can be sharded over ``n`` more ranks after the axes before."""
+    f = s.factor
+    assert f is not None
+    if f in exclusive or (s.parts > 1 and f in split):
+        return False
+    parts = split.get(f, 1) * n
+    size = rule.factor_sizes[f]
+    return not ((parts * s.parts > size and not small) or (f in rule.even_only and size % parts))
+
+
+def _record(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], exclusive: set[int]) -> None:
+    if s.factor is None or n <= 1:
+        return
+    split[s.factor] = split.get(s.factor, 1) * n
+    if s.parts > 1:
+        exclusive.add(s.factor)
+    exclusive.update(rule.exclusive(s.factor))

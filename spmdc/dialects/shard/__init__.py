@@ -5,7 +5,7 @@
     %2 = shard.redistribute %1 {from = #shard<@mesh, [S(0), R]>,
                                 to = #shard<@mesh, [R, R]>} : tensor<8x16xf32>
 
-Modules: :mod:`.placements` (``R``/``S(d)``/``P(op)`` and ``#shard<...>``), :mod:`.ops`,
+Modules: :mod:`.placements` (``R``/``S(d)``/``SS(d, k)``/``P(op)`` and ``#shard<...>``), :mod:`.ops`,
 :mod:`.syntax` (custom textual forms), :mod:`.rules` (``OpShardingRule``, the factor rules
 ops declare). The dialect verifies ``shard.sharding`` wherever it appears (op results,
 function arguments and results) through the registry's attribute hooks.
@@ -27,11 +27,16 @@ from spmdc.dialects.shard.placements import (
     Replicate,
     Shard,
     ShardingAttr,
+    StridedShard,
     chunk_offset,
     chunk_size,
     chunk_sizes,
     distinct_chunk_sizes,
     parse_placement,
+    shard_dim,
+    strided,
+    strided_chunk_size,
+    strided_problem,
 )
 from spmdc.dialects.shard.syntax import SYNTAX
 from spmdc.ir.registry import Dialect
@@ -42,5 +47,6 @@ DIALECT = Dialect("shard", [MeshOp, AnnotateOp, RedistributeOp], syntax=SYNTAX,
                   verify_result_attribute=ops.verify_result_attribute)
 
 __all__ = ["DIALECT", "SHARDING_ATTR", "AnnotateOp", "MeshOp", "RedistributeOp", "check_sharding", "lookup_mesh",
-           "REDUCE_OPS", "Partial", "Placement", "Replicate", "Shard", "ShardingAttr", "chunk_offset", "chunk_size",
-           "chunk_sizes", "distinct_chunk_sizes", "parse_placement"]
+           "REDUCE_OPS", "Partial", "Placement", "Replicate", "Shard", "ShardingAttr", "StridedShard", "chunk_offset",
+           "chunk_size", "chunk_sizes", "distinct_chunk_sizes", "parse_placement", "shard_dim", "strided",
+           "strided_chunk_size", "strided_problem"]

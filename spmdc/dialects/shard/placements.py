@@ -5,10 +5,15 @@ One placement per mesh axis, in the mesh's axis order (PyTorch DTensor conventio
 * ``R`` — :class:`Replicate`: every rank of the axis holds the whole tensor;
 * ``S(d)`` — :class:`Shard`: tensor dim ``d`` is split over the axis like
   ``torch.chunk`` (earlier ranks get the larger pieces);
+* ``SS(d, k)`` — :class:`StridedShard` (DTensor's ``_StridedShard(d, split_factor=k)``):
+  dim ``d`` seen as ``k`` equal parts laid end to end (a fused ``q|k|v``), each part split
+  over the axis like ``S``; a rank holds its piece of every part, parts in order. A fused QKV
+  weight ``[32, 96]`` at ``[SS(1, 3)]`` on 4 ranks: rank 1 holds columns 8–15, 40–47, 72–79;
 * ``P(sum|avg|max|min)`` — :class:`Partial`: each rank holds a term of a pending
   reduction.
 
-Two ``S`` on the same tensor dim shard it by the first axis, then the second.
+Two ``S`` on the same tensor dim shard it by the first axis, then the second; a dim that an
+``SS`` shards is sharded by that axis alone.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ class Placement:
 
     def is_shard(self, dim: int | None = None) -> bool:
         return isinstance(self, Shard) and (dim is None or self.dim == dim)
+
+    def is_strided(self) -> bool:
+        return isinstance(self, StridedShard)
 
     def is_partial(self) -> bool:
         return isinstance(self, Partial)
@@ -55,6 +63,46 @@ class Shard(Placement):
 
 
 @dataclass(frozen=True)
+class StridedShard(Placement):
+    """``SS(dim, parts)``: ``dim`` is ``parts`` equal parts, each split over the axis like ``S``.
+
+    The local piece on coordinate ``c`` of an ``n``-rank axis is the concatenation, part by
+    part, of ``torch.chunk(part, n)[c]`` — so slicing part ``j`` out of it locally gives
+    ``S(dim)`` of part ``j``, and ``SS(d, 1)`` is ``S(d)`` (written ``S(d)``: see
+    :func:`strided`).
+    """
+
+    dim: int
+    parts: int
+
+    def __post_init__(self) -> None:
+        if self.parts < 2:
+            raise ValueError(f"a strided shard needs at least 2 parts, got SS({self.dim}, {self.parts}) "
+                             f"(one part is S({self.dim}))")
+
+    def __str__(self) -> str:
+        return f"SS({self.dim}, {self.parts})"
+
+    def __repr__(self) -> str:
+        return f"StridedShard({self.dim}, {self.parts})"
+
+
+def strided(dim: int, parts: int) -> Placement:
+    """``SS(dim, parts)``, or ``S(dim)`` when there is one part."""
+    return Shard(dim) if parts == 1 else StridedShard(dim, parts)
+
+
+def shard_dim(p: Placement) -> int | None:
+    """The tensor dim a ``S`` or ``SS`` placement splits; None for ``R`` and ``P``."""
+    return p.dim if isinstance(p, (Shard, StridedShard)) else None
+
+
+def strided_chunk_size(size: int, parts: int, n: int, index: int) -> int:
+    """Local size of a dim of ``size`` at ``SS(., parts)`` on coordinate ``index`` of ``n`` ranks."""
+    return parts * chunk_size(size // parts, n, index)
+
+
+@dataclass(frozen=True)
 class Partial(Placement):
     op: str = "sum"
 
@@ -70,15 +118,19 @@ class Partial(Placement):
 
 
 def parse_placement(text: str) -> Placement:
-    """Read ``R``, ``S(1)`` or ``P(sum)``; raises ValueError on anything else."""
+    """Read ``R``, ``S(1)``, ``SS(1, 3)`` or ``P(sum)``; raises ValueError on anything else."""
     t = text.strip()
     if t == "R":
         return Replicate()
     if t.startswith("S(") and t.endswith(")"):
         return Shard(int(t[2:-1]))
+    if t.startswith("SS(") and t.endswith(")"):
+        dim, _, parts = t[3:-1].partition(",")
+        if parts.strip():
+            return StridedShard(int(dim), int(parts))
     if t.startswith("P(") and t.endswith(")"):
         return Partial(t[2:-1].strip())
-    raise ValueError(f"invalid placement '{text}' (expected R, S(d) or P(sum|avg|max|min))")
+    raise ValueError(f"invalid placement '{text}' (expected R, S(d), SS(d, parts) or P(sum|avg|max|min))")
 
 
 def chunk_size(size: int, parts: int, index: int) -> int:
@@ -145,7 +197,24 @@ class ShardingAttr(Attribute):
             return (f"sharding {self} has {len(self.placements)} placements but mesh "
                     f"'@{self.mesh}' has {len(mesh_axes)} axes")
         for axis, p in zip(mesh_axes, self.placements):
-            if isinstance(p, Shard) and not 0 <= p.dim < ty.rank:
+            d = shard_dim(p)
+            if d is not None and not 0 <= d < ty.rank:
                 return (f"placement {p} on mesh axis '{axis}' is out of range for "
                         f"rank-{ty.rank} tensor {ty}")
-        return None
+        return strided_problem(self.placements, ty.shape, mesh_axes)
+
+
+def strided_problem(placements: tuple[Placement, ...], shape: tuple[int, ...],
+                    mesh_axes: tuple[str, ...]) -> str | None:
+    """Why the ``SS`` placements of a layout cannot lay out ``shape``; None if they can."""
+    for axis, p in zip(mesh_axes, placements):
+        if not isinstance(p, StridedShard) or not 0 <= p.dim < len(shape):
+            continue
+        if shape[p.dim] % p.parts:
+            return (f"placement {p} on mesh axis '{axis}': dim {p.dim} of size {shape[p.dim]} does not "
+                    f"split into {p.parts} equal parts")
+        others = [a for a, q in zip(mesh_axes, placements) if a != axis and shard_dim(q) == p.dim]
+        if others:
+            return (f"placement {p} on mesh axis '{axis}': dim {p.dim} is also sharded on mesh axis "
+                    f"'{others[0]}'; a strided dim is sharded by one axis only")
+    return None

@@ -15,6 +15,13 @@ Sharding a factor on a mesh axis shards every dim mapped to it; a sharded
 *reduction* factor leaves the result ``Partial``. Factors in ``blocked`` must stay
 replicated (softmax's dim, a reshape that cannot be split evenly, global offsets).
 
+A dim may also be a *strided view* of a factor (``views``): the dim is ``k`` equal parts laid
+end to end and the factor indexes within a part — a fused ``q|k|v`` dim sliced into three, the
+merged side of ``[b, t, 3*h*d] <-> [b, t, 3, h, d]``. Sharding that factor leaves the dim
+``SS(dim, k)`` (strided) where the dims mapped to the factor get ``S``::
+
+    tensor.slice [32:64] of dim 2   ([i, j, 3*k]) -> ([i, j, k])      k: SS(2, 3) <-> S(2)
+
 Partial linearity says which ops let ``P(...)`` operands through unreduced:
 
 * ``partial_all``: every operand ``P(sum)`` → result ``P(sum)`` (add, sub);
@@ -46,6 +53,31 @@ class OpShardingRule:
     partial_group: tuple[int, ...] = ()   # these operands P(sum) together (the rest R) -> P(sum)
     reduce_partial_operands: tuple[int, ...] = ()   # operands that must be P(kind) when a reduction factor is sharded
     partial_results: frozenset[str] = frozenset()    # P kinds the op can produce from nothing (zero constants)
+    # strided views: (is_result, value index, dim, factor, parts) — sharding ``factor`` makes
+    # that dim ``SS(dim, parts)``
+    views: tuple[tuple[bool, int, int, int, int], ...] = ()
+
+    def view_of(self, is_result: bool, index: int, factor: int) -> tuple[int, int] | None:
+        """``(dim, parts)`` where operand/result ``index`` sees ``factor`` strided; None if it does not."""
+        for r, i, d, f, k in self.views:
+            if r == is_result and i == index and f == factor:
+                return d, k
+        return None
+
+    def exclusive(self, factor: int) -> frozenset[int]:
+        """Factors that may not be sharded on a later mesh axis once ``factor`` is (a strided dim
+        is sharded by one axis only): after a viewed factor, itself and the factor of the viewing
+        dim; after the factor of a viewing dim, the viewed factor."""
+        out: set[int] = set()
+        for r, i, d, f, _ in self.views:
+            main = (self.results if r else self.operands)[i][d]
+            if factor == f:
+                out.add(f)
+                if main is not None:
+                    out.add(main)
+            elif factor == main:
+                out.add(f)
+        return frozenset(out)
 
     @property
     def num_factors(self) -> int:
@@ -154,6 +186,7 @@ def reshape_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
     dst_dims: list[int | None] = [None] * dst.rank
     blocked: set[int] = set()
     even: set[int] = set()
+    views: list[tuple[bool, int, int, int, int]] = []
     i = j = 0
     while i < src.rank or j < dst.rank:
         gi, gj = [i], [j]
@@ -191,9 +224,22 @@ def reshape_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
                 src_dims[k] = _ones(b, src.shape[k], blocked)
             for k in gj[1:]:
                 dst_dims[k] = _ones(b, dst.shape[k], blocked)
+            # [.., k*h*d, ..] <-> [.., k, h, d, ..]: the split side's second dim (h) may be
+            # sharded; the merged dim then holds k parts of h*d, each split: SS(dim, k).
+            if (len(gi) == 1) != (len(gj) == 1):
+                merged_is_src = len(gi) == 1
+                split, split_shape = (gj, dst.shape) if merged_is_src else (gi, src.shape)
+                outer, second = split_shape[split[0]], split[1]
+                if outer > 1 and split_shape[second] > 1:
+                    f = (dst_dims if merged_is_src else src_dims)[second]
+                    assert f is not None
+                    blocked.discard(f)
+                    if any(split_shape[k] != 1 for k in split[2:]):
+                        even.add(f)   # chunks of h*d are chunks of h only when n divides h
+                    views.append((not merged_is_src, 0, gi[0] if merged_is_src else gj[0], f, outer))
         i, j = gi[-1] + 1, gj[-1] + 1
     return b.build([src_dims], [dst_dims], blocked=frozenset(blocked), even_only=frozenset(even - blocked),
-                   partial_one=(0,))
+                   partial_one=(0,), views=tuple(views))
 
 
 def _ones(b: RuleBuilder, size: int, blocked: set[int]) -> int:

@@ -2,6 +2,7 @@
 
     shard.mesh @mesh = <["dp" = 2, "tp" = 4]>
     #shard<@mesh, [S(0), R, P(sum)]>
+    #shard<@mesh, [SS(1, 3), R]>
 
 The grammar fragment extends the core grammar (:mod:`spmdc.ir.parser`); the builders turn
 its trees into a :class:`MeshOp` and a :class:`ShardingAttr`.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spmdc.dialects.shard.ops import MeshOp
-from spmdc.dialects.shard.placements import Partial, Placement, Replicate, Shard, ShardingAttr
+from spmdc.dialects.shard.placements import Partial, Placement, Replicate, Shard, ShardingAttr, StridedShard
 from spmdc.ir.registry import DialectSyntax
 
 if TYPE_CHECKING:
@@ -30,12 +31,14 @@ mesh_axis: STRING "=" INT
 sharding_attr: SHARD_KW "<" SYMBOL "," "[" (placement ("," placement)*)? "]" ">"
 placement: PLACEMENT_R                 -> p_replicate
          | PLACEMENT_S "(" INT ")"     -> p_shard
+         | PLACEMENT_SS "(" INT "," INT ")" -> p_strided
          | PLACEMENT_P "(" OP_NAME ")" -> p_partial
 
 MESH_KW.3: /shard\.mesh(?![\w$.])/
 SHARD_KW.3: "#shard"
 PLACEMENT_R.3: /R(?![\w$.])/
 PLACEMENT_S.3: /S(?=\()/
+PLACEMENT_SS.3: /SS(?=\()/
 PLACEMENT_P.3: /P(?=\()/
 """
 
@@ -55,6 +58,11 @@ def _placement(parser: Parser, t: Tree) -> Placement:
         return Replicate()
     if t.data == "p_shard":
         return Shard(int(t.children[1]))
+    if t.data == "p_strided":
+        try:
+            return StridedShard(int(t.children[1]), int(t.children[2]))
+        except ValueError as e:
+            raise parser.error(t.children[2], str(e)) from None
     op_tok = t.children[1]
     try:
         return Partial(str(op_tok))

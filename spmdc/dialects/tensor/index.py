@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder, aligned_rule, dim_blocked_rule
@@ -84,6 +85,35 @@ class SliceOp(AlignedOp):
         dim, start, end, step = self.slice_attrs()
         idx = [":"] * dim + [f"{start}:{end}" + (f":{step}" if step != 1 else "")]
         return f"{ins[0]}[{', '.join(idx)}]"
+
+    def part(self) -> tuple[int, int] | None:
+        """``(j, k)`` when this slice is part ``j`` of ``k`` equal parts of its dim (a fused
+        q|k|v split); None otherwise."""
+        dim, start, end, step = self.slice_attrs()
+        size, length = self.operand(0).tensor_type.shape[dim], end - start
+        if step != 1 or length <= 0 or size % length or start % length or size == length:
+            return None
+        return start // length, size // length
+
+    def sharding_rule(self) -> OpShardingRule:
+        """Aligned, the sliced dim whole — except a slice of one of ``k`` equal parts, which may be
+        sharded: the operand then holds every part split (``SS(dim, k)``), the result ``S(dim)``."""
+        rule = super().sharding_rule()
+        part = self.part()
+        if part is None:
+            return rule
+        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
+        f = rule.results[0][dim]
+        assert f is not None
+        return replace(rule, blocked=rule.blocked - {f}, views=((False, 0, dim, f, part[1]),))
+
+    def localize(self, local_operand: TensorType, part: tuple[int, int]) -> None:
+        """On an ``SS(dim, k)`` operand, part ``j`` (of :meth:`part`, read on the global
+        types) is the ``j``-th of its k local parts."""
+        j, k = part
+        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
+        n = local_operand.shape[dim] // k
+        self.attributes["start"], self.attributes["end"] = IntegerAttr(j * n), IntegerAttr((j + 1) * n)
 
 
 class InsertSliceOp(AlignedOp):
@@ -168,8 +198,19 @@ class ConcatOp(TensorOp):
         return f"torch.cat([{', '.join(ins)}], dim={literal(self.attr_value('dim'))})"
 
     def sharding_rule(self) -> OpShardingRule:
-        return dim_blocked_rule([v.tensor_type for v in self.operands], [self.result.tensor_type],
-                                int(self.attr_value("dim")))  # type: ignore[arg-type]
+        """Elementwise off ``dim``, ``dim`` whole — except joining ``k`` equal parts, which may be
+        sharded: operands ``S(dim)`` give the result every part split, ``SS(dim, k)``."""
+        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
+        types = [v.tensor_type for v in self.operands]
+        rule = dim_blocked_rule(types, [self.result.tensor_type], dim)
+        k, length = len(types), types[0].shape[dim] if types else 0
+        if k < 2 or length == 0 or any(t.shape[dim] != length for t in types) or \
+                len(rule.operands) != k or any(len(o) != types[0].rank for o in rule.operands):
+            return rule
+        f = rule.num_factors
+        operands = tuple(tuple(f if i == dim else x for i, x in enumerate(o)) for o in rule.operands)
+        return replace(rule, operands=operands, factor_sizes=rule.factor_sizes + (length,),
+                       views=((True, 0, dim, f, k),))
 
 
 class PadOp(AlignedOp):

@@ -153,3 +153,17 @@ def test_training_options_are_checked_before_ranks_start(tmp_path):
         text = " ".join((res.stdout + res.stderr).split())
         assert res.returncode != 0 and message in text, text
         assert "Traceback" not in res.stderr and "rank 0 failed" not in text
+
+
+def test_strided_checkpoint_loads_into_another_layout(tmp_path):
+    """megatron stores HF GPT-2's fused c_attn SS(1, 3) (a piece of each of q, k, v): saved on 2
+    ranks and loaded into fsdp on 2, the resumed run matches one device (--check)."""
+    gpt2 = f"{MODELS / 'hf_tiny.py'}:gpt2"
+    common = ("--optimizer", "adamw", "--lr", "0.01", "--clip-grad-norm", "1", "--seed", "3", "--nproc", "2")
+    ck = tmp_path / "ck"
+    first = _run(gpt2, "--mesh", "tp=2", "--plan", "megatron", "--steps", "1", "--save", str(ck), *common,
+                 timeout=400)
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = _run(gpt2, "--mesh", "dp=2", "--plan", "fsdp", "--steps", "1", "--load", str(ck), "--check", *common,
+                  timeout=400)
+    assert second.returncode == 0 and "check passed" in second.stdout, second.stdout + second.stderr
