@@ -2,8 +2,8 @@
 
 Every value's global type becomes this rank's local type (``torch.chunk`` pieces,
 so uneven shards work): arguments, op results, collectives. ``shard.annotate`` ops
-vanish (identity on local values); a slice of one part of an ``SS(d, k)`` value takes that
-part of the local parts; ``tensor.random`` ops learn which piece of the global
+vanish (identity on local values); a slice of (or write into) one part of an ``SS(d, k)``
+value takes that part of the local parts; ``tensor.random`` ops learn which piece of the global
 tensor this rank draws (``global_shape``, ``offset``); ``shard.sharding`` attributes leave the ops (the
 function's argument/result attributes keep them: they say how the rank's pieces make
 the global values). The function gets ``spmdc.rank``. Run ``lower-redistribution``
@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, ShardingAttr, StridedShard
-from spmdc.dialects.tensor import ConstantOp, RandomOp, SliceOp
+from spmdc.dialects.tensor import ConstantOp, InsertSliceOp, RandomOp, SliceOp
 from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Rewriter
@@ -85,7 +85,7 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
             func.set_res_attr(i, SHARDING, ShardingAttr(mesh.sym_name, tuple(lay)))
     strided_slices = {}
     for op in func.body.ops:
-        if isinstance(op, SliceOp) and op.part() is not None:
+        if isinstance(op, (SliceOp, InsertSliceOp)) and op.part() is not None:
             src = layout_of(op.operand(0))
             if src is not None and any(isinstance(p, StridedShard) and p.dim == op.slice_attrs()[0] for p in src):
                 strided_slices[op] = op.part()

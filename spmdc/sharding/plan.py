@@ -248,8 +248,11 @@ COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "fc1", 
 ROW_PARALLEL = ("o_proj", "out_proj", "down_proj", "fc2", "c_proj", "w2", "fc_out", "proj")
 KV_PROJECTIONS = ("k_proj", "v_proj", "key", "value")
 # fused q|k|v projections (three equal parts along the output features): GPT-2's c_attn, a ViT's
-# packed qkv; nn.MultiheadAttention's in_proj_weight / in_proj_bias
-FUSED_QKV = ("c_attn", "qkv", "qkv_proj", "Wqkv", "in_proj")
+# packed qkv. nn.MultiheadAttention's in_proj_weight is not among them: its functional form folds
+# heads into the batch dim, which costs more moved as SS than gathering (2 all-gathers per layer).
+FUSED_QKV = ("c_attn", "qkv", "qkv_proj", "Wqkv")
+# fused gate|up projections (two equal parts, chunked in the MLP): Phi-3's gate_up_proj
+FUSED_GATE_UP = ("gate_up_proj",)
 PRESETS = ("dp", "fsdp", "hsdp", "megatron", "sp", "fsdp+tp")
 
 
@@ -275,9 +278,10 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
       Grouped-query attention: ``kv_heads`` maps an attention module's path to its number of
       key/value heads; when tp does not divide it, sharding k/v would cut a head (the reshape
       to heads would then move data), so that module's k/v projections stay replicated.
-      Fused q|k|v projections (GPT-2's ``c_attn``, ``qkv``, ``qkv_proj``, ``Wqkv``,
-      ``in_proj_weight``) are sharded by heads within each of the three parts, ``SS(out, 3)``,
+      Fused q|k|v projections (GPT-2's ``c_attn``, ``qkv``, ``qkv_proj``, ``Wqkv``) are
+      sharded by heads within each of the three parts, ``SS(out, 3)``,
       when their output splits in three equal parts and tp divides the module's ``heads``
+      (fused gate|up ``gate_up_proj``: ``SS(out, 2)``)
       (read from the model where known); otherwise they stay replicated. ``transposed`` names
       the modules whose weight is ``[in, out]`` (HuggingFace ``Conv1D``): their column/row
       dims swap.
@@ -339,8 +343,6 @@ def _tensor_parallel(fqn: str, shape: tuple[int, ...], tp: int, kv_heads: Mappin
     module = fqn.rsplit(".", 1)[0] if "." in fqn else ""
     owner = module.rsplit(".", 1)[0] if "." in module else ""
     is_t = module in transposed
-    if leaf in ("in_proj_weight", "in_proj_bias"):          # nn.MultiheadAttention: packed [3E, E]
-        layer, leaf, owner, is_t = "in_proj", leaf[len("in_proj_"):], module, False
     if leaf not in ("weight", "bias") or not shape:
         return None
     out_dim = 0 if leaf == "bias" or not is_t else len(shape) - 1
@@ -351,6 +353,8 @@ def _tensor_parallel(fqn: str, shape: tuple[int, ...], tp: int, kv_heads: Mappin
         if leaf == "weight" and len(shape) == 2 and shape[out_dim] != 3 * shape[1 - out_dim]:
             return None   # q, k, v of unequal widths (grouped-query packed projections)
         return StridedShard(out_dim, 3)
+    if layer in FUSED_GATE_UP:
+        return None if shape[out_dim] % (2 * tp) else StridedShard(out_dim, 2)
     n_kv = kv_heads.get(owner)
     if layer in KV_PROJECTIONS and n_kv is not None and n_kv % tp:
         return None   # fewer (or indivisible) key/value heads than ranks: replicated k/v

@@ -35,6 +35,7 @@ CONFIGS = {
     "olmo": lambda: T.OlmoConfig(**_common(num_key_value_heads=2, eos_token_id=0, pad_token_id=1)),
     "mistral": lambda: T.MistralConfig(**_common(num_key_value_heads=2)),
     "phi": lambda: T.PhiConfig(**_common()),
+    "phi3": lambda: T.Phi3Config(**_common(pad_token_id=0)),
     "gpt_neox": lambda: T.GPTNeoXConfig(**_common()),
     "opt": lambda: T.OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
                                max_position_embeddings=64, word_embed_proj_dim=32),

@@ -142,6 +142,35 @@ class InsertSliceOp(AlignedOp):
         dim, start, end, step = self.slice_attrs()
         return f"torch.slice_scatter({ins[0]}, {ins[1]}, {dim}, {start}, {end}, {step})"
 
+    def part(self) -> tuple[int, int] | None:
+        """``(j, k)`` when the slice written is part ``j`` of ``k`` equal parts of its dim (the
+        backward of a fused q|k|v split); None otherwise."""
+        dim, start, end, step = self.slice_attrs()
+        size, length = self.operand(0).tensor_type.shape[dim], end - start
+        if step != 1 or length <= 0 or size % length or start % length or size == length:
+            return None
+        return start // length, size // length
+
+    def sharding_rule(self) -> OpShardingRule:
+        """Aligned, the written dim whole — except writing one of ``k`` equal parts, which may be
+        sharded: destination and result ``SS(dim, k)``, the written part ``S(dim)``."""
+        rule = super().sharding_rule()
+        part = self.part()
+        if part is None:
+            return rule
+        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
+        f = rule.operands[1][dim]
+        assert f is not None
+        views = ((False, 0, dim, f, part[1]), (True, 0, dim, f, part[1]))
+        return replace(rule, blocked=rule.blocked - {f}, views=views)
+
+    def localize(self, local_operand: TensorType, part: tuple[int, int]) -> None:
+        """On an ``SS(dim, k)`` destination, part ``j`` is the ``j``-th of its k local parts."""
+        j, k = part
+        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
+        n = local_operand.shape[dim] // k
+        self.attributes["start"], self.attributes["end"] = IntegerAttr(j * n), IntegerAttr((j + 1) * n)
+
 
 class ReverseOp(AlignedOp):
     """Reverse the order of elements along ``dims`` (``torch.flip``).

@@ -57,3 +57,19 @@ func.func @partial_to_strided(%p: tensor<18xf32> {shard.sharding = #shard<@mesh,
     -> (tensor<18xf32> {shard.sharding = #shard<@mesh, [SS(0, 3)]>}) {
   func.return %p : tensor<18xf32>
 }
+
+// The backward of slicing part 1 out: writing it into part 1 of zeros keeps SS(1, 3), and on
+// rank 1 writes local columns 8-15 of 24.
+// PROP-LABEL: func.func @write_part
+// PROP: tensor.insert_slice %z, %g {dim = 1, end = 64, shard.sharding = [#shard<@mesh, [SS(1, 3)]>], start = 32
+// LOWER-LABEL: func.func @write_part
+// LOWER-NOT: comm.
+// LOWER: func.return
+// LOCAL-LABEL: func.func @write_part
+// LOCAL: tensor.insert_slice %{{.*}}, %g {dim = 1, end = 16, start = 8, step = 1} : (tensor<8x24xf32>, tensor<8x8xf32>) -> tensor<8x24xf32>
+func.func @write_part(%g: tensor<8x32xf32> {shard.sharding = #shard<@mesh, [S(1)]>})
+    -> (tensor<8x96xf32> {shard.sharding = #shard<@mesh, [SS(1, 3)]>}) {
+  %z = tensor.constant {value = dense<0.0> : tensor<8x96xf32>} : tensor<8x96xf32>
+  %0 = tensor.insert_slice %z, %g {dim = 1, end = 64, start = 32, step = 1} : (tensor<8x96xf32>, tensor<8x32xf32>) -> tensor<8x96xf32>
+  func.return %0 : tensor<8x96xf32>
+}

@@ -133,3 +133,21 @@ def test_packed_qkv_megatron_communicates_the_analytic_optimum():
     step = compile_step(model, (x,), mesh=Mesh({"tp": 4}), plan="megatron", train=True, loss_fn=loss,
                         loss_inputs=(y,))
     assert _counts(step) == Counter({"comm.all_reduce": 2 * 2 * 2})
+
+
+def test_phi3_fused_qkv_and_gate_up_communicate_the_analytic_optimum():
+    """Phi-3 packs q|k|v (qkv_proj, sliced; its backward writes the three parts with
+    slice_scatter) and gate|up (gate_up_proj, chunked in two): SS(0, 3) and SS(0, 2)."""
+    ids, labels = hf_tiny.batch()
+    model = hf_tiny.build("phi3")
+    step = compile_step(model, (), mesh=Mesh({"tp": 2}), plan="megatron", train=True,
+                        kwargs={"input_ids": ids, "labels": labels})
+    assert _counts(step) == Counter({"comm.all_reduce": 2 * 2 * 2})
+
+
+def test_packed_projection_of_unequal_parts_stays_replicated():
+    # grouped-query qkv_proj: 4 query heads and 2 key/value heads of 8 -> [32 + 16 + 16, 32]
+    params = {"l.0.attn.qkv_proj.weight": (64, 32), "l.0.mlp.gate_up_proj.weight": (128, 32)}
+    r = preset("megatron", Mesh({"tp": 2}), params).resolve_params(Mesh({"tp": 2}), params)
+    assert r["l.0.attn.qkv_proj.weight"].storage == (Replicate(),)
+    assert r["l.0.mlp.gate_up_proj.weight"].storage == (StridedShard(0, 2),)
