@@ -169,7 +169,8 @@ def bucket_function(func: FuncOp, max_bytes: int, mode: str = "blocks") -> int:
     casts = {op.result: op.operand(0) for op in entry.ops if op.name == "tensor.cast" and op.operand(0) in params}
     shards = params | set(casts)
     for op in entry.ops:
-        if isinstance(op, AllGatherOp) and op.operand(0) in shards and "shard.sharding" not in op.attributes:
+        if isinstance(op, AllGatherOp) and op.operand(0) in shards and "shard.sharding" not in op.attributes \
+                and "sizes" not in op.attributes:   # ragged pieces (explicit sizes) are gathered alone
             user = min((u.owner for u in op.result.uses), key=entry.index_of, default=op)
             where = user.location.name if isinstance(user.location, NameLoc) else ""
             # the model block of the first use; without a location, the first user itself
@@ -283,7 +284,8 @@ def _bucket_reductions(entry: Any, kind: type, bucket_cls: type, grads: dict[int
     each right after its last operand is computed (when every member's users come later)."""
     members = []
     for op in entry.ops:
-        if isinstance(op, kind) and id(op.result) in grads and "shard.sharding" not in op.attributes:
+        if isinstance(op, kind) and id(op.result) in grads and "shard.sharding" not in op.attributes \
+                and "sizes" not in op.attributes:
             axes = op.attr_value("axis") if kind is ReduceScatterOp else op.axes
             fqn = grads[id(op.result)]
             key = (op.attributes["mesh"], axes, op.attr_value("op"), op.operand(0).tensor_type.element_type,

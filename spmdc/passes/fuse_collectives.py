@@ -38,7 +38,7 @@ from spmdc.passes.pass_base import ModulePass
 def _single_use_all_reduce(v, user: Operation, kind: type = AllReduceOp) -> Operation | None:
     op = v.defining_op()
     if isinstance(op, kind) and op.attr_value("op") == "sum" and len(v.uses) == 1 \
-            and "shard.sharding" not in op.attributes:
+            and "shard.sharding" not in op.attributes and "sizes" not in op.attributes:
         return op
     return None
 
@@ -150,10 +150,12 @@ class AllReduceSliceToReduceScatter(RewritePattern):
         if not isinstance(ar, AllReduceOp) or len(ar.result.uses) != 1 or list(ar.axes) != [op.attr_value("axis")] \
                 or ar.attr_value("mesh") != op.attr_value("mesh"):
             return False
-        rs = Builder.before(op).create(
-            ReduceScatterOp, [ar.operand(0)],
-            {"mesh": op.attributes["mesh"], "axis": op.attributes["axis"], "dim": op.attributes["dim"],
-             "op": ar.attributes["op"]}, result_types=[op.result.type], location=op.location)
+        attrs = {"mesh": op.attributes["mesh"], "axis": op.attributes["axis"], "dim": op.attributes["dim"],
+                 "op": ar.attributes["op"]}
+        if "sizes" in op.attributes:   # a ragged slice scatters the same sizes
+            attrs["sizes"] = op.attributes["sizes"]
+        rs = Builder.before(op).create(ReduceScatterOp, [ar.operand(0)], attrs, result_types=[op.result.type],
+                                       location=op.location)
         rewriter.replace_op(op, rs.results)
         rewriter.erase_op(ar)
         return True

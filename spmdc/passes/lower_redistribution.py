@@ -73,6 +73,8 @@ def lower_one(op: RedistributeOp, rewriter: Rewriter) -> None:
                 attrs["concat_dim"] = step.dim
             else:
                 attrs["dim"] = step.dim
+            if step.sizes:
+                attrs["sizes"] = list(step.sizes)
             if step.kind == "reduce_scatter":
                 attrs["op"] = step.op
         new = b.create(_OPS[step.kind], [cur], attrs, result_types=[ty], location=op.location)

@@ -180,17 +180,21 @@ class Collectives:
             return y / n if op == "avg" else y
         return Pending([work], finish)
 
-    def all_slice(self, x: torch.Tensor, axis: str, dim: int) -> torch.Tensor:
-        sizes = chunk_sizes(x.shape[dim], self.size(axis))
+    def all_slice(self, x: torch.Tensor, axis: str, dim: int, sizes: list[int] | None = None) -> torch.Tensor:
+        sizes = sizes if sizes is not None else chunk_sizes(x.shape[dim], self.size(axis))
         i = self.coord(axis)
         return x.narrow(dim, sum(sizes[:i]), sizes[i]).contiguous()
 
-    def all_gather(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...]) -> torch.Tensor:
-        return self.all_gather_start(x, axis, dim, out_shape).wait()
+    def all_gather(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...],
+                   sizes: list[int] | None = None) -> torch.Tensor:
+        return self.all_gather_start(x, axis, dim, out_shape, sizes).wait()
 
-    def all_gather_start(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...]) -> Pending:
+    def all_gather_start(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...],
+                         sizes: list[int] | None = None) -> Pending:
+        """Gather every rank's piece along ``dim`` (torch.chunk pieces, or the explicit ``sizes``
+        of a ragged shard), each padded to the largest for one ``all_gather_into_tensor``."""
         n = self.size(axis)
-        sizes = chunk_sizes(out_shape[dim], n)
+        sizes = sizes if sizes is not None else chunk_sizes(out_shape[dim], n)
         pad = max(sizes)
         xt = x.movedim(dim, 0)
         if xt.shape[0] < pad:
@@ -204,12 +208,14 @@ class Collectives:
             return torch.cat(pieces).movedim(0, dim).contiguous()
         return Pending([work, xt], finish)
 
-    def reduce_scatter(self, x: torch.Tensor, axis: str, dim: int, op: str) -> torch.Tensor:
-        return self.reduce_scatter_start(x, axis, dim, op).wait()
+    def reduce_scatter(self, x: torch.Tensor, axis: str, dim: int, op: str,
+                       sizes: list[int] | None = None) -> torch.Tensor:
+        return self.reduce_scatter_start(x, axis, dim, op, sizes).wait()
 
-    def reduce_scatter_start(self, x: torch.Tensor, axis: str, dim: int, op: str) -> Pending:
+    def reduce_scatter_start(self, x: torch.Tensor, axis: str, dim: int, op: str,
+                             sizes: list[int] | None = None) -> Pending:
         n = self.size(axis)
-        sizes = chunk_sizes(x.shape[dim], n)
+        sizes = sizes if sizes is not None else chunk_sizes(x.shape[dim], n)
         pad = max(sizes)
         xt = x.movedim(dim, 0)
         pieces = []
@@ -283,10 +289,10 @@ class CountingComm:
             return target
         kind = "comm." + name.removesuffix("_start")   # a started collective counts as its kind
 
-        def call(x: Any, *args: Any) -> Any:
+        def call(x: Any, *args: Any, **kwargs: Any) -> Any:
             xs = x if isinstance(x, list) else [x]  # bucketed collectives take a list
             stats.add(kind, sum(t.numel() * t.element_size() for t in xs))
             if stats.order is not None:
                 stats.order.append("comm." + name)
-            return target(x, *args)
+            return target(x, *args, **kwargs)
         return call

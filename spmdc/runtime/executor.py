@@ -73,7 +73,7 @@ def to_full(local: Any, global_shape: tuple[int, ...], layout: Sequence[Any], co
         elif st.kind == "all_gather":
             out_shape = list(cur.shape)
             out_shape[st.dim] = _size_before(global_shape, lay, st.axes[0], st.dim, comm)
-            cur = comm.all_gather(cur, axis, st.dim, tuple(out_shape))
+            cur = comm.all_gather(cur, axis, st.dim, tuple(out_shape), list(st.sizes) if st.sizes else None)
         else:
             raise RuntimeError(f"unexpected step {st.kind} while gathering a result")
         lay = list(st.after)

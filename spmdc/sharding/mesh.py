@@ -15,6 +15,7 @@ from typing import Any
 from spmdc.dialects.shard import (
     Partial,
     Placement,
+    RaggedShard,
     Replicate,
     Shard,
     ShardingAttr,
@@ -152,7 +153,8 @@ def to_placements(ps: Any, mesh: Mesh) -> tuple[Placement, ...]:
             raise ValueError(f"unknown mesh axis '{unknown[0]}' (mesh axes: {', '.join(mesh.axis_names)})")
         return tuple(to_placement(ps.get(a, Replicate())) for a in mesh.axis_names)
     if isinstance(ps, str):
-        ps = _split_placements(ps.replace("[", "").replace("]", ""))
+        t = ps.strip()
+        ps = _split_placements(t[1:-1] if t.startswith("[") and t.endswith("]") else t)
     if not isinstance(ps, (list, tuple)):
         ps = [ps]
     out = tuple(to_placement(p) for p in ps)
@@ -166,7 +168,7 @@ def _split_placements(text: str) -> list[str]:
     """``"SS(1, 3), R"`` → ``["SS(1, 3)", "R"]``: commas inside parentheses stay."""
     out, depth, cur = [], 0, ""
     for ch in text:
-        depth += (ch == "(") - (ch == ")")
+        depth += (ch in "([") - (ch in ")]")
         if ch == "," and depth == 0:
             out.append(cur)
             cur = ""
@@ -179,13 +181,15 @@ def _split_placements(text: str) -> list[str]:
 def local_shape(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh_shape: tuple[int, ...],
                 coords: tuple[int, ...]) -> tuple[int, ...]:
     """This rank's piece: each ``S(d)`` chunks dim d like torch.chunk, axes in order; an
-    ``SS(d, k)`` holds its chunk of each of the k parts."""
+    ``SS(d, k)`` holds its chunk of each of the k parts, an ``RS(d, units)`` its units."""
     out = list(shape)
     for p, n, c in zip(placements, mesh_shape, coords):
         if isinstance(p, Shard):
             out[p.dim] = chunk_size(out[p.dim], n, c)
         elif isinstance(p, StridedShard):
             out[p.dim] = strided_chunk_size(out[p.dim], p.parts, n, c)
+        elif isinstance(p, RaggedShard):
+            out[p.dim] = p.units[c]
     return tuple(out)
 
 
@@ -201,6 +205,9 @@ def local_offset(shape: tuple[int, ...], placements: tuple[Placement, ...], mesh
         if isinstance(p, Shard):
             off[p.dim] += chunk_offset(size[p.dim], n, c)
             size[p.dim] = chunk_size(size[p.dim], n, c)
+        elif isinstance(p, RaggedShard):
+            off[p.dim] += p.offset(c)
+            size[p.dim] = p.units[c]
     return tuple(off)
 
 

@@ -21,7 +21,16 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, Shard, StridedShard, shard_dim, strided_problem
+from spmdc.dialects.shard import (
+    Partial,
+    Placement,
+    RaggedShard,
+    Replicate,
+    Shard,
+    StridedShard,
+    shard_dim,
+    strided_problem,
+)
 from spmdc.sharding.blocks import block_of
 from spmdc.sharding.mesh import Mesh, to_placements
 
@@ -174,6 +183,10 @@ class Plan:
                     raise PlanError(f"parameter '{hits[0]}' (plan pattern '{pattern}'): {what} layout {_fmt(lay)} "
                                     "is Partial, which is not a layout a parameter can have: a parameter is held "
                                     "whole (R) or in pieces (S(d)); Partial values only arise inside a program")
+                if any(isinstance(p, RaggedShard) for p in lay):
+                    raise PlanError(f"parameter '{hits[0]}' (plan pattern '{pattern}'): {what} layout {_fmt(lay)} is "
+                                    "a ragged shard, which parameters cannot have yet: the runtime holds parameters "
+                                    "as DTensors, which have no ragged placement (inputs and outputs may be RS)")
             for fqn in hits:
                 shape = params[fqn]
                 for what, lay in (("storage", storage), ("compute", compute)):
@@ -236,7 +249,7 @@ def _check_dims(what: str, shape: tuple[int, ...], lay: Layout, mesh: Mesh, kind
         if d is not None and not 0 <= d < len(shape):
             raise PlanError(f"{who}: {kind} placement {p} on mesh axis '{axis}' is out of range for a "
                             f"rank-{len(shape)} tensor of shape {list(shape)}")
-    why = strided_problem(tuple(lay), tuple(shape), mesh.axis_names)
+    why = strided_problem(tuple(lay), tuple(shape), mesh.axis_names, mesh.shape)
     if why:
         raise PlanError(f"{who} of shape {list(shape)}: {kind} {why}")
 

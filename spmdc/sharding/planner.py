@@ -8,6 +8,8 @@ mesh axis (``all_reduce`` may take several axes at once):
     S(i) -> S(j)   comm.all_to_all
     SS(d,k) -> R   comm.all_gather  (parts = k)    R -> SS(d,k)  comm.all_slice (parts = k)
     P -> SS(d,k)   comm.reduce_scatter (parts = k)
+    RS(d,u) -> R   comm.all_gather {sizes = u}     R -> RS(d,u)  comm.all_slice {sizes = u}
+    P -> RS(d,u)   comm.reduce_scatter {sizes = u}
 
 A dim sharded by several axes is chunked by the first, then the next, so only the
 last axis sharding a dim may gather or re-split it, and a new ``S(d)`` may only be
@@ -28,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, Shard, StridedShard, shard_dim
+from spmdc.dialects.shard import Partial, Placement, RaggedShard, Replicate, Shard, StridedShard, shard_dim
 from spmdc.sharding.cost import AxisCost
 
 Layout = tuple[Placement, ...]
@@ -43,6 +45,7 @@ class Step:
     op: str = "sum"           # reduction kind
     after: Layout = ()        # layout once this step has run
     parts: int = 1            # > 1: the dim is k equal parts, each gathered/sliced/scattered (SS)
+    sizes: tuple[int, ...] = ()   # explicit per-rank sizes along dim (RS); () = torch.chunk's
 
 
 def _last_sharder(layout: Layout, dim: int) -> int:
@@ -53,9 +56,10 @@ def _last_sharder(layout: Layout, dim: int) -> int:
     return idx
 
 
-def _moves(layout: Layout, rank: int, targets: frozenset[StridedShard] = frozenset()) -> list[tuple[Step, Layout]]:
+def _moves(layout: Layout, rank: int,
+           targets: frozenset[tuple[int, Placement]] = frozenset()) -> list[tuple[Step, Layout]]:
     out: list[tuple[Step, Layout]] = []
-    strided_dims = {p.dim for p in layout if isinstance(p, StridedShard)}
+    strided_dims = {p.dim for p in layout if isinstance(p, (StridedShard, RaggedShard))}
     sharded_dims = {shard_dim(p) for p in layout} - {None}
 
     def with_(a: int, p: Placement, lay: Layout = layout) -> Layout:
@@ -64,7 +68,9 @@ def _moves(layout: Layout, rank: int, targets: frozenset[StridedShard] = frozens
     def new_dims(a: int) -> list[int]:   # dims a new S(d) may take on axis a
         return [d for d in range(rank) if d not in strided_dims and _last_sharder(layout, d) < a]
 
-    new_strided = [t for t in sorted(targets, key=str) if t.dim < rank and t.dim not in sharded_dims]
+    # SS/RS placements the target holds (an RS only on its own axis: its units are per rank there)
+    new_strided = sorted({(None if isinstance(t, StridedShard) else ax, t) for ax, t in targets
+                          if t.dim < rank and t.dim not in sharded_dims}, key=str)  # type: ignore[attr-defined]
     for a, p in enumerate(layout):
         if isinstance(p, Shard):
             if _last_sharder(layout, p.dim) == a:
@@ -77,22 +83,27 @@ def _moves(layout: Layout, rank: int, targets: frozenset[StridedShard] = frozens
         elif isinstance(p, StridedShard):
             nl = with_(a, Replicate())
             out.append((Step("all_gather", (a,), p.dim, after=nl, parts=p.parts), nl))
+        elif isinstance(p, RaggedShard):
+            nl = with_(a, Replicate())
+            out.append((Step("all_gather", (a,), p.dim, after=nl, sizes=p.units), nl))
         elif isinstance(p, Replicate):
             for d in new_dims(a):
                 nl = with_(a, Shard(d))
                 out.append((Step("all_slice", (a,), d, after=nl), nl))
-            for t in new_strided:
-                nl = with_(a, t)
-                out.append((Step("all_slice", (a,), t.dim, after=nl, parts=t.parts), nl))
+            for ax, t in new_strided:
+                if ax in (None, a):
+                    nl = with_(a, t)
+                    out.append((Step("all_slice", (a,), t.dim, after=nl, **_extent(t)), nl))
         elif isinstance(p, Partial):
             nl = with_(a, Replicate())
             out.append((Step("all_reduce", (a,), op=p.op, after=nl), nl))
             for d in new_dims(a):
                 nl = with_(a, Shard(d))
                 out.append((Step("reduce_scatter", (a,), d, op=p.op, after=nl), nl))
-            for t in new_strided:
-                nl = with_(a, t)
-                out.append((Step("reduce_scatter", (a,), t.dim, op=p.op, after=nl, parts=t.parts), nl))
+            for ax, t in new_strided:
+                if ax in (None, a):
+                    nl = with_(a, t)
+                    out.append((Step("reduce_scatter", (a,), t.dim, op=p.op, after=nl, **_extent(t)), nl))
     partial_axes = [a for a, p in enumerate(layout) if isinstance(p, Partial)]
     for k in range(2, len(partial_axes) + 1):
         for group in combinations(partial_axes, k):
@@ -103,6 +114,10 @@ def _moves(layout: Layout, rank: int, targets: frozenset[StridedShard] = frozens
                     nl = with_(a, Replicate(), nl)
                 out.append((Step("all_reduce", tuple(group), op=kinds.pop(), after=nl), nl))
     return out
+
+
+def _extent(p: Placement) -> dict:
+    return {"parts": p.parts} if isinstance(p, StridedShard) else {"sizes": p.units}  # type: ignore[attr-defined]
 
 
 def _step_cost(step: Step, layout: Layout, nbytes: float, mesh_shape: Sequence[int],
@@ -135,7 +150,7 @@ def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh
     if src == dst:
         return []
     costs = costs or [AxisCost() for _ in mesh_shape]
-    targets = frozenset(p for p in dst if isinstance(p, StridedShard))
+    targets = frozenset((a, p) for a, p in enumerate(dst) if isinstance(p, (StridedShard, RaggedShard)))
     counter = 0
     heap: list[tuple[float, int, int, Layout, list[Step]]] = [(0.0, 0, 0, src, [])]
     best: dict[Layout, tuple[float, int]] = {src: (0.0, 0)}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from spmdc.dialects.shard import Partial, Placement, Replicate, StridedShard, shard_dim, strided
+from spmdc.dialects.shard import Partial, Placement, RaggedShard, Replicate, StridedShard, shard_dim, strided
 from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule
 from spmdc.ir.core import Operation
 from spmdc.ir.types import TensorType
@@ -40,23 +40,26 @@ class AxisStrategy:
     label: str
     factor: int | None = None
     parts: int = 1   # > 1: the factor is sharded strided (every dim mapped to it SS(dim, parts))
+    units: tuple[int, ...] = ()   # the factor is sharded ragged (every dim mapped to it RS(dim, units))
+
+
+Hint = tuple[int, Placement]   # (factor, the SS / RS placement some value holds on a dim of it)
 
 
 def strided_hints(rule: OpShardingRule, axis: int, layouts: Sequence[Layout | None],
-                  is_result: bool) -> set[tuple[int, int]]:
-    """``(factor, parts)`` for each ``SS(d, parts)`` the given layouts hold on ``axis`` on a dim
-    mapped (not viewed) to a factor: the op may run with that factor sharded strided."""
+                  is_result: bool) -> set[Hint]:
+    """``(factor, placement)`` for each ``SS``/``RS`` the given layouts hold on ``axis`` on a
+    dim mapped (not viewed) to a factor: the op may run with that factor sharded that way."""
     out = set()
     groups = rule.results if is_result else rule.operands
     for dims, lay in zip(groups, layouts):
         p = lay[axis] if lay is not None and axis < len(lay) else None
-        if isinstance(p, StridedShard) and p.dim < len(dims) and dims[p.dim] is not None:
-            out.add((dims[p.dim], p.parts))
+        if isinstance(p, (StridedShard, RaggedShard)) and p.dim < len(dims) and dims[p.dim] is not None:
+            out.add((dims[p.dim], p))
     return out
 
 
-def axis_strategies(rule: OpShardingRule, axis_size: int,
-                    hints: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset(),
+def axis_strategies(rule: OpShardingRule, axis_size: int, hints: set[Hint] | frozenset[Hint] = frozenset(),
                     small: bool = False) -> list[AxisStrategy]:
     """The strategies of ``rule`` on one mesh axis of ``axis_size``: replicated, each factor
     sharded (dims viewed strided get ``SS``), each hinted ``(factor, parts)`` sharded strided
@@ -68,12 +71,19 @@ def axis_strategies(rule: OpShardingRule, axis_size: int,
     if axis_size == 1:
         return out
     viewed = {f for _, _, _, f, _ in rule.views}
-    candidates = [(f, 1) for f in range(rule.num_factors)] + sorted(hints)
-    for f, parts in candidates:
+    candidates: list[tuple[int, Placement | None]] = [(f, None) for f in range(rule.num_factors)]
+    candidates += sorted(hints, key=lambda h: (h[0], str(h[1])))
+    for f, how in candidates:
         size = rule.factor_sizes[f]
-        if parts > 1 and (f in viewed or size % parts):
+        parts = how.parts if isinstance(how, StridedShard) else 1
+        units = how.units if isinstance(how, RaggedShard) else ()
+        if how is not None and f in viewed:
             continue
-        if f in rule.blocked or (size < axis_size * parts and not small) or \
+        if parts > 1 and size % parts:
+            continue
+        if units and (len(units) != axis_size or sum(units) != size or f in rule.even_only):
+            continue
+        if f in rule.blocked or (size < axis_size * parts and not small and not units) or \
                 (f in rule.even_only and size % (axis_size * parts)):
             continue
         kind = rule.reduction_kind(f)
@@ -82,7 +92,7 @@ def axis_strategies(rule: OpShardingRule, axis_size: int,
 
         def placement(dims: tuple[int | None, ...], is_result: bool, j: int) -> Placement | None:
             if f in dims:
-                return strided(dims.index(f), parts)
+                return RaggedShard(dims.index(f), units) if units else strided(dims.index(f), parts)
             view = rule.view_of(is_result, j, f)
             return StridedShard(*view) if view is not None else None
 
@@ -93,8 +103,8 @@ def axis_strategies(rule: OpShardingRule, axis_size: int,
         for j, dims in enumerate(rule.results):
             got = placement(dims, True, j)
             outs.append(got if got is not None else Partial(kind) if kind is not None else R)
-        label = f"factor {f}" + (f" strided {parts}" if parts > 1 else "")
-        out.append(AxisStrategy(ins, tuple(outs), label, f, parts))
+        label = f"factor {f}" + (f" strided {parts}" if parts > 1 else f" ragged {list(units)}" if units else "")
+        out.append(AxisStrategy(ins, tuple(outs), label, f, parts, units))
     for kind in sorted(rule.partial_results):
         out.append(AxisStrategy((R,) * n_in, (Partial(kind),) * n_out, f"partial {kind} result"))
     for kind in sorted(rule.partial_kinds):
@@ -244,17 +254,17 @@ def _fits(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], 
     """Whether factor ``s.factor`` can be sharded over ``n`` more ranks after the axes before."""
     f = s.factor
     assert f is not None
-    if f in exclusive or (s.parts > 1 and f in split):
+    if f in exclusive or ((s.parts > 1 or s.units) and f in split):
         return False
     parts = split.get(f, 1) * n
     size = rule.factor_sizes[f]
-    return not ((parts * s.parts > size and not small) or (f in rule.even_only and size % parts))
+    return not ((parts * s.parts > size and not small and not s.units) or (f in rule.even_only and size % parts))
 
 
 def _record(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], exclusive: set[int]) -> None:
     if s.factor is None or n <= 1:
         return
     split[s.factor] = split.get(s.factor, 1) * n
-    if s.parts > 1:
+    if s.parts > 1 or s.units:
         exclusive.add(s.factor)
     exclusive.update(rule.exclusive(s.factor))

@@ -109,10 +109,29 @@ class CollectiveOp(TorchImpl, Operation):
         if not isinstance(op, StringAttr) or op.value not in REDUCE_OPS:
             raise self.emit_error(f"'op' must be one of {', '.join(REDUCE_OPS)}")
 
+    def sizes(self) -> list[int] | None:
+        """Explicit per-rank sizes along ``dim`` (a ragged shard, ``sizes = [3, 0, 5, 0]``);
+        None: torch.chunk's pieces."""
+        attr = self.attributes.get("sizes")
+        if attr is None:
+            return None
+        if not isinstance(attr, ArrayAttr) or not all(isinstance(a, IntegerAttr) and a.value >= 0 for a in attr):
+            raise self.emit_error("'sizes' must be an array of non-negative integers")
+        return [a.value for a in attr]  # type: ignore[attr-defined]
+
+    def _sizes_arg(self) -> str:
+        sizes = self.sizes()
+        return f", sizes={literal(sizes)}" if sizes is not None else ""
+
     def _expect_split(self, full: TensorType, part: TensorType, dim: int, what: str) -> None:
-        """``part`` must equal ``full`` except dim ``dim``, which is one torch.chunk piece."""
+        """``part`` must equal ``full`` except dim ``dim``, which is one torch.chunk piece (or
+        one of the explicit ``sizes``, which must cover the dim, one per rank)."""
         n = self.group_size()
-        sizes = distinct_chunk_sizes(full.shape[dim], n)
+        explicit = self.sizes()
+        if explicit is not None and (len(explicit) != n or sum(explicit) != full.shape[dim]):
+            raise self.emit_error(f"'sizes' {explicit} must give {n} sizes adding up to {full.shape[dim]} "
+                                  f"(dim {dim} of {full})")
+        sizes = sorted(set(explicit)) if explicit is not None else distinct_chunk_sizes(full.shape[dim], n)
         others_equal = all(a == b for i, (a, b) in enumerate(zip(full.shape, part.shape)) if i != dim)
         if not others_equal or part.shape[dim] not in sizes:
             expect = " or ".join(str(full.with_shape(full.shape[:dim] + (s,) + full.shape[dim + 1:])) for s in sizes)
@@ -131,7 +150,7 @@ class AllGatherOp(CollectiveOp):
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         return (f"comm.all_gather({ins[0]}, {literal(self.axis)}, {self._dim('dim')}, "
-                f"{shape_literal(self.result.tensor_type.shape)})")
+                f"{shape_literal(self.result.tensor_type.shape)}{self._sizes_arg()})")
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
@@ -151,7 +170,7 @@ class AllSliceOp(CollectiveOp):
     traits = frozenset({"Pure"})
 
     def torch_expr(self, ins: Sequence[str]) -> str:
-        return f"comm.all_slice({ins[0]}, {literal(self.axis)}, {self._dim('dim')})"
+        return f"comm.all_slice({ins[0]}, {literal(self.axis)}, {self._dim('dim')}{self._sizes_arg()})"
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()
@@ -206,7 +225,7 @@ class ReduceScatterOp(CollectiveOp):
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         return (f"comm.reduce_scatter({ins[0]}, {literal(self.axis)}, {self._dim('dim')}, "
-                f"{literal(str(self.attr_value('op')))})")
+                f"{literal(str(self.attr_value('op')))}{self._sizes_arg()})")
 
     def verify_(self) -> None:
         src, dst, _ = self._check_common()

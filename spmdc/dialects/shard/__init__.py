@@ -24,6 +24,7 @@ from spmdc.dialects.shard.placements import (
     REDUCE_OPS,
     Partial,
     Placement,
+    RaggedShard,
     Replicate,
     Shard,
     ShardingAttr,
@@ -47,6 +48,6 @@ DIALECT = Dialect("shard", [MeshOp, AnnotateOp, RedistributeOp], syntax=SYNTAX,
                   verify_result_attribute=ops.verify_result_attribute)
 
 __all__ = ["DIALECT", "SHARDING_ATTR", "AnnotateOp", "MeshOp", "RedistributeOp", "check_sharding", "lookup_mesh",
-           "REDUCE_OPS", "Partial", "Placement", "Replicate", "Shard", "ShardingAttr", "StridedShard", "chunk_offset",
-           "chunk_size", "chunk_sizes", "distinct_chunk_sizes", "parse_placement", "shard_dim", "strided",
-           "strided_chunk_size", "strided_problem"]
+           "REDUCE_OPS", "Partial", "Placement", "RaggedShard", "Replicate", "Shard", "ShardingAttr", "StridedShard",
+           "chunk_offset", "chunk_size", "chunk_sizes", "distinct_chunk_sizes", "parse_placement", "shard_dim",
+           "strided", "strided_chunk_size", "strided_problem"]

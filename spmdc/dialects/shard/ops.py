@@ -105,7 +105,10 @@ def check_sharding(op: Operation, sharding: object, ty: object, what: str) -> No
     if not isinstance(ty, TensorType):
         raise op.emit_error(f"{what} applies to a non-tensor value")
     mesh = lookup_mesh(op, sharding.mesh)
-    reason = sharding.verify_for(ty, mesh.axis_names if mesh else None)
+    # after partition (``spmdc.rank``) the types are local: only the global-shape checks are moot
+    local = any("spmdc.rank" in a.attributes for a in (op, *op.ancestors()))
+    reason = sharding.verify_for(ty, mesh.axis_names if mesh else None,
+                                 mesh.shape if mesh else None, local=local)
     if reason:
         raise op.emit_error(f"{what}: {reason}")
 

@@ -9,11 +9,16 @@ One placement per mesh axis, in the mesh's axis order (PyTorch DTensor conventio
   dim ``d`` seen as ``k`` equal parts laid end to end (a fused ``q|k|v``), each part split
   over the axis like ``S``; a rank holds its piece of every part, parts in order. A fused QKV
   weight ``[32, 96]`` at ``[SS(1, 3)]`` on 4 ranks: rank 1 holds columns 8–15, 40–47, 72–79;
+* ``RS(d, [u0, u1, ...])`` — :class:`RaggedShard` (veScale's RaggedShard): dim ``d`` cut into
+  consecutive pieces of ``u_i`` units on mesh coordinate ``i`` (0 allowed: that rank holds
+  nothing); a unit is one index of dim ``d`` with everything after it (a row of a matrix at
+  ``d = 0``, a whole matrix of a ``[L, m, n]`` stack). ``RS(0, [0, 8, 0, 0])`` keeps a whole
+  8-row matrix on rank 1 — what a whole-matrix optimizer (Muon) needs;
 * ``P(sum|avg|max|min)`` — :class:`Partial`: each rank holds a term of a pending
   reduction.
 
 Two ``S`` on the same tensor dim shard it by the first axis, then the second; a dim that an
-``SS`` shards is sharded by that axis alone.
+``SS`` or ``RS`` shards is sharded by that axis alone.
 """
 
 from __future__ import annotations
@@ -87,14 +92,36 @@ class StridedShard(Placement):
         return f"StridedShard({self.dim}, {self.parts})"
 
 
+@dataclass(frozen=True)
+class RaggedShard(Placement):
+    """``RS(dim, [u0, u1, ...])``: coordinate ``i`` holds the next ``u_i`` indices of ``dim``."""
+
+    dim: int
+    units: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "units", tuple(int(u) for u in self.units))
+        if not self.units or any(u < 0 for u in self.units):
+            raise ValueError(f"a ragged shard needs one non-negative unit count per rank, got {list(self.units)}")
+
+    def __str__(self) -> str:
+        return f"RS({self.dim}, [{', '.join(map(str, self.units))}])"
+
+    def __repr__(self) -> str:
+        return f"RaggedShard({self.dim}, {list(self.units)})"
+
+    def offset(self, index: int) -> int:
+        return sum(self.units[:index])
+
+
 def strided(dim: int, parts: int) -> Placement:
     """``SS(dim, parts)``, or ``S(dim)`` when there is one part."""
     return Shard(dim) if parts == 1 else StridedShard(dim, parts)
 
 
 def shard_dim(p: Placement) -> int | None:
-    """The tensor dim a ``S`` or ``SS`` placement splits; None for ``R`` and ``P``."""
-    return p.dim if isinstance(p, (Shard, StridedShard)) else None
+    """The tensor dim a ``S``, ``SS`` or ``RS`` placement splits; None for ``R`` and ``P``."""
+    return p.dim if isinstance(p, (Shard, StridedShard, RaggedShard)) else None
 
 
 def strided_chunk_size(size: int, parts: int, n: int, index: int) -> int:
@@ -118,19 +145,24 @@ class Partial(Placement):
 
 
 def parse_placement(text: str) -> Placement:
-    """Read ``R``, ``S(1)``, ``SS(1, 3)`` or ``P(sum)``; raises ValueError on anything else."""
+    """Read ``R``, ``S(1)``, ``SS(1, 3)``, ``RS(0, [2, 0, 1])`` or ``P(sum)``; raises ValueError
+    on anything else."""
     t = text.strip()
     if t == "R":
         return Replicate()
     if t.startswith("S(") and t.endswith(")"):
         return Shard(int(t[2:-1]))
+    if t.startswith("RS(") and t.endswith("])") and "[" in t:
+        dim, _, units = t[3:-2].partition("[")
+        return RaggedShard(int(dim.strip().rstrip(",")), tuple(int(u) for u in units.split(",") if u.strip()))
     if t.startswith("SS(") and t.endswith(")"):
         dim, _, parts = t[3:-1].partition(",")
         if parts.strip():
             return StridedShard(int(dim), int(parts))
     if t.startswith("P(") and t.endswith(")"):
         return Partial(t[2:-1].strip())
-    raise ValueError(f"invalid placement '{text}' (expected R, S(d), SS(d, parts) or P(sum|avg|max|min))")
+    raise ValueError(f"invalid placement '{text}' (expected R, S(d), SS(d, parts), RS(d, [units, ...]) "
+                     "or P(sum|avg|max|min))")
 
 
 def chunk_size(size: int, parts: int, index: int) -> int:
@@ -189,7 +221,9 @@ class ShardingAttr(Attribute):
     def is_replicated(self) -> bool:
         return all(p.is_replicate() for p in self.placements)
 
-    def verify_for(self, ty: TensorType, mesh_axes: tuple[str, ...] | None) -> str | None:
+    def verify_for(self, ty: TensorType, mesh_axes: tuple[str, ...] | None,
+                   mesh_shape: tuple[int, ...] | None = None, local: bool = False) -> str | None:
+        """``local``: ``ty`` is one rank's piece (after ``partition``), not the global type."""
         """Why this sharding cannot lay out ``ty`` on a mesh with ``mesh_axes``; None if it can."""
         if mesh_axes is None:
             return f"sharding refers to unknown mesh '@{self.mesh}'"
@@ -201,20 +235,29 @@ class ShardingAttr(Attribute):
             if d is not None and not 0 <= d < ty.rank:
                 return (f"placement {p} on mesh axis '{axis}' is out of range for "
                         f"rank-{ty.rank} tensor {ty}")
-        return strided_problem(self.placements, ty.shape, mesh_axes)
+        return strided_problem(self.placements, ty.shape, mesh_axes, mesh_shape, local)
 
 
-def strided_problem(placements: tuple[Placement, ...], shape: tuple[int, ...],
-                    mesh_axes: tuple[str, ...]) -> str | None:
-    """Why the ``SS`` placements of a layout cannot lay out ``shape``; None if they can."""
-    for axis, p in zip(mesh_axes, placements):
-        if not isinstance(p, StridedShard) or not 0 <= p.dim < len(shape):
+def strided_problem(placements: tuple[Placement, ...], shape: tuple[int, ...], mesh_axes: tuple[str, ...],
+                    mesh_shape: tuple[int, ...] | None = None, local: bool = False) -> str | None:
+    """Why the ``SS``/``RS`` placements of a layout cannot lay out ``shape`` (on a mesh of
+    ``mesh_shape``, when known); None if they can."""
+    for k, (axis, p) in enumerate(zip(mesh_axes, placements)):
+        if not isinstance(p, (StridedShard, RaggedShard)) or not 0 <= p.dim < len(shape):
             continue
-        if shape[p.dim] % p.parts:
+        if isinstance(p, RaggedShard):
+            if mesh_shape is not None and len(p.units) != mesh_shape[k]:
+                return (f"placement {p} on mesh axis '{axis}' gives {len(p.units)} unit counts for "
+                        f"{mesh_shape[k]} ranks")
+            if not local and sum(p.units) != shape[p.dim]:
+                return (f"placement {p} on mesh axis '{axis}': its units add up to {sum(p.units)}, "
+                        f"not dim {p.dim}'s size {shape[p.dim]}")
+        elif not local and shape[p.dim] % p.parts:
             return (f"placement {p} on mesh axis '{axis}': dim {p.dim} of size {shape[p.dim]} does not "
                     f"split into {p.parts} equal parts")
         others = [a for a, q in zip(mesh_axes, placements) if a != axis and shard_dim(q) == p.dim]
         if others:
+            kind = "ragged" if isinstance(p, RaggedShard) else "strided"
             return (f"placement {p} on mesh axis '{axis}': dim {p.dim} is also sharded on mesh axis "
-                    f"'{others[0]}'; a strided dim is sharded by one axis only")
+                    f"'{others[0]}'; a {kind} dim is sharded by one axis only")
     return None

@@ -3,6 +3,7 @@
     shard.mesh @mesh = <["dp" = 2, "tp" = 4]>
     #shard<@mesh, [S(0), R, P(sum)]>
     #shard<@mesh, [SS(1, 3), R]>
+    #shard<@mesh, [RS(0, [2, 0, 1, 1])]>
 
 The grammar fragment extends the core grammar (:mod:`spmdc.ir.parser`); the builders turn
 its trees into a :class:`MeshOp` and a :class:`ShardingAttr`.
@@ -13,7 +14,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spmdc.dialects.shard.ops import MeshOp
-from spmdc.dialects.shard.placements import Partial, Placement, Replicate, Shard, ShardingAttr, StridedShard
+from spmdc.dialects.shard.placements import (
+    Partial,
+    Placement,
+    RaggedShard,
+    Replicate,
+    Shard,
+    ShardingAttr,
+    StridedShard,
+)
 from spmdc.ir.registry import DialectSyntax
 
 if TYPE_CHECKING:
@@ -32,6 +41,7 @@ sharding_attr: SHARD_KW "<" SYMBOL "," "[" (placement ("," placement)*)? "]" ">"
 placement: PLACEMENT_R                 -> p_replicate
          | PLACEMENT_S "(" INT ")"     -> p_shard
          | PLACEMENT_SS "(" INT "," INT ")" -> p_strided
+         | PLACEMENT_RS "(" INT "," "[" INT ("," INT)* "]" ")" -> p_ragged
          | PLACEMENT_P "(" OP_NAME ")" -> p_partial
 
 MESH_KW.3: /shard\.mesh(?![\w$.])/
@@ -39,6 +49,7 @@ SHARD_KW.3: "#shard"
 PLACEMENT_R.3: /R(?![\w$.])/
 PLACEMENT_S.3: /S(?=\()/
 PLACEMENT_SS.3: /SS(?=\()/
+PLACEMENT_RS.3: /RS(?=\()/
 PLACEMENT_P.3: /P(?=\()/
 """
 
@@ -58,6 +69,8 @@ def _placement(parser: Parser, t: Tree) -> Placement:
         return Replicate()
     if t.data == "p_shard":
         return Shard(int(t.children[1]))
+    if t.data == "p_ragged":
+        return RaggedShard(int(t.children[1]), tuple(int(c) for c in t.children[2:]))
     if t.data == "p_strided":
         try:
             return StridedShard(int(t.children[1]), int(t.children[2]))

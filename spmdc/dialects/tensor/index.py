@@ -160,7 +160,8 @@ class InsertSliceOp(AlignedOp):
             return rule
         dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
         f = rule.operands[1][dim]
-        assert f is not None
+        if f is None:   # a part of size 1 broadcasts: nothing to shard
+            return rule
         views = ((False, 0, dim, f, part[1]), (True, 0, dim, f, part[1]))
         return replace(rule, blocked=rule.blocked - {f}, views=views)
 

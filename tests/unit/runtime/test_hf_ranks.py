@@ -22,7 +22,7 @@ from spmdc.runtime.worker import run_steps  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
 
 SEED = 5
-FAMILIES = ["gpt2", "llama", "gemma", "falcon", "bloom", "gptj", "stablelm", "olmo", "bert", "opt"]
+FAMILIES = ["gpt2", "llama", "gemma", "falcon", "bloom", "gptj", "stablelm", "olmo", "bert", "opt", "phi3"]
 PLANS = [("megatron", Mesh({"tp": 4})), ("fsdp", Mesh({"dp": 4})), ("fsdp+tp", Mesh({"dp": 2, "tp": 2}))]
 CASES = [(f, p, m) for f in FAMILIES for p, m in PLANS]
 

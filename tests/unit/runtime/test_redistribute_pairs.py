@@ -1,10 +1,12 @@
-"""Redistribution between every pair of {R, S(d), SS(d, k), P(sum)} on 4 gloo ranks, one launch.
+"""Redistribution between every pair of {R, S(d), SS(d, k), RS(d, units), P(sum)} on 4 gloo ranks,
+one launch.
 
 Each case is a function whose argument arrives in one layout and is returned in another; the
 compiler inserts the redistribution, ranks run it, and each rank's local piece must equal the
-piece of the input cut independently here (``torch.chunk`` per part for ``SS``): exact, no
-tolerance. Sizes are uneven over 4 ranks (pieces 2, 2, 2, 0 and 1, 1, 1, 0: a rank holds
-nothing). Each move issues at most one collective (``SS <-> S`` gathers once and slices).
+piece of the input cut independently here (``torch.chunk`` per part for ``SS``, the listed
+units for ``RS``): exact, no tolerance. Sizes are uneven over 4 ranks (pieces 2, 2, 2, 0 and
+1, 1, 1, 0; ragged 6, 0, 9, 3 and a whole matrix on rank 1: ranks holding nothing). Each move
+issues at most one collective (``SS``/``RS`` <-> ``S`` gathers once and slices).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 
 from spmdc.compiler.pipeline import PipelineOptions, pipeline_text
 from spmdc.compiler.program import CompiledStep
-from spmdc.dialects.shard import Partial, Replicate, Shard, StridedShard
+from spmdc.dialects.shard import Partial, RaggedShard, Replicate, Shard, StridedShard
 from spmdc.ir.parser import parse_module
 from spmdc.ir.printer import print_module
 from spmdc.passes.manager import PassManager
@@ -31,12 +33,14 @@ from redistribute_workers import run_local  # noqa: E402
 
 SHAPE = (6, 18)   # dim 1 = 3 parts of 6 (pieces 2,2,2,0); dim 0 = 2 parts of 3 (1,1,1,0)
 PLACEMENTS = {"R": Replicate(), "S(0)": Shard(0), "S(1)": Shard(1), "SS(1, 3)": StridedShard(1, 3),
-              "SS(0, 2)": StridedShard(0, 2), "P(sum)": Partial("sum")}
+              "SS(0, 2)": StridedShard(0, 2), "RS(1, [6, 0, 9, 3])": RaggedShard(1, (6, 0, 9, 3)),
+              "RS(0, [0, 6, 0, 0])": RaggedShard(0, (0, 6, 0, 0)), "P(sum)": Partial("sum")}
 TARGETS = [k for k in PLACEMENTS if k != "P(sum)"]
 PAIRS = [(a, b) for a, b in itertools.product(PLACEMENTS, TARGETS) if a != b] + [("P(sum)", "P(sum)")]
 MESH2 = Mesh({"dp": 2, "tp": 2})
 PAIRS2 = [("[SS(1, 3), S(0)]", "[R, R]"), ("[S(0), R]", "[R, SS(1, 3)]"), ("[P(sum), SS(1, 3)]", "[S(0), R]"),
-          ("[SS(1, 3), P(sum)]", "[S(0), SS(1, 3)]"), ("[R, SS(1, 3)]", "[SS(1, 3), R]")]
+          ("[SS(1, 3), P(sum)]", "[S(0), SS(1, 3)]"), ("[R, SS(1, 3)]", "[SS(1, 3), R]"),
+          ("[RS(0, [6, 0]), S(1)]", "[R, RS(0, [1, 5])]"), ("[P(sum), RS(1, [11, 7])]", "[RS(0, [2, 4]), R]")]
 
 
 def _step(src: str, dst: str, mesh: Mesh, full: torch.Tensor) -> CompiledStep:
@@ -66,6 +70,8 @@ def _piece(full: torch.Tensor, layout, mesh: Mesh, rank: int) -> torch.Tensor:
             parts = t.chunk(p.parts, p.dim)
             chunks = [list(q.chunk(n, p.dim)) for q in parts]
             t = torch.cat([ch[c] if c < len(ch) else q.narrow(p.dim, 0, 0) for ch, q in zip(chunks, parts)], p.dim)
+        elif isinstance(p, RaggedShard):
+            t = t.narrow(p.dim, sum(p.units[:c]), p.units[c])
         elif isinstance(p, Partial) and c != 0:
             t = torch.zeros_like(t)
     return t
