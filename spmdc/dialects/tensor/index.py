@@ -63,7 +63,29 @@ class AlignedOp(TensorOp):
         return tuple(int(self.attr_value(k)) for k in ("dim", "start", "end", "step"))  # type: ignore[return-value]
 
 
-class SliceOp(AlignedOp):
+class PartSlicingOp(AlignedOp):
+    """Base of the ops that read or write a slice ``{dim, start, end, step}`` of operand 0: a
+    slice that is one of ``k`` equal parts of the dim may be sharded strided (``SS(dim, k)``)."""
+
+    def part(self) -> tuple[int, int] | None:
+        """``(j, k)`` when the slice is part ``j`` of ``k`` equal parts of its dim (a fused
+        q|k|v split, or its backward); None otherwise. Read on global types."""
+        dim, start, end, step = self.slice_attrs()
+        size, length = self.operand(0).tensor_type.shape[dim], end - start
+        if step != 1 or length <= 0 or size % length or start % length or size == length:
+            return None
+        return start // length, size // length
+
+    def localize(self, local_operand: TensorType, part: tuple[int, int]) -> None:
+        """On an ``SS(dim, k)`` operand 0, part ``j`` (of :meth:`part`) is the ``j``-th of its k
+        local parts: ``partition`` calls this with the local type."""
+        j, k = part
+        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
+        n = local_operand.shape[dim] // k
+        self.attributes["start"], self.attributes["end"] = IntegerAttr(j * n), IntegerAttr((j + 1) * n)
+
+
+class SliceOp(PartSlicingOp):
     """Elements ``start, start+step, ... < end`` of dim ``dim`` (0 <= start <= end <= size).
 
     ``%r = tensor.slice %x {dim = 0, end = 6, start = 0, step = 2} : (tensor<8xf32>) -> tensor<3xf32>``
@@ -86,15 +108,6 @@ class SliceOp(AlignedOp):
         idx = [":"] * dim + [f"{start}:{end}" + (f":{step}" if step != 1 else "")]
         return f"{ins[0]}[{', '.join(idx)}]"
 
-    def part(self) -> tuple[int, int] | None:
-        """``(j, k)`` when this slice is part ``j`` of ``k`` equal parts of its dim (a fused
-        q|k|v split); None otherwise."""
-        dim, start, end, step = self.slice_attrs()
-        size, length = self.operand(0).tensor_type.shape[dim], end - start
-        if step != 1 or length <= 0 or size % length or start % length or size == length:
-            return None
-        return start // length, size // length
-
     def sharding_rule(self) -> OpShardingRule:
         """Aligned, the sliced dim whole — except a slice of one of ``k`` equal parts, which may be
         sharded: the operand then holds every part split (``SS(dim, k)``), the result ``S(dim)``."""
@@ -107,16 +120,8 @@ class SliceOp(AlignedOp):
         assert f is not None
         return replace(rule, blocked=rule.blocked - {f}, views=((False, 0, dim, f, part[1]),))
 
-    def localize(self, local_operand: TensorType, part: tuple[int, int]) -> None:
-        """On an ``SS(dim, k)`` operand, part ``j`` (of :meth:`part`, read on the global
-        types) is the ``j``-th of its k local parts."""
-        j, k = part
-        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
-        n = local_operand.shape[dim] // k
-        self.attributes["start"], self.attributes["end"] = IntegerAttr(j * n), IntegerAttr((j + 1) * n)
 
-
-class InsertSliceOp(AlignedOp):
+class InsertSliceOp(PartSlicingOp):
     """``dest`` with the slice ``{dim, start, end, step}`` replaced by ``src`` (``slice_scatter``).
 
     ``%r = tensor.insert_slice %d, %s {dim = 1, end = 4, start = 0, step = 1}
@@ -142,15 +147,6 @@ class InsertSliceOp(AlignedOp):
         dim, start, end, step = self.slice_attrs()
         return f"torch.slice_scatter({ins[0]}, {ins[1]}, {dim}, {start}, {end}, {step})"
 
-    def part(self) -> tuple[int, int] | None:
-        """``(j, k)`` when the slice written is part ``j`` of ``k`` equal parts of its dim (the
-        backward of a fused q|k|v split); None otherwise."""
-        dim, start, end, step = self.slice_attrs()
-        size, length = self.operand(0).tensor_type.shape[dim], end - start
-        if step != 1 or length <= 0 or size % length or start % length or size == length:
-            return None
-        return start // length, size // length
-
     def sharding_rule(self) -> OpShardingRule:
         """Aligned, the written dim whole — except writing one of ``k`` equal parts, which may be
         sharded: destination and result ``SS(dim, k)``, the written part ``S(dim)``."""
@@ -164,13 +160,6 @@ class InsertSliceOp(AlignedOp):
             return rule
         views = ((False, 0, dim, f, part[1]), (True, 0, dim, f, part[1]))
         return replace(rule, blocked=rule.blocked - {f}, views=views)
-
-    def localize(self, local_operand: TensorType, part: tuple[int, int]) -> None:
-        """On an ``SS(dim, k)`` destination, part ``j`` is the ``j``-th of its k local parts."""
-        j, k = part
-        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
-        n = local_operand.shape[dim] // k
-        self.attributes["start"], self.attributes["end"] = IntegerAttr(j * n), IntegerAttr((j + 1) * n)
 
 
 class ReverseOp(AlignedOp):
