@@ -151,3 +151,12 @@ def test_packed_projection_of_unequal_parts_stays_replicated():
     r = preset("megatron", Mesh({"tp": 2}), params).resolve_params(Mesh({"tp": 2}), params)
     assert r["l.0.attn.qkv_proj.weight"].storage == (Replicate(),)
     assert r["l.0.mlp.gate_up_proj.weight"].storage == (StridedShard(0, 2),)
+
+
+def test_gpt_neox_megatron_compiles():
+    """GPT-NeoX's rotary split writes size-1 parts back with slice_scatter (an insert_slice whose
+    written part broadcasts): the rule falls back to the aligned one instead of failing."""
+    ids, labels = hf_tiny.batch()
+    step = compile_step(hf_tiny.build("gpt_neox"), (), mesh=Mesh({"tp": 2}), plan="megatron", train=True,
+                        kwargs={"input_ids": ids, "labels": labels})
+    assert "comm.all_to_all" not in _counts(step)
