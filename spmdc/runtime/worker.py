@@ -15,8 +15,9 @@ from typing import Any
 def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", target: str = "torch") -> dict[str, Any]:
     """Compile ``step`` for ``rank``, run it on the single-device arguments' pieces, gather.
 
-    Returns ``outputs`` (global values), ``comm_ops`` (collectives in the program),
-    ``issued`` (collectives the run issued) and, for target ``triton``, ``kernel_stats``.
+    Returns ``outputs`` (global values), ``local`` (this rank's pieces, as the program returned
+    them), ``comm_ops`` (collectives in the program), ``issued`` (collectives the run issued)
+    and, for target ``triton``, ``kernel_stats``.
     """
     from spmdc.compiler import compile_rank
     from spmdc.runtime.executor import RankRunner
@@ -25,7 +26,7 @@ def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", targ
     run = RankRunner(prog, comm, executor)
     outs = run(run.local_arguments(step.arguments))
     issued = dict(comm.stats.counts)
-    result = {"outputs": run.full_results(outs), "comm_ops": prog.comm_ops, "issued": issued}
+    result = {"outputs": run.full_results(outs), "local": list(outs), "comm_ops": prog.comm_ops, "issued": issued}
     if prog.kernel_stats is not None:
         result["kernel_stats"] = prog.kernel_stats
     return result
