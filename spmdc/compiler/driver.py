@@ -28,7 +28,7 @@ from spmdc.ir.printer import print_module
 from spmdc.passes.manager import PassManager
 from spmdc.passes.registry import parse_pipeline
 from spmdc.sharding.mesh import Mesh
-from spmdc.sharding.plan import Plan, preset
+from spmdc.sharding.plan import Plan, check_fsdp_shard, preset
 
 
 def default_target() -> str:
@@ -90,15 +90,17 @@ def conv1d_modules(model: Any) -> set[str]:
     return {path for path, m in model.named_modules() if type(m).__name__ == "Conv1D"}
 
 
-def _preset(name: str, mesh: Mesh, params: dict, in_ranks: list, out_ranks: list, model: Any) -> Plan:
+def _preset(name: str, mesh: Mesh, params: dict, in_ranks: list, out_ranks: list, model: Any,
+            fsdp_shard: str = "even") -> Plan:
     return preset(name, mesh, params, in_ranks, out_ranks, kv_heads=kv_heads_of(model), heads=heads_of(model),
-                  transposed=conv1d_modules(model))
+                  transposed=conv1d_modules(model), fsdp_shard=fsdp_shard)
 
 
 def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> Plan:
     """A preset name (or a plan refining a preset) resolved against the captured function's
     parameters and inputs."""
     if isinstance(plan, Plan) and plan.preset is None:
+        check_fsdp_shard(plan.fsdp_shard, None)
         return plan
     from spmdc.sharding.apply import is_model_output
 
@@ -113,7 +115,7 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> P
     out_ranks = [v.type.rank for i, v in enumerate(func.return_op.operands)  # type: ignore[attr-defined]
                  if is_model_output(func, i)]
     if isinstance(plan, Plan):   # a preset with the plan's own buckets / resharding / checkpointing
-        base = _preset(plan.preset, mesh, params, in_ranks, out_ranks, model)
+        base = _preset(plan.preset, mesh, params, in_ranks, out_ranks, model, plan.fsdp_shard)
         return dataclasses.replace(base, reshard_after_forward=plan.reshard_after_forward, name=plan.name,
                                    checkpoint=plan.checkpoint, buckets=plan.buckets)
     return _preset(plan, mesh, params, in_ranks, out_ranks, model)

@@ -34,6 +34,7 @@ from spmdc.dialects.comm import (
     ReduceScatterOp,
 )
 from spmdc.dialects.func import FuncOp
+from spmdc.dialects.shard import chunk_sizes
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.location import NameLoc
@@ -153,6 +154,21 @@ def _auto_groups(members: list[tuple[tuple, Operation]], entry: Any, max_bytes: 
     return out
 
 
+def _member_sizes(group: list[Operation], gathered_is_result: bool) -> dict[str, Any]:
+    """``{"sizes": [[...], ...]}`` when a member is ragged (explicit ``sizes``): every member's
+    per-rank sizes, torch.chunk's for the plain ones; else nothing."""
+    if not any("sizes" in op.attributes for op in group):
+        return {}
+    rows = []
+    for op in group:
+        z = op.sizes()
+        if z is None:
+            full = (op.result if gathered_is_result else op.operand(0)).tensor_type.shape[op.attr_value("dim")]
+            z = chunk_sizes(full, op.group_size())
+        rows.append(ArrayAttr(tuple(IntegerAttr(int(v)) for v in z)))
+    return {"sizes": ArrayAttr(tuple(rows))}
+
+
 def _replace(group: list[Operation], bucket: Operation, rewriter: Rewriter) -> None:
     for op, res in zip(group, bucket.results):
         res.name_hint = op.result.name_hint
@@ -169,8 +185,7 @@ def bucket_function(func: FuncOp, max_bytes: int, mode: str = "blocks") -> int:
     casts = {op.result: op.operand(0) for op in entry.ops if op.name == "tensor.cast" and op.operand(0) in params}
     shards = params | set(casts)
     for op in entry.ops:
-        if isinstance(op, AllGatherOp) and op.operand(0) in shards and "shard.sharding" not in op.attributes \
-                and "sizes" not in op.attributes:   # ragged pieces (explicit sizes) are gathered alone
+        if isinstance(op, AllGatherOp) and op.operand(0) in shards and "shard.sharding" not in op.attributes:
             user = min((u.owner for u in op.result.uses), key=entry.index_of, default=op)
             where = user.location.name if isinstance(user.location, NameLoc) else ""
             # the model block of the first use; without a location, the first user itself
@@ -198,7 +213,8 @@ def bucket_function(func: FuncOp, max_bytes: int, mode: str = "blocks") -> int:
         bucket = Builder.before(need).create(
             AllGatherBucketOp, [op.operand(0) for op in group],
             {"mesh": first.attributes["mesh"], "axis": first.attributes["axis"],
-             "dims": ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))},  # type: ignore[arg-type]
+             "dims": ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group)),  # type: ignore[arg-type]
+             **_member_sizes(group, gathered_is_result=True)},
             result_types=[op.result.type for op in group], location=first.location)
         _replace(group, bucket, rewriter)
         made += 1
@@ -284,8 +300,7 @@ def _bucket_reductions(entry: Any, kind: type, bucket_cls: type, grads: dict[int
     each right after its last operand is computed (when every member's users come later)."""
     members = []
     for op in entry.ops:
-        if isinstance(op, kind) and id(op.result) in grads and "shard.sharding" not in op.attributes \
-                and "sizes" not in op.attributes:
+        if isinstance(op, kind) and id(op.result) in grads and "shard.sharding" not in op.attributes:
             axes = op.attr_value("axis") if kind is ReduceScatterOp else op.axes
             fqn = grads[id(op.result)]
             key = (op.attributes["mesh"], axes, op.attr_value("op"), op.operand(0).tensor_type.element_type,
@@ -304,6 +319,7 @@ def _bucket_reductions(entry: Any, kind: type, bucket_cls: type, grads: dict[int
         attrs = {k: first.attributes[k] for k in ("mesh", "axis", "axes", "op") if k in first.attributes}
         if kind is ReduceScatterOp:
             attrs["dims"] = ArrayAttr(tuple(IntegerAttr(op.attr_value("dim")) for op in group))  # type: ignore[arg-type]
+            attrs.update(_member_sizes(group, gathered_is_result=False))
         bucket = anchor.create(bucket_cls, [op.operand(0) for op in group], attrs,
                                result_types=[op.result.type for op in group], location=first.location)
         _replace(group, bucket, rewriter)

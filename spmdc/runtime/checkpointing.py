@@ -14,7 +14,8 @@ megatron on 2; the values are bitwise what was saved.
 DCP describes each rank's shard as one box of the global tensor, which a strided shard
 (``SS(d, k)``: a piece of each of k parts) is not: those tensors travel through DCP in the
 plain ``S(d)`` layout (cut locally from the gathered value when saving; gathered and cut back
-to ``SS`` after loading).
+to ``SS`` after loading). Ragged parameters (``RS``, held as plain tensors: this rank's piece)
+and their optimizer state travel the same way, as ``S(d)`` DTensors of the global shape.
 """
 
 from __future__ import annotations
@@ -60,6 +61,52 @@ def _plain(dt: Any, full: Any = None) -> Any:
     return distribute_tensor(full, dt.device_mesh, placements, src_data_rank=None)
 
 
+def _containers_copied(tree: Any) -> Any:
+    """``tree`` with every dict and list copied (tensors shared)."""
+    if isinstance(tree, dict):
+        return {k: _containers_copied(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_containers_copied(v) for v in tree]
+    return tree
+
+
+def _ragged_entries(cm: Any, state: dict[str, Any]) -> list[tuple[Any, Any, Any, Any, tuple[int, ...]]]:
+    """``(container, key, piece, layout, global shape)`` for every ragged parameter in
+    ``state["model"]`` and every tensor of its optimizer state shaped like its piece."""
+    out = []
+    for key, v in state["model"].items():
+        lay = cm._ragged_layout(key)
+        if lay is not None:
+            out.append((state["model"], key, v, lay, cm._shapes[_fqn(cm, key)]))
+    for fqn, stats in state.get("optim", {}).get("state", {}).items():
+        lay = cm._ragged_layout(fqn)
+        if lay is None:
+            continue
+        piece_shape = tuple(cm.get_parameter(fqn).shape)
+        for stat, v in stats.items():
+            if hasattr(v, "shape") and v.dim() > 0 and tuple(v.shape) == piece_shape:
+                out.append((stats, stat, v, lay, cm._shapes[_fqn(cm, fqn)]))
+    return out
+
+
+def _fqn(cm: Any, key: str) -> str:
+    p = cm.get_parameter(key)
+    return next(n for n, q in cm.named_parameters() if q is p)
+
+
+def _as_shard(cm: Any, layout: Any, shape: tuple[int, ...], full: Any, like: Any) -> Any:
+    """A DTensor of ``shape`` laid out ``layout`` with every ragged shard a plain ``Shard``,
+    holding ``full`` (cut locally) or uninitialised."""
+    import torch
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    placements = [Shard(p.dim) if hasattr(p, "units") else Replicate() if p.is_replicate() else Shard(p.dim)
+                  for p in layout]
+    if full is None:
+        full = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return distribute_tensor(full, cm.device_mesh, placements, src_data_rank=None)
+
+
 def _restore_strided(swapped: list[tuple[Any, Any, Any, Any]], cm: Any) -> None:
     """Cut each loaded plain-layout value back into its strided DTensor (in place)."""
     import torch.distributed as dist
@@ -74,18 +121,32 @@ def _restore_strided(swapped: list[tuple[Any, Any, Any, Any]], cm: Any) -> None:
         container[key] = orig
 
 
+def _restore_ragged(swapped: list[tuple[Any, Any, Any, Any, Any]], cm: Any) -> None:
+    """Cut each loaded value back into the ragged piece it stands for (in place)."""
+    import torch.distributed as dist
+
+    from spmdc.runtime.executor import local_piece
+
+    for container, key, piece, layout, loaded in swapped:
+        piece.copy_(local_piece(loaded.full_tensor(), layout, cm.mesh, dist.get_rank()))
+        container[key] = piece
+
+
 def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None) -> None:
     """Write ``cm``'s (and ``optimizer``'s) state to the directory ``path``; every rank calls it."""
     import torch
     import torch.distributed.checkpoint as dcp
 
     state, _ = _state(cm, optimizer)
+    state = _containers_copied(state)   # entries are swapped below: never in the optimizer's own state
     meta = {"extra": dict(extra or {}), "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state() if cm.device.type == "cuda" else None,
             "plan": cm.plan_name, "mesh": str(cm.mesh)}
     state["spmdc"] = io.BytesIO(pickle.dumps(meta))
     for container, key, dt in _strided_entries(state):
         container[key] = _plain(dt, dt.full_tensor())
+    for container, key, piece, layout, shape in _ragged_entries(cm, state):
+        container[key] = _as_shard(cm, layout, shape, cm._full(piece.detach(), layout, shape), piece)
     dcp.save(state, checkpoint_id=path)
 
 
@@ -135,8 +196,13 @@ def load(cm: Any, path: str, optimizer: Any = None) -> dict[str, Any]:
     for container, key, dt in _strided_entries(state):
         container[key] = _plain(dt)
         swapped.append((container, key, dt, container[key]))
+    ragged = []
+    for container, key, piece, layout, shape in _ragged_entries(cm, state):
+        container[key] = _as_shard(cm, layout, shape, None, piece)
+        ragged.append((container, key, piece, layout, container[key]))
     dcp.load(state, checkpoint_id=path)
     _restore_strided(swapped, cm)
+    _restore_ragged(ragged, cm)
     set_state_dict(cm, optimizer if optimizer is not None else [], model_state_dict=state["model"],
                    optim_state_dict=state.get("optim", {}))
     buf = state["spmdc"]

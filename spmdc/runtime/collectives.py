@@ -79,70 +79,78 @@ class Collectives:
     # Every collective the scheduler can split has a ``*_start`` form that issues it with
     # ``async_op=True`` and returns a :class:`Pending`; the plain form waits at once.
     def all_gather_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
-                          out_shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
-        return self.all_gather_bucket_start(xs, axis, dims, out_shapes).wait()
+                          out_shapes: list[tuple[int, ...]], sizes: list[Any] | None = None) -> list[torch.Tensor]:
+        return self.all_gather_bucket_start(xs, axis, dims, out_shapes, sizes).wait()
+
+    def _bucket_sizes(self, n: int, fulls: list[int], sizes: list[Any] | None) -> list[list[int]]:
+        """Per member, each rank's piece along its dim: explicit (a ragged shard) or torch.chunk's."""
+        return [list(z) if sizes is not None and z is not None else chunk_sizes(f, n)
+                for f, z in zip(fulls, sizes if sizes is not None else [None] * len(fulls))]
 
     def all_gather_bucket_start(self, xs: list[torch.Tensor], axis: str, dims: list[int],
-                                out_shapes: list[tuple[int, ...]]) -> Pending:
-        """Pack every piece (padded to its largest torch.chunk piece) into one flat buffer,
-        all-gather it once, unpack."""
+                                out_shapes: list[tuple[int, ...]], sizes: list[Any] | None = None) -> Pending:
+        """Each rank packs its pieces of every member back to back (no padding between them),
+        pads that run to the longest rank's, and the buffer is all-gathered once; unpacked per
+        rank and member. Ragged members (``sizes``: each rank's piece, per member or None) pack at
+        their sizes, so a bucket whose ranks hold nearly equal bytes moves nearly no padding."""
         n = self.size(axis)
-        pads, parts = [], []
-        for x, d, shape in zip(xs, dims, out_shapes):
-            sizes = chunk_sizes(shape[d], n)
-            pad = max(sizes)
-            xt = x.movedim(d, 0)
-            if xt.shape[0] < pad:
-                xt = torch.cat([xt, xt.new_zeros((pad - xt.shape[0],) + tuple(xt.shape[1:]))])
-            pads.append((pad, tuple(xt.shape[1:]), sizes))
-            parts.append(xt.reshape(-1))
-        flat = torch.cat(parts)
-        buf = flat.new_empty((n * flat.numel(),))
-        work = dist.all_gather_into_tensor(buf, flat, group=self.group(axis), async_op=True)
+        per = self._bucket_sizes(n, [shape[d] for shape, d in zip(out_shapes, dims)], sizes)
+        rests = [tuple(x.movedim(d, 0).shape[1:]) for x, d in zip(xs, dims)]
+        row = [int(torch.Size(r).numel()) for r in rests]
+        lengths = [sum(z[r] * k for z, k in zip(per, row)) for r in range(n)]
+        longest = max(lengths)
+        mine = torch.cat([x.movedim(d, 0).reshape(-1) for x, d in zip(xs, dims)])
+        if mine.numel() < longest:
+            mine = torch.cat([mine, mine.new_zeros(longest - mine.numel())])
+        buf = mine.new_empty((n * longest,))
+        work = dist.all_gather_into_tensor(buf, mine, group=self.group(axis), async_op=True)
 
         def finish() -> list[torch.Tensor]:
-            per_rank = buf.view(n, flat.numel())
-            out, offset = [], 0
-            for (pad, rest, sizes), d in zip(pads, dims):
-                numel = pad * int(torch.Size(rest).numel())
-                pieces = [per_rank[r, offset:offset + numel].view((pad,) + rest)[:sizes[r]] for r in range(n)]
-                out.append(torch.cat(pieces).movedim(0, d).contiguous())
-                offset += numel
-            return out
-        return Pending([work], finish)
+            per_rank = buf.view(n, longest)
+            pieces: list[list[torch.Tensor]] = [[] for _ in xs]
+            for r in range(n):
+                offset = 0
+                for i, (z, rest, k) in enumerate(zip(per, rests, row)):
+                    pieces[i].append(per_rank[r, offset:offset + z[r] * k].view((z[r],) + rest))
+                    offset += z[r] * k
+            return [torch.cat(p).movedim(0, d).contiguous() for p, d in zip(pieces, dims)]
+        return Pending([work, mine], finish)
 
     def reduce_scatter_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
-                              op: str) -> list[torch.Tensor]:
-        return self.reduce_scatter_bucket_start(xs, axis, dims, op).wait()
+                              op: str, sizes: list[Any] | None = None) -> list[torch.Tensor]:
+        return self.reduce_scatter_bucket_start(xs, axis, dims, op, sizes).wait()
 
-    def reduce_scatter_bucket_start(self, xs: list[torch.Tensor], axis: str, dims: list[int], op: str) -> Pending:
-        """Lay every tensor's padded per-rank chunks out rank-major in one buffer, reduce-scatter
-        it once, unpack this rank's chunks."""
+    def reduce_scatter_bucket_start(self, xs: list[torch.Tensor], axis: str, dims: list[int], op: str,
+                                    sizes: list[Any] | None = None) -> Pending:
+        """Lay every member's per-rank pieces out rank-major, each rank's run of pieces back to
+        back and padded to the longest run, reduce-scatter the buffer once, unpack this rank's
+        pieces (``sizes`` as in :meth:`all_gather_bucket_start`)."""
         n = self.size(axis)
         me = self.coord(axis)
-        metas, per_rank = [], [[] for _ in range(n)]
-        for x, d in zip(xs, dims):
-            sizes = chunk_sizes(x.shape[d], n)
-            pad = max(sizes)
-            xt = x.movedim(d, 0)
-            start = 0
-            for r, s in enumerate(sizes):
-                p = xt[start:start + s]
-                start += s
-                if s < pad:
-                    p = torch.cat([p, p.new_zeros((pad - s,) + tuple(p.shape[1:]))])
-                per_rank[r].append(p.reshape(-1))
-            metas.append((pad, tuple(xt.shape[1:]), sizes[me], d))
-        buf = torch.cat([t for r in range(n) for t in per_rank[r]]).contiguous()
-        out_flat = buf.new_empty((buf.numel() // n,))
+        per = self._bucket_sizes(n, [x.shape[d] for x, d in zip(xs, dims)], sizes)
+        moved = [x.movedim(d, 0) for x, d in zip(xs, dims)]
+        runs: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        for xt, z in zip(moved, per):
+            for r, piece in enumerate(torch.split(xt, z)):
+                runs[r].append(piece.reshape(-1))
+        lengths = [sum(t.numel() for t in run) for run in runs]
+        longest = max(lengths)
+        flat = []
+        for run, length in zip(runs, lengths):
+            flat.extend(run)
+            if length < longest:
+                flat.append(moved[0].new_zeros(longest - length))
+        buf = torch.cat(flat).contiguous()
+        out_flat = buf.new_empty((longest,))
         work = dist.reduce_scatter_tensor(out_flat, buf, op=_REDUCE[op], group=self.group(axis), async_op=True)
 
         def finish() -> list[torch.Tensor]:
-            flat = out_flat / n if op == "avg" else out_flat
+            got = out_flat / n if op == "avg" else out_flat
             out, offset = [], 0
-            for pad, rest, mine, d in metas:
-                numel = pad * int(torch.Size(rest).numel())
-                out.append(flat[offset:offset + numel].view((pad,) + rest)[:mine].movedim(0, d).contiguous())
+            for xt, z, d in zip(moved, per, dims):
+                rest = tuple(xt.shape[1:])
+                numel = z[me] * int(torch.Size(rest).numel())
+                out.append(got[offset:offset + numel].view((z[me],) + rest).movedim(0, d).contiguous())
                 offset += numel
             return out
         return Pending([work, buf], finish)

@@ -32,14 +32,14 @@ import torch
 import torch.nn as nn
 
 from spmdc.compiler import Dump, RankProgram, compile_rank, default_target, split_example_inputs
-from spmdc.dialects.shard import Partial, Replicate
+from spmdc.dialects.shard import Partial, RaggedShard, Replicate
 from spmdc.frontend.deferred_init import fake_parameters
 from spmdc.runtime.collectives import CountingComm
 from spmdc.runtime.compile_shared import compile_shared
 from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements, mesh_of
 from spmdc.runtime.executor import RankRunner, local_piece, to_full
 from spmdc.runtime.gradients import clip_grads_, reduce_gradients
-from spmdc.runtime.optimizers import is_elementwise, make_optimizer, optimizer_class
+from spmdc.runtime.optimizers import is_elementwise, is_per_tensor, make_optimizer, optimizer_class
 from spmdc.sharding.plan import Plan
 
 
@@ -120,7 +120,7 @@ class CompiledModule(nn.Module):
         self.plan_name = storage.program.step.plan_name
         self._storage = self._storage_layouts(storage.program)
         self.optimizer_class = optimizer_class(optimizer) if train else None
-        self.whole_parameters = self.optimizer_class is not None and not is_elementwise(self.optimizer_class)
+        self.whole_parameters = self.optimizer_class is not None and not self._runs_locally(self.optimizer_class)
         if self.whole_parameters:   # the optimizer needs whole tensors: store every parameter whole
             self._storage = {k: tuple(Replicate() for _ in self.mesh.axis_names) for k in self._storage}
         self._install_parameters(model, storage.program)
@@ -128,6 +128,14 @@ class CompiledModule(nn.Module):
         self.last_grad_norm: Any = None
         if self._tape is None:
             self.init_peak_bytes = None
+
+    def _runs_locally(self, cls: type | None) -> bool:
+        """Whether optimizer class ``cls`` updates the stored pieces exactly as one device would:
+        elementwise ones always, per-tensor ones (Muon) when every rank holds each parameter whole
+        or not at all (``fsdp_shard="whole"``)."""
+        if is_elementwise(cls):
+            return True
+        return is_per_tensor(cls) and all(_whole_or_nothing(lay) for lay in self._storage.values())
 
     # -- programs ---------------------------------------------------------------------------------
     def _signature(self, tensors: Sequence[Any]) -> tuple:
@@ -192,6 +200,7 @@ class CompiledModule(nn.Module):
 
         canonical = dict(model.named_parameters())
         replicated = tuple(Replicate() for _ in self.mesh.axis_names)
+        self._shapes: dict[str, tuple[int, ...]] = {}
         values = self._materialize(model, canonical, replicated) if self._tape is not None else None
         params_by_id: dict[int, nn.Parameter] = {}
         for name, p in model.named_parameters(remove_duplicate=False):
@@ -199,9 +208,13 @@ class CompiledModule(nn.Module):
                 first = next(n for n, q in canonical.items() if q is p)
                 layout = self._storage.get(first, replicated)
                 local = values[first] if values is not None else self._cut(p.detach(), layout)
-                dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(layout), run_check=False,
-                                        shape=tuple(p.shape), stride=contiguous_stride(p.shape))
-                params_by_id[id(p)] = nn.Parameter(dt, requires_grad=p.requires_grad)
+                if _ragged(layout):   # no DTensor placement: this rank's piece itself (see _stored)
+                    params_by_id[id(p)] = nn.Parameter(local, requires_grad=p.requires_grad)
+                else:
+                    dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(layout), run_check=False,
+                                            shape=tuple(p.shape), stride=contiguous_stride(p.shape))
+                    params_by_id[id(p)] = nn.Parameter(dt, requires_grad=p.requires_grad)
+                self._shapes[first] = tuple(p.shape)
                 self._storage.setdefault(first, layout)
             self._place(name, params_by_id[id(p)], kind="param")
         persistent = set(model.state_dict().keys())
@@ -287,9 +300,16 @@ class CompiledModule(nn.Module):
         return DTensor.from_local(local, self.device_mesh, dtensor_placements(layout), run_check=False,
                                   shape=tuple(shape), stride=contiguous_stride(shape))
 
+    def _stored(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
+        """A parameter-like value as the module holds it: a DTensor, or for a ragged layout (which
+        DTensor cannot express) this rank's piece as a plain tensor."""
+        return local if _ragged(layout) else self._dtensor(local, layout, shape)
+
     def _relayout(self, local: Any, src: Sequence[Any], dst: Sequence[Any], shape: tuple[int, ...]) -> Any:
         if tuple(src) == tuple(dst):
             return local
+        if _ragged(src) or _ragged(dst):   # through the full value (no collective from R)
+            return local_piece(self._full(local, src, shape), dst, self.mesh, self.rank).to(self.device)
         return self._dtensor(local, src, shape).redistribute(self.device_mesh, dtensor_placements(dst)).to_local()
 
     def _full(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
@@ -340,8 +360,8 @@ class CompiledModule(nn.Module):
                     args.append(self.get_buffer(name))
                 else:
                     p = self._param(name)
-                    args.append(self._relayout(p.to_local(), self._storage[name], prog.arg_layouts[i],
-                                               tuple(p.shape)))
+                    args.append(self._relayout(_local(p), self._storage[name], prog.arg_layouts[i],
+                                               self._shapes[name]))
         return args
 
     # -- the model-like surface ----------------------------------------------------------------------
@@ -395,8 +415,8 @@ class CompiledModule(nn.Module):
             return self._backward_accumulated(values)
         loss, grads, norm = self._train_program("train", values)
         self.last_grad_norm = norm
-        self._accumulate({fqn: self._dtensor(self._relayout(g, lay, self._storage[fqn], tuple(self._param(fqn).shape)),
-                                             self._storage[fqn], tuple(self._param(fqn).shape))
+        self._accumulate({fqn: self._stored(self._relayout(g, lay, self._storage[fqn], self._shapes[fqn]),
+                                            self._storage[fqn], self._shapes[fqn])
                           for fqn, (g, lay) in grads.items()})
         return loss
 
@@ -425,12 +445,17 @@ class CompiledModule(nn.Module):
                 else:
                     acc[fqn] = [g.clone(), lay]
         def as_dtensor(fqn: str, g: Any, lay: Any) -> Any:
-            return self._dtensor(g, lay, tuple(self._param(fqn).shape))
+            return self._dtensor(g, lay, self._shapes[fqn])
+
+        def stored(fqn: str, g: Any, lay: Any) -> Any:
+            return self._stored(g, lay, self._shapes[fqn])
 
         reduced = reduce_gradients({fqn: (g / n, lay) for fqn, (g, lay) in acc.items()}, self._storage,
-                                   CountingComm(self.comm), as_dtensor)
+                                   CountingComm(self.comm), as_dtensor, stored,
+                                   lambda fqn, g, src, dst: self._relayout(g, src, dst, self._shapes[fqn]))
         if self._opts.clip is not None:
-            self.last_grad_norm = clip_grads_(list(reduced.values()), self._opts.clip, self.comm)
+            self.last_grad_norm = clip_grads_([(g, self._storage[f]) for f, g in reduced.items()], self._opts.clip,
+                                              self.comm)
         self._accumulate(reduced)
         return torch.stack(losses).mean()
 
@@ -450,7 +475,7 @@ class CompiledModule(nn.Module):
         """Replace the optimizer (fresh state) over the module's parameters; returns it. One that
         is not elementwise needs the parameters stored whole: compile with it instead."""
         cls = optimizer_class(optimizer)
-        if not is_elementwise(cls) and not self.whole_parameters:
+        if not self._runs_locally(cls) and not self.whole_parameters:
             raise ValueError(f"{cls.__name__ if cls else optimizer!r} is not an elementwise optimizer: it needs whole "
                              "parameters, which spmdc stores only when the optimizer is given to spmdc.compile "
                              "(optimizer=...); the parameters here are sharded")
@@ -463,6 +488,16 @@ class CompiledModule(nn.Module):
             if p.grad is not None:
                 yield n, p.grad
 
+    def _ragged_layout(self, key: str) -> tuple[Any, ...] | None:
+        """The storage layout of state-dict key ``key`` when it is a ragged parameter (a plain
+        tensor holding this rank's piece), else None."""
+        try:
+            fqn = _canonical(self, key)
+        except (AttributeError, StopIteration):
+            return None   # a buffer
+        lay = self._storage.get(fqn)
+        return lay if lay is not None and _ragged(lay) else None
+
     def placements(self) -> dict[str, tuple[Any, ...]]:
         """Storage placements per parameter (spmdc placements)."""
         return dict(self._storage)
@@ -472,7 +507,9 @@ class CompiledModule(nn.Module):
         """Full tensors (CPU) under the model's own keys; a collective every rank calls."""
         out = {}
         for k, v in self.state_dict().items():
-            out[k] = (v.detach().full_tensor() if _is_dtensor(v) else v.detach()).cpu().clone()   # never a view
+            lay = self._ragged_layout(k)
+            full = self._full(v.detach(), lay, self._shapes[_canonical(self, k)]) if lay is not None else v.detach()
+            out[k] = (full.full_tensor() if _is_dtensor(full) else full).cpu().clone()   # never a view
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False) -> Any:
@@ -499,7 +536,11 @@ class CompiledModule(nn.Module):
                         layout = self._storage[_canonical(self, k)]
                         target.to_local().copy_(self._cut(v, layout))
                 else:
-                    target.copy_(v.full_tensor() if _is_dtensor(v) else v)
+                    v = v.full_tensor() if _is_dtensor(v) else v
+                    lay = self._ragged_layout(k)
+                    if lay is not None and tuple(v.shape) == self._shapes[_canonical(self, k)]:
+                        v = self._cut(v, lay)   # a full tensor (else: this rank's piece, as state_dict() gives)
+                    target.copy_(v)
         from torch.nn.modules.module import _IncompatibleKeys
 
         return _IncompatibleKeys(missing, unexpected)
@@ -548,6 +589,23 @@ def _init_tape(model: Any, init: Callable[[Any], Any] | None) -> Any:
                          "spmdc does not know how to initialize them: build the model with "
                          "spmdc.deferred_init(cls, *args), or pass init=fn (e.g. init=lambda m: m.reset_parameters())")
     return tape
+
+
+def _ragged(layout: Sequence[Any]) -> bool:
+    return any(isinstance(p, RaggedShard) for p in layout)
+
+
+def _whole_or_nothing(layout: Sequence[Any]) -> bool:
+    """Whether every rank holds the whole tensor or none of it: replicated but for at most one
+    ragged shard that gives its whole dim to one rank."""
+    ragged = [p for p in layout if isinstance(p, RaggedShard)]
+    return all(isinstance(p, (Replicate, RaggedShard)) for p in layout) and len(ragged) <= 1 \
+        and all(sum(1 for u in p.units if u) <= 1 for p in ragged)
+
+
+def _local(p: Any) -> Any:
+    """A stored parameter's local piece (a DTensor's local tensor, or the plain piece itself)."""
+    return p.to_local() if _is_dtensor(p) else p.detach()
 
 
 def _is_dtensor(x: Any) -> bool:

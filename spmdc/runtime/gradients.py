@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 
-from spmdc.dialects.shard import Partial, Replicate, Shard
+from spmdc.dialects.shard import Partial, RaggedShard, Replicate, Shard
 
 
-def _moves(src: Sequence[Any], dst: Sequence[Any]) -> list[tuple[int, str, int]] | None:
+def _moves(src: Sequence[Any], dst: Sequence[Any]) -> list[tuple[str, int, int, Any]] | None:
     """Per mesh axis what turns ``src`` into ``dst``: ("all_reduce" | "reduce_scatter", axis,
-    dim); None when it is more than reductions of a pending sum (left to DTensor)."""
+    dim, explicit sizes or None); None when it is more than reductions of a pending sum (left to
+    DTensor)."""
     moves = []
     for a, (s, d) in enumerate(zip(src, dst)):
         if s == d:
@@ -33,20 +34,24 @@ def _moves(src: Sequence[Any], dst: Sequence[Any]) -> list[tuple[int, str, int]]
         if not (isinstance(s, Partial) and s.op == "sum"):
             return None
         if isinstance(d, Replicate):
-            moves.append(("all_reduce", a, -1))
-        elif isinstance(d, Shard):
-            if any(isinstance(o, Shard) and o.dim == d.dim for b, o in enumerate(dst) if b != a):
+            moves.append(("all_reduce", a, -1, None))
+        elif isinstance(d, (Shard, RaggedShard)):
+            if any(isinstance(o, (Shard, RaggedShard)) and o.dim == d.dim for b, o in enumerate(dst) if b != a):
                 return None   # nested shards of one dim keep DTensor's order: not a plain reduce-scatter
-            moves.append(("reduce_scatter", a, d.dim))
+            moves.append(("reduce_scatter", a, d.dim, list(d.units) if isinstance(d, RaggedShard) else None))
         else:
             return None
     return moves
 
 
 def reduce_gradients(grads: dict[str, tuple[Any, Sequence[Any]]], storage: dict[str, Sequence[Any]],
-                     comm: Any, to_dtensor: Any) -> dict[str, Any]:
-    """``{fqn: (local sum, its layout)}`` → ``{fqn: DTensor in its storage layout}``: all-reduces
-    first (bucketed per axis into one flat buffer), then reduce-scatters (one bucket per axis)."""
+                     comm: Any, to_dtensor: Any, stored: Any = None, relayout: Any = None) -> dict[str, Any]:
+    """``{fqn: (local sum, its layout)}`` → ``{fqn: gradient in its storage layout}``, made by
+    ``stored(fqn, local, layout)`` (default ``to_dtensor``; a ragged layout has no DTensor):
+    all-reduces first (bucketed per axis into one flat buffer), then reduce-scatters (one bucket
+    per axis, ragged pieces at their explicit sizes). Any other move: ``relayout(fqn, local,
+    src, dst) -> local`` (default: DTensor's redistribute)."""
+    stored = stored or to_dtensor
     axes = comm.mesh.mesh_dim_names   # comm: a CountingComm, so the run's table shows these
     locals_ = {fqn: g for fqn, (g, _) in grads.items()}
     plans = {fqn: _moves(lay, storage[fqn]) for fqn, (_, lay) in grads.items()}
@@ -54,46 +59,51 @@ def reduce_gradients(grads: dict[str, tuple[Any, Sequence[Any]]], storage: dict[
     for fqn, moves in plans.items():   # anything but pending sums: DTensor's redistribute
         if moves is None:
             g, lay = grads[fqn]
-            out[fqn] = to_dtensor(fqn, g, lay).redistribute(placements=to_dtensor(fqn, g, storage[fqn]).placements)
+            if relayout is not None:
+                out[fqn] = stored(fqn, relayout(fqn, g, lay, storage[fqn]), storage[fqn])
+            else:
+                out[fqn] = to_dtensor(fqn, g, lay).redistribute(placements=to_dtensor(fqn, g, storage[fqn]).placements)
     for kind in ("all_reduce", "reduce_scatter"):
         for a in range(len(axes)):
-            todo = [(fqn, m[2]) for fqn, ms in plans.items() if ms for m in ms if m[0] == kind and m[1] == a]
+            todo = [(fqn, m[2], m[3]) for fqn, ms in plans.items() if ms for m in ms if m[0] == kind and m[1] == a]
             if not todo:
                 continue
-            xs = [locals_[f] for f, _ in todo]
+            xs = [locals_[f] for f, _, _ in todo]
             if kind == "all_reduce":
-                for (f, _), y in zip(todo, comm.all_reduce_bucket(xs, [axes[a]], "sum")):
+                for (f, _, _), y in zip(todo, comm.all_reduce_bucket(xs, [axes[a]], "sum")):
                     locals_[f] = y
             else:
-                for (f, _), y in zip(todo, comm.reduce_scatter_bucket(xs, axes[a], [d for _, d in todo], "sum")):
+                sizes = [z for _, _, z in todo] if any(z is not None for _, _, z in todo) else None
+                for (f, _, _), y in zip(todo, comm.reduce_scatter_bucket(xs, axes[a], [d for _, d, _ in todo], "sum",
+                                                                         sizes)):
                     locals_[f] = y
     for fqn, moves in plans.items():
         if moves is not None:
-            out[fqn] = to_dtensor(fqn, locals_[fqn], storage[fqn])
+            out[fqn] = stored(fqn, locals_[fqn], storage[fqn])
     return out
 
 
-def clip_grads_(grads: list[Any], max_norm: float, comm: Any | None = None) -> Any:
-    """Scale DTensor gradients in place so that their global 2-norm is at most ``max_norm`` (as
-    ``torch.nn.utils.clip_grad_norm_``); returns the norm before clipping (a 0-d tensor). The
-    squared sums of the local shards (a replicated gradient counted on one coordinate only) are
-    added into one scalar and all-reduced once."""
+def clip_grads_(grads: list[tuple[Any, Sequence[Any]]], max_norm: float, comm: Any) -> Any:
+    """Scale gradients in place so that their global 2-norm is at most ``max_norm`` (as
+    ``torch.nn.utils.clip_grad_norm_``); returns the norm before clipping (a 0-d tensor).
+    ``grads``: ``(gradient, its spmdc storage layout)``, a gradient a DTensor or (ragged) this
+    rank's piece. The squared sums of the local pieces (a replicated gradient counted on one
+    coordinate only) are added into one scalar and all-reduced once."""
     import torch.distributed as dist
 
     if not grads:
         return torch.zeros(())
-    total = torch.zeros((), dtype=torch.float32, device=grads[0].to_local().device)
-    for g in grads:
-        mesh = g.device_mesh
-        counted = all(mesh.get_local_rank(a) == 0 for a, p in enumerate(g.placements) if p.is_replicate())
-        if counted:
-            local = g.to_local().float()
+    locals_ = [g.to_local() if hasattr(g, "to_local") else g for g, _ in grads]
+    axes = comm.mesh.mesh_dim_names
+    total = torch.zeros((), dtype=torch.float32, device=locals_[0].device)
+    for local, (_, layout) in zip(locals_, grads):
+        if all(comm.coord(axes[a]) == 0 for a, p in enumerate(layout) if isinstance(p, Replicate)):
+            local = local.float()
             total = total + (local * local).sum()
-    if comm is not None:
-        comm.stats.add("comm.all_reduce", total.numel() * total.element_size())
+    comm.stats.add("comm.all_reduce", total.numel() * total.element_size())
     dist.all_reduce(total)   # the mesh spans the job's ranks
     norm = total.sqrt()
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for g in grads:
-        g.to_local().mul_(coef.to(g.dtype))
+    for local in locals_:
+        local.mul_(coef.to(local.dtype))
     return norm

@@ -5,10 +5,15 @@ AdamW, ...: :data:`ELEMENTWISE`) updates each shard on its own and its state is 
 parameter. Any other optimizer (Adafactor, Muon, LBFGS, a class of your own) needs whole
 tensors: spmdc then stores every parameter whole on every rank (the programs still compute in
 the plan's layouts), so the optimizer sees exactly the single-device tensors and its state is
-whole too. Never a silently different update. A spec is
+whole too. Never a silently different update. A *per-tensor* optimizer (:data:`PER_TENSOR`:
+Muon) that computes each tensor's update from that tensor alone runs locally when every rank
+holds each parameter whole or not at all (``fsdp_shard="whole"``: RaggedShard storage), with
+no gather. A spec is
 
 * ``("sgd", {"lr": 0.1, "momentum": 0.9})`` or ``("adamw", {"lr": 1e-3, ...})`` (or just the
-  name): any ``torch.optim`` class by its lower-case name (:data:`OPTIMIZERS`),
+  name): any ``torch.optim`` class by its lower-case name (:data:`OPTIMIZERS`); ``"muon"`` is
+  spmdc's :class:`~spmdc.runtime.muon.Muon` (Muon for matrices, AdamW for the rest: torch's
+  own takes matrices only),
 * :class:`Optimizer` (``Optimizer("adamw", lr=1e-3)``),
 * a callable ``factory(params) -> torch.optim.Optimizer`` (any class, your own included; it is
   asked once over a dummy parameter which class it builds).
@@ -25,9 +30,13 @@ from typing import Any
 def _torch_optimizers() -> dict[str, type]:
     import torch
 
-    return {n.lower(): c for n, c in vars(torch.optim).items()
-            if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer
-            and n.lower() not in ("lbfgs", "sparseadam")}   # these need a closure / sparse gradients
+    from spmdc.runtime.muon import Muon
+
+    out = {n.lower(): c for n, c in vars(torch.optim).items()
+           if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer
+           and n.lower() not in ("lbfgs", "sparseadam")}   # these need a closure / sparse gradients
+    out["muon"] = Muon   # torch.optim.Muon refuses every parameter that is not a matrix
+    return out
 
 
 OPTIMIZERS = tuple(sorted(_torch_optimizers()))
@@ -59,6 +68,18 @@ def is_elementwise(cls: type | None) -> bool:
     classes spmdc knows to be: torch's SGD, Adam(W), Adamax, NAdam, RAdam, RMSprop, Rprop,
     Adagrad, Adadelta, ASGD; subclasses may change the update, so they do not count)."""
     return cls is not None and cls in _elementwise_classes()
+
+
+def is_per_tensor(cls: type | None) -> bool:
+    """Whether an optimizer class updates each tensor from that tensor alone and accepts an
+    empty one (a rank's nothing of a matrix another rank holds): spmdc's Muon and
+    torch.optim.Muon; elementwise classes too."""
+    import torch
+
+    from spmdc.runtime.muon import Muon
+
+    per_tensor = (Muon,) + ((torch.optim.Muon,) if hasattr(torch.optim, "Muon") else ())
+    return is_elementwise(cls) or (cls is not None and cls in per_tensor)
 
 
 @dataclass

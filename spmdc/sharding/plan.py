@@ -73,6 +73,12 @@ class Plan:
     (the parameters' all-gathers, their gradients' reductions); parameters matching none are
     bucketed automatically (per block). ``["wte.*", "wpe.*", "h.0.*", "h.1.*"]``. Or
     ``"auto"``: parameter gathers bucketed by the cost model instead of by block."""
+    fsdp_shard: str = "even"
+    """How ``fsdp``/``hsdp`` cut parameters over dp: ``"even"``, ``S(0)`` (torch.chunk rows, FSDP2's
+    layout), or ``"whole"``: every parameter whole on one dp rank, ``RS(0, [0, .., n, .., 0])``
+    (veScale's RaggedShard), ranks chosen to balance the bytes of each block's parameters (and of
+    the whole model), so that a per-matrix optimizer (Muon) runs on each rank's matrices with no
+    gather, and one bucketed all-gather per block still moves about one block."""
     preset: str | None = None
     """A preset this plan refines: its layouts for the model's parameters and inputs, with this
     plan's ``buckets``, ``reshard_after_forward`` and ``checkpoint`` (``params`` must be empty)."""
@@ -104,9 +110,11 @@ class Plan:
         buckets = d.get("buckets") or []
         if buckets != "auto" and (not isinstance(buckets, list) or not all(isinstance(g, str) for g in buckets)):
             raise PlanError(f"buckets: expected a list of FQN globs or 'auto', got {buckets!r}")
+        fsdp_shard = d.get("fsdp_shard", "even")
+        check_fsdp_shard(fsdp_shard, base)
         return Plan(params, list(d.get("inputs") or []), list(d.get("outputs") or []),
                     reshard, str(d.get("name", base or "custom")), checkpoint,
-                    buckets if buckets == "auto" else list(buckets), base)
+                    buckets if buckets == "auto" else list(buckets), fsdp_shard, base)
 
     @staticmethod
     def load(path: str) -> Plan:
@@ -183,10 +191,6 @@ class Plan:
                     raise PlanError(f"parameter '{hits[0]}' (plan pattern '{pattern}'): {what} layout {_fmt(lay)} "
                                     "is Partial, which is not a layout a parameter can have: a parameter is held "
                                     "whole (R) or in pieces (S(d)); Partial values only arise inside a program")
-                if any(isinstance(p, RaggedShard) for p in lay):
-                    raise PlanError(f"parameter '{hits[0]}' (plan pattern '{pattern}'): {what} layout {_fmt(lay)} is "
-                                    "a ragged shard, which parameters cannot have yet: the runtime holds parameters "
-                                    "as DTensors, which have no ragged placement (inputs and outputs may be RS)")
             for fqn in hits:
                 shape = params[fqn]
                 for what, lay in (("storage", storage), ("compute", compute)):
@@ -238,6 +242,52 @@ class Plan:
         return out
 
 
+FSDP_SHARDS = ("even", "whole")
+
+
+def check_fsdp_shard(value: Any, base: str | None) -> None:
+    """``fsdp_shard`` is one of :data:`FSDP_SHARDS`, and ``"whole"`` refines ``fsdp``/``hsdp``."""
+    if value not in FSDP_SHARDS:
+        near = difflib.get_close_matches(str(value), FSDP_SHARDS, n=1)
+        raise PlanError(f"fsdp_shard: expected 'even' (S(0) rows) or 'whole' (each parameter whole on one dp "
+                        f"rank), got {value!r}" + (f"; did you mean {near[0]!r}?" if near else ""))
+    if value == "whole" and base not in ("fsdp", "hsdp"):
+        raise PlanError(f"fsdp_shard 'whole' places the parameters of the 'fsdp' or 'hsdp' preset; "
+                        f"{'preset ' + repr(base) if base else 'a plan without a preset'} has no such choice "
+                        "(write RS(0, [...]) layouts in 'params' for a plan of your own)")
+
+
+def whole_owners(params: Mapping[str, tuple[int, ...]], n: int, itemsize: int = 4) -> dict[str, int]:
+    """The dp rank holding each parameter whole: per block (``h.0``, ``layers.3``; root-level
+    parameters one group), largest first, each to the rank with the fewest bytes of that block
+    so far, ties broken by the fewest bytes overall, then the lowest rank. A block's bucketed
+    gather then pads each rank's part to the largest of ``n`` nearly equal parts.
+
+    >>> whole_owners({"a": (4, 4), "b": (4,), "c": (4,)}, 2)
+    {'a': 0, 'b': 1, 'c': 1}
+    """
+    groups: dict[str | None, list[str]] = {}
+    for fqn in params:
+        groups.setdefault(block_of(fqn), []).append(fqn)
+    total = [0] * n
+    out: dict[str, int] = {}
+    for members in groups.values():
+        block = [0] * n
+        for fqn in sorted(members, key=lambda f: -_numel(params[f])):
+            r = min(range(n), key=lambda i: (block[i], total[i], i))
+            out[fqn] = r
+            block[r] += _numel(params[fqn]) * itemsize
+            total[r] += _numel(params[fqn]) * itemsize
+    return {fqn: out[fqn] for fqn in params}
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
 def _fmt(lay: Layout) -> str:
     return "[" + ", ".join(map(str, lay)) + "]"
 
@@ -278,7 +328,7 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
            input_ranks: Sequence[int] = (), output_ranks: Sequence[int] = (), *,
            reshard_after_forward: bool | str | list[str] = "blocks",
            kv_heads: Mapping[str, int] | None = None, heads: Mapping[str, int] | None = None,
-           transposed: Collection[str] = ()) -> Plan:
+           transposed: Collection[str] = (), fsdp_shard: str = "even") -> Plan:
     """A built-in plan for ``mesh`` (axes ``dp`` and/or ``tp``) over the given parameters.
 
     * ``dp``: parameters replicated on dp, batch (input dim 0) ``S(0)``: gradients all-reduced.
@@ -303,6 +353,9 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
     * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh); a weight whose dim 0 is
       tp-sharded is dp-sharded on dim 1, and a 1-D parameter sharded on tp stays
       replicated on dp (its gradient is all-reduced there).
+
+    ``fsdp_shard="whole"`` (``fsdp``/``hsdp``): each parameter whole on one dp rank,
+    ``RS(0, [0, .., n, .., 0])``, owners from :func:`whole_owners`.
     """
     if name not in PRESETS:
         near = difflib.get_close_matches(name, PRESETS, n=2)
@@ -314,6 +367,9 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
     missing = [a for a in need if a not in axes]
     if missing:
         raise PlanError(f"plan preset '{name}' needs mesh axis '{missing[0]}' (mesh axes: {', '.join(axes)})")
+    check_fsdp_shard(fsdp_shard, name)
+    dp = mesh.shape[axes.index("dp")] if "dp" in axes else 1
+    owners = whole_owners({f: s for f, s in params.items() if s}, dp) if fsdp_shard == "whole" else {}
     specs: dict[str, ParamLayout] = {}
     for fqn, shape in params.items():
         storage: dict[str, Any] = {}
@@ -328,7 +384,10 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
             # axes is chunked by dp first, so gathering dp alone would not be contiguous.
             tp_dim = shard_dim(storage["tp"]) if "tp" in storage else None
             dp_dim = 0 if tp_dim != 0 else (1 if len(shape) > 1 else None)
-            if dp_dim is not None:
+            if fqn in owners:
+                storage["dp"] = RaggedShard(0, tuple(shape[0] if r == owners[fqn] else 0 for r in range(dp)))
+                compute["dp"] = Replicate()
+            elif dp_dim is not None:
                 storage["dp"] = Shard(dp_dim)
                 compute["dp"] = Replicate()
         if storage:
@@ -346,7 +405,8 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
 
     inputs = [boundary(r) for r in input_ranks]
     outputs = [boundary(r) for r in output_ranks]
-    return Plan({_escape(k): v for k, v in specs.items()}, inputs, outputs, reshard_after_forward, name)
+    return Plan({_escape(k): v for k, v in specs.items()}, inputs, outputs, reshard_after_forward, name,
+                fsdp_shard=fsdp_shard)
 
 
 def _tensor_parallel(fqn: str, shape: tuple[int, ...], tp: int, kv_heads: Mapping[str, int],

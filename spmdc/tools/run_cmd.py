@@ -54,6 +54,7 @@ class RunConfig:
     overlap: bool = True
     memory_cap: int = 0
     mixed_precision: str | None = None
+    fsdp_shard: str = "even"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -109,6 +110,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mesh", default="", help="mesh axes, e.g. dp=2,tp=2 (default: dp=2,tp=2 for 4 ranks, "
                                                "else dp=N)")
     ap.add_argument("--plan", default="", help="preset (dp, fsdp, hsdp, megatron, sp, fsdp+tp) or a .json/.yaml plan")
+    ap.add_argument("--fsdp-shard", choices=("even", "whole"), default="even",
+                    help="how fsdp/hsdp cut parameters over dp: 'even' S(0) rows (FSDP2), or 'whole': each "
+                         "parameter whole on one dp rank, balanced by bytes per block (RaggedShard; a per-matrix "
+                         "optimizer such as --optimizer muon then runs without gathering; default even)")
     ap.add_argument("--steps", type=positive(int), default=3, help="training steps (default 3)")
     ap.add_argument("--train", dest="train", action="store_true", default=True,
                     help="run training steps (forward, backward, optimizer) — the default")
@@ -178,7 +183,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      seed=args.seed, rng=args.rng, checkpoint=args.checkpoint, save=args.save, load=args.load,
                      clip_grad_norm=args.clip_grad_norm, grad_accum=args.grad_accum, rtol=args.rtol, atol=args.atol,
                      overlap=args.overlap, memory_cap=args.memory_cap,
-                     mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision)
+                     mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision,
+                     fsdp_shard=args.fsdp_shard)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -202,6 +208,18 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
                              else "megatron" if mesh.axis_names == ("tp",) else "fsdp")
     if isinstance(plan, str) and plan.endswith((".json", ".yaml", ".yml")):
         plan = Plan.load(plan)
+    if cfg.fsdp_shard != "even":
+        from spmdc.sharding.plan import PlanError, check_fsdp_shard
+
+        base = plan.preset if isinstance(plan, Plan) else plan
+        try:
+            check_fsdp_shard(cfg.fsdp_shard, base)
+        except PlanError as e:
+            raise UserError(f"--fsdp-shard {cfg.fsdp_shard}: {e}") from None
+        if isinstance(plan, Plan):
+            plan.fsdp_shard = cfg.fsdp_shard
+        else:
+            plan = Plan(name=plan, preset=plan, fsdp_shard=cfg.fsdp_shard, reshard_after_forward="blocks")
     return mesh, plan
 
 

@@ -1,7 +1,14 @@
 """Bucketed collectives: several tensors, one collective (SimpleFSDP's bucketing).
 
 Each operand/result pair obeys the single-tensor op's shape rule along its own dim;
-the runtime packs the (padded) pieces into one flat buffer.
+the runtime packs each rank's pieces back to back into one flat buffer, padded to the
+longest rank's. Ragged members (``RS``) carry explicit per-rank sizes, one array per member
+(``sizes``; a torch.chunk member lists its chunk sizes), so a bucket of whole parameters
+spread evenly over the ranks moves about one bucket's bytes, not the largest member's times n:
+
+    %w, %b = comm.all_gather_bucket %x, %y {axis = "dp", dims = [0, 0], mesh = @mesh,
+                                            sizes = [[16, 0], [0, 16]]}
+        : (tensor<16x8xf32>, tensor<0xf32>) -> (tensor<16x8xf32>, tensor<16xf32>)
 
     %a, %b = comm.all_gather_bucket %x, %y {axis = "dp", dims = [0, 0], mesh = @mesh}
         : (tensor<4x16xf32>, tensor<8xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
@@ -31,6 +38,29 @@ class BucketOp(CollectiveOp):
     @property
     def dims(self) -> list[int]:
         return [d.value for d in self.attributes["dims"]]  # type: ignore[attr-defined]
+
+    def member_sizes(self) -> list[list[int]] | None:
+        """Per member its explicit per-rank sizes (``sizes = [[16, 0], [0, 16]]``); None: every
+        member in torch.chunk pieces."""
+        attr = self.attributes.get("sizes")
+        if attr is None:
+            return None
+        ok = isinstance(attr, ArrayAttr) and len(attr) == len(self.operands) and all(
+            isinstance(m, ArrayAttr) and all(isinstance(a, IntegerAttr) and a.value >= 0 for a in m) for m in attr)
+        if not ok:
+            raise self.emit_error(f"'sizes' must hold one array of non-negative integers per operand "
+                                  f"({len(self.operands)})")
+        return [[a.value for a in m] for m in attr]  # type: ignore[union-attr, attr-defined]
+
+    def _sizes_arg(self) -> str:
+        sizes = self.member_sizes()
+        return f", sizes={literal(sizes)}" if sizes is not None else ""
+
+    def _check_pairs(self, gathered_is_result: bool) -> None:
+        sizes = self.member_sizes() or [None] * len(self.operands)
+        for (src, dst, d), z in zip(self._pairs(), sizes):
+            full, part = (dst, src) if gathered_is_result else (src, dst)
+            self._expect_split(full, part, d, "operand" if gathered_is_result else "result", z)
 
     def _pairs(self) -> list[tuple[TensorType, TensorType, int]]:
         if len(self.operands) != len(self.results) or not self.operands:
@@ -65,11 +95,11 @@ class AllGatherBucketOp(BucketOp):
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         shapes = "[" + ", ".join(shape_literal(r.tensor_type.shape) for r in self.results) + "]"
-        return f"comm.all_gather_bucket([{', '.join(ins)}], {literal(self.axis)}, {literal(self.dims)}, {shapes})"
+        return (f"comm.all_gather_bucket([{', '.join(ins)}], {literal(self.axis)}, {literal(self.dims)}, {shapes}"
+                f"{self._sizes_arg()})")
 
     def verify_(self) -> None:
-        for src, dst, d in self._pairs():
-            self._expect_split(dst, src, d, "operand")
+        self._check_pairs(gathered_is_result=True)
 
 
 class ReduceScatterBucketOp(BucketOp):
@@ -84,12 +114,11 @@ class ReduceScatterBucketOp(BucketOp):
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         return (f"comm.reduce_scatter_bucket([{', '.join(ins)}], {literal(self.axis)}, {literal(self.dims)}, "
-                f"{literal(str(self.attr_value('op')))})")
+                f"{literal(str(self.attr_value('op')))}{self._sizes_arg()})")
 
     def verify_(self) -> None:
         self._check_reduce_op()
-        for src, dst, d in self._pairs():
-            self._expect_split(src, dst, d, "result")
+        self._check_pairs(gathered_is_result=False)
 
 
 class AllReduceBucketOp(CollectiveOp):

@@ -123,11 +123,13 @@ class CollectiveOp(TorchImpl, Operation):
         sizes = self.sizes()
         return f", sizes={literal(sizes)}" if sizes is not None else ""
 
-    def _expect_split(self, full: TensorType, part: TensorType, dim: int, what: str) -> None:
+    def _expect_split(self, full: TensorType, part: TensorType, dim: int, what: str,
+                      explicit: list[int] | None = None) -> None:
         """``part`` must equal ``full`` except dim ``dim``, which is one torch.chunk piece (or
-        one of the explicit ``sizes``, which must cover the dim, one per rank)."""
+        one of the explicit ``sizes`` — the op's, or ``explicit`` —, which must cover the dim,
+        one per rank)."""
         n = self.group_size()
-        explicit = self.sizes()
+        explicit = explicit if explicit is not None else self.sizes()
         if explicit is not None and (len(explicit) != n or sum(explicit) != full.shape[dim]):
             raise self.emit_error(f"'sizes' {explicit} must give {n} sizes adding up to {full.shape[dim]} "
                                   f"(dim {dim} of {full})")

@@ -89,8 +89,10 @@ func.func @f(%x: tensor<5x6xf32>) -> tensor<8x6xf32> attributes {spmdc.rank = 2}
         verify(parse_module(text, "<t>"))
 
 
-def test_plans_refuse_ragged_parameters_but_not_ragged_inputs():
-    with pytest.raises(PlanError, match="parameter 'w'.*ragged shard, which parameters cannot have yet"):
-        Plan({"w": {"tp": "RS(0, [4, 0])"}}).resolve_params(Mesh({"tp": 2}), {"w": (4, 8)})
+def test_plans_take_ragged_parameters_and_inputs():
+    got = Plan({"w": {"tp": "RS(0, [4, 0])"}}).resolve_params(Mesh({"tp": 2}), {"w": (4, 8)})
+    assert got["w"].storage == (RaggedShard(0, (4, 0)),)
+    with pytest.raises(PlanError, match="parameter 'w'.*add up to 3, not dim 0's size 4"):
+        Plan({"w": {"tp": "RS(0, [3, 0])"}}).resolve_params(Mesh({"tp": 2}), {"w": (4, 8)})
     lay = Plan({}, inputs=[{"tp": "RS(0, [4, 0])"}]).resolve_inputs(Mesh({"tp": 2}), [(4, 8)], ["x"])
     assert lay == [(RaggedShard(0, (4, 0)),)]
