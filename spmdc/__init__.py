@@ -15,6 +15,7 @@ _LAZY = {
     "capture_program": ("spmdc.frontend.capture", "capture_program"),
     "load_workload": ("spmdc.frontend.workloads", "load_workload"),
     "compile": ("spmdc.runtime.api", "compile"),
+    "eager": ("spmdc.runtime.api", "eager"),
     "CompiledModule": ("spmdc.runtime.api", "CompiledModule"),
     "Optimizer": ("spmdc.runtime.api", "Optimizer"),
     "Mesh": ("spmdc.sharding.mesh", "Mesh"),

@@ -126,7 +126,8 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
                    overlap: bool = True, memory_cap: int = 0, dump: Dump | None = None,
                    kwargs: Mapping[str, Any] | None = None,
                    rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
-                   partial_grads: bool = False, mixed_precision: Any = None) -> CompiledStep:
+                   partial_grads: bool = False, mixed_precision: Any = None, fuse: bool = True,
+                   eager: bool = False) -> CompiledStep:
     """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
 
     ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
@@ -139,7 +140,9 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     (:mod:`spmdc.compiler.clipping`). ``mixed_precision``: ``"bf16"`` (or a policy): parameters
     gathered and used in bf16, gradients reduced in float32 (:mod:`spmdc.frontend.mixed_precision`).
     ``partial_grads``: gradients are returned before their
-    reduction (``P(sum)`` where the batch is split), for gradient accumulation."""
+    reduction (``P(sum)`` where the batch is split), for gradient accumulation. ``fuse``: run
+    ``fuse-collectives`` on each rank's program. ``eager``: also keep the program as sharding
+    propagation left it (``propagated_ir``), which :mod:`spmdc.runtime.eager` runs op by op."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan
 
@@ -164,14 +167,23 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
         add_gradient_clipping(module, clip_grad_norm)
     if writer:
         writer.write("planned", module)
+    propagated: list[str] = []
     for stage in global_stages:
-        PassManager(parse_pipeline(stage.passes), on_after_pass=hook(writer)).run(module)
+        after = hook(writer)
+
+        def keep(p: Any, m: Any, index: int, after: Any = after) -> None:
+            if eager and p.name == "sharding-propagation":
+                propagated.append(print_module(m, debuginfo=True))
+            if after is not None:
+                after(p, m, index)
+        PassManager(parse_pipeline(stage.passes), on_after_pass=keep).run(module)
     timings = dict(cap.timings)
     timings["sharding"] = time.perf_counter() - t
     user_inputs = (list(inputs) + list(loss_inputs) if train else list(inputs)) + list(kwargs.values())
     args = [a.detach().clone() if hasattr(a, "detach") else a for a in cap.arguments(*user_inputs)]
     return CompiledStep(print_module(module, debuginfo=True), mesh, resolved.name, args, *_signature(func),
-                        timings=timings, bucket=bucket, overlap=overlap, memory_cap=memory_cap, name=name)
+                        timings=timings, bucket=bucket, overlap=overlap, memory_cap=memory_cap, name=name,
+                        fuse=fuse, propagated_ir=propagated[0] if propagated else "")
 
 
 def _signature(func: FuncOp) -> tuple[list[str], list[str], list[tuple[int, ...]], list[tuple[int, ...]], set[int]]:
@@ -211,7 +223,7 @@ def _rank_stages(step: CompiledStep, rank: int, target: str, dump: Dump | None) 
     writer = dump.ir_writer(step.name, f"rank{rank}") if dump else None
     unfused = None
     for stage in stages(PipelineOptions(rank=rank, bucket=step.bucket, overlap=step.overlap,
-                                         memory_cap=step.memory_cap, target=target)):
+                                         memory_cap=step.memory_cap, target=target, fuse=step.fuse)):
         if not stage.per_rank:
             continue
         if stage.name == "kernels":

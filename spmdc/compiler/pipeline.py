@@ -33,7 +33,8 @@ class PipelineOptions:
     """``rank``: whose program; ``bucket``: SimpleFSDP bucketing; ``target``: ``torch`` or ``triton``;
     ``overlap``: async collectives reordered for overlap (``schedule-collectives``) under
     ``memory_cap`` bytes per rank (0: no cap); ``rng``: ``eager`` (random numbers bitwise equal
-    to single-device PyTorch) or ``philox`` (counter-based: each rank draws only its piece)."""
+    to single-device PyTorch) or ``philox`` (counter-based: each rank draws only its piece);
+    ``fuse``: ``fuse-collectives`` (deferred and merged reductions) on each rank's program."""
 
     rank: int = 0
     bucket: bool = False
@@ -41,6 +42,7 @@ class PipelineOptions:
     memory_cap: int = 0
     target: str = "torch"
     rng: str = "eager"
+    fuse: bool = True
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -63,7 +65,8 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
     out = [
         Stage("prepare", "canonicalize,cse" + (",philox-rng" if options.rng == "philox" else ""), per_rank=False),
         Stage("global", "sharding-propagation,insert-redistribution,lower-redistribution", per_rank=False),
-        Stage("rank", f"partition{{rank={options.rank}}},fuse-collectives,cse,dce,canonicalize", per_rank=True),
+        Stage("rank", f"partition{{rank={options.rank}}}," + ("fuse-collectives," if options.fuse else "")
+              + "cse,dce,canonicalize", per_rank=True),
     ]
     if options.bucket:
         out.append(Stage("bucketing", "bucket-collectives", per_rank=True))

@@ -42,6 +42,8 @@ class CompiledStep:
     bucket: bool = True              # run bucket-collectives on each rank's program
     overlap: bool = True             # run schedule-collectives (async, prefetch) on it
     memory_cap: int = 0              # per-rank byte cap for the schedule's prefetch (0: none)
+    fuse: bool = True                # run fuse-collectives on it
+    propagated_ir: str = ""          # the program after sharding-propagation (eager=True): what spmdc.eager runs
     name: str = "forward"            # "forward" or "train": names the dumps
 
     def rank_module(self, rank: int, target: str = "torch") -> Operation:

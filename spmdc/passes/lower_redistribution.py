@@ -84,7 +84,7 @@ def lower_one(op: RedistributeOp, rewriter: Rewriter) -> None:
     rewriter.replace_op(op, [cur])
 
 
-def _unfold(layout: tuple[Placement, ...], dim: int) -> tuple[Placement, ...]:
+def unfold_layout(layout: tuple[Placement, ...], dim: int) -> tuple[Placement, ...]:
     """``layout`` on the tensor with ``dim`` split into ``[k, size/k]``: ``SS(dim, k)`` is
     ``S(dim+1)`` there, later dims move up by one."""
     out: list[Placement] = []
@@ -105,12 +105,12 @@ def _strided_step(b: Builder, cur, step, before, mesh, op: RedistributeOp):
     d, k = step.dim, step.parts
     unfolded = ty.with_shape(ty.shape[:d] + (k, ty.shape[d] // k) + ty.shape[d + 1:])
     view = b.create(ReshapeOp, [cur], {}, result_types=[unfolded], location=op.location)
-    set_result_layouts(view, mesh.sym_name, [_unfold(before, d)])
+    set_result_layouts(view, mesh.sym_name, [unfold_layout(before, d)])
     attrs: dict[str, object] = {"mesh": _sym(mesh.sym_name), "axis": mesh.axis_names[step.axes[0]], "dim": d + 1}
     if step.kind == "reduce_scatter":
         attrs["op"] = step.op
     coll = b.create(_OPS[step.kind], [view.result], attrs, result_types=[unfolded], location=op.location)
-    set_result_layouts(coll, mesh.sym_name, [_unfold(step.after, d)])
+    set_result_layouts(coll, mesh.sym_name, [unfold_layout(step.after, d)])
     back = b.create(ReshapeOp, [coll.result], {}, result_types=[ty], location=op.location)
     set_result_layouts(back, mesh.sym_name, [step.after])
     return back.result

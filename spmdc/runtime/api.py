@@ -25,7 +25,7 @@ from spmdc.runtime.dtensors import dtensor_placements
 from spmdc.runtime.optimizers import OPTIMIZERS, Optimizer, make_optimizer
 from spmdc.sharding.plan import Plan
 
-__all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_placements", "make_optimizer"]
+__all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_placements", "eager", "make_optimizer"]
 
 
 def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", train: bool = False,
@@ -34,7 +34,8 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
             bucket: bool = True, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
             rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
             grad_accum: int = 1, inputs: str = "global", init: Callable[[Any], Any] | None = None,
-            overlap: bool = True, memory_cap: int = 0, mixed_precision: Any = None) -> CompiledModule:
+            overlap: bool = True, memory_cap: int = 0, mixed_precision: Any = None,
+            fuse_collectives: bool = True) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
@@ -68,10 +69,32 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
     A model on the meta device (``spmdc.deferred_init(cls, *args)``, or any meta model with
     ``init=fn`` run on it, e.g. ``init=lambda m: m.apply(m._init_weights)``) is captured from fake
     tensors and each rank materializes only its shards, bitwise equal to the single-device
-    initialization (:mod:`spmdc.frontend.deferred_init`).
+    initialization (:mod:`spmdc.frontend.deferred_init`). ``fuse_collectives`` (default on):
+    per-rank rewrites that defer and merge reductions (``fuse-collectives``).
     """
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
                           target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
                           checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs,
-                          init=init, overlap=overlap, memory_cap=memory_cap, mixed_precision=mixed_precision)
+                          init=init, overlap=overlap, memory_cap=memory_cap, mixed_precision=mixed_precision,
+                          fuse_collectives=fuse_collectives)
+
+
+def eager(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", hints: bool = True,
+          trace: bool = False, **kwargs: Any) -> CompiledModule:
+    """:func:`compile`'s module, run op by op (:mod:`spmdc.runtime.eager`): each op of the global
+    program is dispatched at run time — its operands' layouts as they are, its strategy from the
+    rule table, redistributions issued on the spot, the op run on local pieces. For stepping
+    through a plan: ``trace=True`` records, per op, the layouts in and out and the collectives it
+    issued (``cm.eager_trace``, the last call's). ``hints`` (default on): results take the layouts
+    sharding propagation chose, so the run issues the compiled program's collectives in its order
+    and computes bitwise what it computes without per-rank collective rewrites
+    (``compile(..., bucket=False, overlap=False, fuse_collectives=False)``); ``hints=False``:
+    DTensor's forward rule, each op deciding from its operands alone. Takes :func:`compile`'s
+    keyword arguments (``bucket``, ``overlap``, ``target`` do not apply)."""
+    for k in ("bucket", "overlap", "target", "memory_cap", "fuse_collectives"):
+        if k in kwargs:
+            raise TypeError(f"spmdc.eager runs the global program op by op: '{k}' is an option of the compiled "
+                            "program (spmdc.compile)")
+    return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, execution="eager", eager_hints=hints,
+                          eager_trace=trace, bucket=False, overlap=False, fuse_collectives=False, **kwargs)

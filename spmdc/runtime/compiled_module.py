@@ -60,7 +60,8 @@ class CompiledModule(nn.Module):
                  example_kwargs: dict[str, Any] | None = None, rng: str = "eager",
                  checkpoint: str | None = None, clip_grad_norm: float | None = None, grad_accum: int = 1,
                  inputs: str = "global", init: Callable[[Any], Any] | None = None, overlap: bool = True,
-                 memory_cap: int = 0, mixed_precision: Any = None):
+                 memory_cap: int = 0, mixed_precision: Any = None, fuse_collectives: bool = True,
+                 execution: str = "compiled", eager_hints: bool = True, eager_trace: bool = False):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -74,6 +75,8 @@ class CompiledModule(nn.Module):
         mesh, device_mesh = mesh_of(mesh, device_mesh)
         if dist.get_world_size() != mesh.size:
             raise ValueError(f"mesh {mesh} has {mesh.size} devices but the job has {dist.get_world_size()} ranks")
+        if execution not in ("compiled", "eager"):
+            raise ValueError(f"execution must be 'compiled' or 'eager', got {execution!r}")
         if inputs not in ("global", "local"):
             raise ValueError(f"inputs must be 'global' or 'local', got {inputs!r}")
         if grad_accum < 1 or int(grad_accum) != grad_accum:
@@ -104,9 +107,11 @@ class CompiledModule(nn.Module):
         self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
         self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), bucket=bucket, dump=dump, rng=rng,
                               checkpoint=checkpoint, clip=clip_grad_norm, accum=int(grad_accum), inputs=inputs,
-                              target=target or default_target(), can_train=train,
+                              target=target or default_target(), can_train=train, execution=execution,
+                              eager_hints=eager_hints, eager_trace=eager_trace,
                               comm=dict(bucket=bucket, overlap=overlap, memory_cap=int(memory_cap),
-                                        mixed_precision=mixed_precision))
+                                        mixed_precision=mixed_precision, fuse=fuse_collectives,
+                                        eager=execution == "eager"))
         self.target = self._opts.target
         self.training = model.training
         self._runners: dict[tuple, RankRunner] = {}
@@ -178,7 +183,13 @@ class CompiledModule(nn.Module):
         finally:
             model.train(was)
         for job, step in zip(jobs, steps):
-            runner = RankRunner(compile_rank(step, self.rank, o.target, o.dump), self.comm, device=self.device)
+            if o.execution == "eager":
+                from spmdc.runtime.eager import EagerRunner, eager_program
+
+                runner: Any = EagerRunner(eager_program(step, self.rank), self.comm, device=self.device,
+                                          hints=o.eager_hints, trace=o.eager_trace)
+            else:
+                runner = RankRunner(compile_rank(step, self.rank, o.target, o.dump), self.comm, device=self.device)
             sig = self._signature(job["inputs"] + job.get("loss_inputs", []) + list(job["kwargs"].values()))
             name = "forward" if not job["train"] else kind
             self._runners[(name, self.training, sig)] = runner
@@ -369,6 +380,7 @@ class CompiledModule(nn.Module):
         """Inputs as tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
         values = self._inputs(inputs, kwargs, "forward")
         run = self._runner("forward", values)
+        self._last_run = run
         outs = run(self._args(run, values))
         res = []
         for out, layout, shape in zip(outs, run.program.res_layouts, run.program.step.res_shapes):
@@ -385,6 +397,7 @@ class CompiledModule(nn.Module):
     def _train_program(self, kind: str, values: list[Any]) -> tuple[Any, dict[str, tuple[Any, Any]], Any]:
         """Run a training program: (loss, {fqn: (local gradient, its layout)}, gradient norm or None)."""
         run = self._runner(kind, values)
+        self._last_run = run
         prog = run.program
         outs = run(self._args(run, values))
         loss, grads, norm = None, {}, None
@@ -558,6 +571,12 @@ class CompiledModule(nn.Module):
         from spmdc.runtime.checkpointing import load
 
         return load(self, path, optimizer if optimizer is not None else self.optimizer)
+
+    @property
+    def eager_trace(self) -> list[str]:
+        """``spmdc.eager(..., trace=True)``: the last call's ops, each with its operands' layouts,
+        its results' layouts and the collectives it issued (empty otherwise)."""
+        return list(getattr(getattr(self, "_last_run", None), "last_trace", []))
 
     @property
     def programs(self) -> dict[str, RankProgram]:

@@ -55,6 +55,8 @@ class RunConfig:
     memory_cap: int = 0
     mixed_precision: str | None = None
     fsdp_shard: str = "even"
+    eager: bool = False
+    eager_trace: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -172,6 +174,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--checkpoint", choices=("blocks",), default=None,
                     help="activation checkpointing: recompute every repeated block (layers.N) in the backward "
                          "(torch.utils.checkpoint calls in the model are kept either way)")
+    ap.add_argument("--eager", action="store_true",
+                    help="run the sharded global program op by op, each op dispatched at run time (spmdc.eager: "
+                         "for stepping through a plan; bitwise equal to the compiled program without bucketing, "
+                         "overlap and fused reductions)")
+    ap.add_argument("--eager-trace", default=None, metavar="FILE",
+                    help="with --eager: write rank 0's last step to FILE, one line per op: layouts in -> out and "
+                         "the collectives it issued")
     ap.add_argument("--verbose", action="store_true",
                     help="show every rank's stderr and Python tracebacks (else a failed run writes them to a log)")
 
@@ -184,7 +193,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      clip_grad_norm=args.clip_grad_norm, grad_accum=args.grad_accum, rtol=args.rtol, atol=args.atol,
                      overlap=args.overlap, memory_cap=args.memory_cap,
                      mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision,
-                     fsdp_shard=args.fsdp_shard)
+                     fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -287,6 +296,15 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     if cfg.check and cfg.rng == "philox":
         raise UserError("--check compares with eager PyTorch, whose random numbers --rng philox does not "
                         "reproduce by design; use --rng eager (the default) with --check")
+    if cfg.eager_trace and not cfg.eager:
+        raise UserError("--eager-trace writes the op-by-op run of --eager; add --eager")
+    if cfg.eager and (cfg.target == "triton" or cfg.dump_codegen):
+        raise UserError(f"--eager runs each op by its torch implementation, not generated code: drop "
+                        f"{'--target triton' if cfg.target == 'triton' else '--dump-codegen'}")
+    if cfg.eager_trace:
+        parent = os.path.dirname(os.path.abspath(cfg.eager_trace))
+        if not os.path.isdir(parent):
+            raise UserError(f"--eager-trace '{cfg.eager_trace}': no directory '{parent}'")
     if not cfg.train and (cfg.save or cfg.load or cfg.clip_grad_norm or cfg.grad_accum > 1):
         raise UserError("--save, --load, --clip-grad-norm and --grad-accum are for training; drop --forward")
     if cfg.grad_accum > 1:
@@ -341,11 +359,13 @@ def run_main(cfg: RunConfig) -> int:
            "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket,
            "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint, "save": cfg.save, "load": cfg.load,
            "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum, "settings": cfg.settings.as_dict(),
-           "overlap": cfg.overlap, "memory_cap": cfg.memory_cap, "mixed_precision": cfg.mixed_precision}
+           "overlap": cfg.overlap, "memory_cap": cfg.memory_cap, "mixed_precision": cfg.mixed_precision,
+           "eager": cfg.eager, "eager_trace": cfg.eager_trace}
     plan_name = plan if isinstance(plan, str) else plan.name
     console.print(Text("spmdc run", style="bold"), f"{cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps"
-                  + (f", {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else ""))
+                  + (f", {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else "")
+                  + (", eager (op by op)" if cfg.eager else ""))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # already a rank (torchrun)
         results = {int(os.environ["RANK"]): run_rank(job)}
         if int(os.environ["RANK"]) != 0:
@@ -382,9 +402,10 @@ def run_main(cfg: RunConfig) -> int:
             k, peak = r0["measured_peak"]
             line += f", measured {peak / 1024:,.1f} KiB (step {start_step + k + 1}, {_measured_by()})"
         console.print(line)
-    for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen)):
+    for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen),
+                        ("rank 0's op-by-op trace of the last step", cfg.eager_trace)):
         if where:
-            console.print(f"{what} written to {where}/")
+            console.print(f"{what} written to {where}{'' if where == cfg.eager_trace else '/'}")
     if cfg.save:
         console.print(f"checkpoint of step {start_step + cfg.steps} written to {cfg.save}/")
     if not cfg.check:

@@ -49,11 +49,14 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
                             clip_grad_norm=job.get("clip_grad_norm"), grad_accum=job.get("grad_accum", 1),
-                            target=job.get("target"), bucket=job.get("bucket", True),
+                            target=job.get("target"), bucket=job.get("bucket", True) and not job.get("eager"),
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
                             rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"),
-                            overlap=job.get("overlap", True), memory_cap=job.get("memory_cap", 0),
-                            mixed_precision=job.get("mixed_precision"))
+                            overlap=job.get("overlap", True) and not job.get("eager"),
+                            memory_cap=job.get("memory_cap", 0),
+                            mixed_precision=job.get("mixed_precision"),
+                            **({"execution": "eager", "eager_trace": bool(job.get("eager_trace")),
+                                "fuse_collectives": False} if job.get("eager") else {}))
         compile_s = time.perf_counter() - t0
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
             flush=True)
@@ -82,6 +85,9 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
                 f"({1000 * times[-1]:.1f} ms)", flush=True)
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
+        if job.get("eager_trace") and rank == 0:
+            with open(job["eager_trace"], "w") as f:
+                f.write("\n".join(cm.eager_trace) + "\n")
         if job.get("save"):
             cm.save(job["save"], extra={"step": start_step + job["steps"], "workload": job["workload"],
                                         "seed": resumed.get("seed", job.get("seed", 0)),
@@ -90,7 +96,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
-                "peak_bytes": prog.peak_bytes, "measured_peak": measured,
+                "peak_bytes": None if job.get("eager") else prog.peak_bytes, "measured_peak": measured,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
                 "start_step": start_step, **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
                                              if resumed else {})}
