@@ -18,7 +18,16 @@ Layout = tuple[Placement, ...]
 
 
 def func_mesh(module: Operation, func: FuncOp) -> MeshOp | None:
-    """The mesh that ``func``'s shardings name; the module's only mesh if none is named."""
+    """The mesh that ``func``'s shardings name; the module's only mesh if none is named.
+    Union layouts (device groups) are refused here, named: the sharding passes do not handle
+    them yet, and reading one as "no layout" would silently replicate the value."""
+    from spmdc.dialects.shard.union import UnionShardingAttr
+
+    for where, attrs in [*((f"argument #{i}", func.arg_attrs(i)) for i in range(len(func.function_type.inputs))),
+                         *((f"result #{i}", func.res_attrs(i)) for i in range(len(func.function_type.results)))]:
+        if isinstance(attrs.get(SHARDING), UnionShardingAttr):
+            raise func.emit_error(f"{where} has a union layout {attrs[SHARDING]}: device groups are not yet "
+                                  "supported by spmdc's sharding passes (only the IR, its verifier and printer)")
     names: set[str] = set()
     for i in range(len(func.function_type.inputs)):
         s = func.arg_attrs(i).get(SHARDING)
@@ -40,13 +49,18 @@ def func_mesh(module: Operation, func: FuncOp) -> MeshOp | None:
     if len(names) > 1:
         raise func.emit_error(f"uses several meshes ({', '.join('@' + n for n in sorted(names))}); "
                               "one mesh per function is supported")
+    found = None
     if names:
         name = names.pop()
-        for m in meshes:
-            if m.sym_name == name:
-                return m
-        raise func.emit_error(f"refers to unknown mesh '@{name}'")
-    return meshes[0] if len(meshes) == 1 else None
+        found = next((m for m in meshes if m.sym_name == name), None)
+        if found is None:
+            raise func.emit_error(f"refers to unknown mesh '@{name}'")
+    elif len(meshes) == 1:
+        found = meshes[0]
+    if found is not None and found.devices != tuple(range(found.num_devices)):
+        raise func.emit_error(f"mesh '@{found.sym_name}' spans devices {list(found.devices)}: meshes over other "
+                              "ranks than 0..n-1 (device groups) are not yet supported by spmdc's sharding passes")
+    return found
 
 
 def layout_of(v: Value) -> Layout | None:

@@ -40,6 +40,7 @@ from spmdc.dialects.shard.placements import (
     strided_problem,
 )
 from spmdc.dialects.shard.syntax import SYNTAX
+from spmdc.dialects.shard.union import CrossPartial, Dup, Split, UnionShardingAttr, parse_relation, union
 from spmdc.ir.registry import Dialect
 
 DIALECT = Dialect("shard", [MeshOp, AnnotateOp, RedistributeOp], syntax=SYNTAX,
@@ -50,4 +51,5 @@ DIALECT = Dialect("shard", [MeshOp, AnnotateOp, RedistributeOp], syntax=SYNTAX,
 __all__ = ["DIALECT", "SHARDING_ATTR", "AnnotateOp", "MeshOp", "RedistributeOp", "check_sharding", "lookup_mesh",
            "REDUCE_OPS", "Partial", "Placement", "RaggedShard", "Replicate", "Shard", "ShardingAttr", "StridedShard",
            "chunk_offset", "chunk_size", "chunk_sizes", "distinct_chunk_sizes", "parse_placement", "shard_dim",
-           "strided", "strided_chunk_size", "strided_problem"]
+           "strided", "strided_chunk_size", "strided_problem",
+           "CrossPartial", "Dup", "Split", "UnionShardingAttr", "parse_relation", "union"]

@@ -33,19 +33,32 @@ class MeshOp(Operation):
 
     Custom form ``shard.mesh @mesh = <["dp" = 2, "tp" = 4]>``; generic form
     ``"shard.mesh"() {axes = ["dp", "tp"], shape = [2, 4], sym_name = "mesh"} : () -> ()``.
+    A device group (HSPMD) names the job's ranks it spans, in row-major mesh order:
+    ``shard.mesh @g1 = <["tp" = 2]> devices = [4, 5]`` (default: ranks ``0 .. n-1``).
     """
 
     name = "shard.mesh"
     num_operands = 0
     num_results = 0
     required_attrs = {"sym_name": StringAttr, "axes": ArrayAttr, "shape": ArrayAttr}
+    optional_attrs = {"devices": ArrayAttr}
     traits = frozenset({"Symbol"})
 
     @classmethod
     def build(cls, sym_name: str, axes: Sequence[str], shape: Sequence[int],
-              location: Location = UNKNOWN) -> MeshOp:
-        return cls.create(attributes={"sym_name": sym_name, "axes": list(axes), "shape": list(shape)},
-                          result_types=[], location=location)
+              location: Location = UNKNOWN, devices: Sequence[int] | None = None) -> MeshOp:
+        attrs: dict[str, Any] = {"sym_name": sym_name, "axes": list(axes), "shape": list(shape)}
+        if devices is not None:
+            attrs["devices"] = [int(d) for d in devices]
+        return cls.create(attributes=attrs, result_types=[], location=location)
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """The job's ranks this mesh spans, in row-major order (default ``0 .. n-1``)."""
+        d = self.attributes.get("devices")
+        if d is None:
+            return tuple(range(self.num_devices))
+        return tuple(a.value for a in d)  # type: ignore[attr-defined]
 
     @property
     def sym_name(self) -> str:
@@ -72,6 +85,8 @@ class MeshOp(Operation):
     def print_custom(self, p: Printer) -> None:
         axes = ", ".join(f"{quote(a)} = {s}" for a, s in zip(self.axis_names, self.shape))
         p.write(f"shard.mesh @{format_symbol(self.sym_name)} = <[{axes}]>")
+        if "devices" in self.attributes:
+            p.write(f" devices = [{', '.join(map(str, self.devices))}]")
 
     def verify_(self) -> None:
         axes, shape = self.attributes["axes"], self.attributes["shape"]
@@ -88,6 +103,15 @@ class MeshOp(Operation):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise self.emit_error(f"duplicate mesh axis name '{sorted(dup)[0]}'")
+        if "devices" in self.attributes:
+            devs = self.attributes["devices"]
+            if not all(isinstance(d, IntegerAttr) and d.value >= 0 for d in devs):  # type: ignore[attr-defined]
+                raise self.emit_error("'devices' must be an array of non-negative integers (ranks)")
+            if len(devs) != self.num_devices:  # type: ignore[arg-type]
+                raise self.emit_error(f"lists {len(devs)} devices for a mesh of {self.num_devices}")  # type: ignore[arg-type]
+            if len(set(self.devices)) != len(self.devices):
+                dup = next(d for d in self.devices if self.devices.count(d) > 1)
+                raise self.emit_error(f"lists device {dup} twice")
         if self.num_devices > MAX_MESH_DEVICES:
             raise self.emit_error(f"has {self.num_devices} devices; spmdc supports meshes of at most "
                                   f"{MAX_MESH_DEVICES} devices")
@@ -100,6 +124,13 @@ def lookup_mesh(op: Operation, name: str) -> MeshOp | None:
 
 def check_sharding(op: Operation, sharding: object, ty: object, what: str) -> None:
     """Raise an error on ``op`` when ``sharding`` cannot lay out a value of type ``ty``."""
+    from spmdc.dialects.shard.union import UnionShardingAttr
+
+    if isinstance(sharding, UnionShardingAttr) and isinstance(ty, TensorType):
+        reason = sharding.verify_for(ty, {g: lookup_mesh(op, g) for g in sharding.groups})
+        if reason:
+            raise op.emit_error(f"{what}: {reason}")
+        return
     if not isinstance(sharding, ShardingAttr):
         raise op.emit_error(f"{what} must be a #shard<...> attribute")
     if not isinstance(ty, TensorType):

@@ -4,6 +4,8 @@
     #shard<@mesh, [S(0), R, P(sum)]>
     #shard<@mesh, [SS(1, 3), R]>
     #shard<@mesh, [RS(0, [2, 0, 1, 1])]>
+    shard.mesh @g1 = <["tp" = 2]> devices = [4, 5]
+    #shard.union<split(0, [2, 1]), [#shard<@g0, [S(1)]>, #shard<@g1, [R]>]>
 
 The grammar fragment extends the core grammar (:mod:`spmdc.ir.parser`); the builders turn
 its trees into a :class:`MeshOp` and a :class:`ShardingAttr`.
@@ -23,6 +25,7 @@ from spmdc.dialects.shard.placements import (
     ShardingAttr,
     StridedShard,
 )
+from spmdc.dialects.shard.union import CrossPartial, Dup, Relation, Split, UnionShardingAttr, union
 from spmdc.ir.registry import DialectSyntax
 
 if TYPE_CHECKING:
@@ -33,8 +36,15 @@ if TYPE_CHECKING:
 
 GRAMMAR = r"""
 %extend op_body: mesh_op
-mesh_op: MESH_KW SYMBOL "=" "<" "[" (mesh_axis ("," mesh_axis)*)? "]" ">"
+mesh_op: MESH_KW SYMBOL "=" "<" "[" (mesh_axis ("," mesh_axis)*)? "]" ">" mesh_devices?
 mesh_axis: STRING "=" INT
+mesh_devices: DEVICES_KW "=" "[" (INT ("," INT)*)? "]"
+
+%extend attr: union_attr
+union_attr: UNION_KW "<" relation "," "[" sharding_attr ("," sharding_attr)* "]" ">"
+relation: SPLIT_KW "(" INT "," "[" INT ("," INT)* "]" ")"   -> rel_split
+        | DUP_KW                                         -> rel_dup
+        | PARTIAL_KW "(" OP_NAME ")"                     -> rel_partial
 
 %extend attr: sharding_attr
 sharding_attr: SHARD_KW "<" SYMBOL "," "[" (placement ("," placement)*)? "]" ">"
@@ -45,7 +55,12 @@ placement: PLACEMENT_R                 -> p_replicate
          | PLACEMENT_P "(" OP_NAME ")" -> p_partial
 
 MESH_KW.3: /shard\.mesh(?![\w$.])/
-SHARD_KW.3: "#shard"
+SHARD_KW.3: /#shard(?!\.)/
+UNION_KW.4: "#shard.union"
+DEVICES_KW.3: /devices(?![\w$.])/
+SPLIT_KW.3: /split(?=\()/
+DUP_KW.3: /dup(?![\w$.])/
+PARTIAL_KW.3: /partial(?=\()/
 PLACEMENT_R.3: /R(?![\w$.])/
 PLACEMENT_S.3: /S(?=\()/
 PLACEMENT_SS.3: /SS(?=\()/
@@ -56,8 +71,30 @@ PLACEMENT_P.3: /P(?=\()/
 
 def build_mesh(parser: Parser, t: Tree, location: Location) -> MeshOp:
     sym = t.children[1]
-    axes = [(parser.unquote(a.children[0]), int(a.children[1])) for a in t.children[2:]]
-    return MeshOp.build(parser.symbol_name(sym), [n for n, _ in axes], [s for _, s in axes], location=location)
+    rest = t.children[2:]
+    devices = None
+    if rest and getattr(rest[-1], "data", None) == "mesh_devices":
+        devices = [int(c) for c in rest[-1].children[1:]]
+        rest = rest[:-1]
+    axes = [(parser.unquote(a.children[0]), int(a.children[1])) for a in rest]
+    return MeshOp.build(parser.symbol_name(sym), [n for n, _ in axes], [s for _, s in axes], location=location,
+                        devices=devices)
+
+
+def build_union(parser: Parser, t: Tree) -> ShardingAttr | UnionShardingAttr:
+    """``#shard.union<split(0, [2, 1]), [#shard<@g0, ...>, #shard<@g1, ...>]>`` (one group: plain)."""
+    rel_tree, members = t.children[1], [build_sharding(parser, m) for m in t.children[2:]]
+    kids = rel_tree.children
+    try:
+        if rel_tree.data == "rel_split":
+            relation: Relation = Split(int(kids[1]), tuple(int(k) for k in kids[2:]))
+        elif rel_tree.data == "rel_dup":
+            relation = Dup()
+        else:
+            relation = CrossPartial(str(kids[1]))
+    except ValueError as e:
+        raise parser.error(kids[-1] if kids else t.children[0], str(e)) from None
+    return union(relation, members)
 
 
 def build_sharding(parser: Parser, t: Tree) -> ShardingAttr:
@@ -83,4 +120,5 @@ def _placement(parser: Parser, t: Tree) -> Placement:
         raise parser.error(op_tok, str(e)) from None
 
 
-SYNTAX = DialectSyntax(GRAMMAR, ops={"mesh_op": build_mesh}, attributes={"sharding_attr": build_sharding})
+SYNTAX = DialectSyntax(GRAMMAR, ops={"mesh_op": build_mesh},
+                       attributes={"sharding_attr": build_sharding, "union_attr": build_union})
