@@ -73,7 +73,7 @@ class BsrPlan:
         return sum(1 for (s, d) in self.sends if s != d)
 
     def bytes_sent(self, device: int, itemsize: int = 4) -> int:
-        return sum(_numel(c) * itemsize for (s, d), cells in self.sends.items() if s == device and d != device
+        return sum(box_numel(c) * itemsize for (s, d), cells in self.sends.items() if s == device and d != device
                    for c, _, _ in cells)
 
 
@@ -143,11 +143,11 @@ def bsr_plan(shape: Sequence[int], src: Any, dst: Any, meshes: dict[str, MeshSpe
     load: dict[int, int] = {}
     plan = BsrPlan(shape, sp, dp, op=next(iter(ops)) if ops else None)
     for want in dp:
-        if _numel(want.box) == 0:
+        if box_numel(want.box) == 0:
             continue
-        for cell in _cells(want.box, cuts):
+        for cell in box_cells(want.box, cuts):
             for term in terms:
-                holders = [p for p in sp if p.term == term and _inside(cell, p.box)]
+                holders = [p for p in sp if p.term == term and box_inside(cell, p.box)]
                 if not holders:
                     if term is None:
                         raise ValueError(f"no rank holds slice {cell} of the source layout")
@@ -157,7 +157,7 @@ def bsr_plan(shape: Sequence[int], src: Any, dst: Any, meshes: dict[str, MeshSpe
                 src_piece = mine[0] if mine else min(holders, key=lambda p: (
                     (p.device, want.device) not in plan.sends, load.get(p.device, 0), p.device))
                 if src_piece.device != want.device:
-                    load[src_piece.device] = load.get(src_piece.device, 0) + _numel(cell)
+                    load[src_piece.device] = load.get(src_piece.device, 0) + box_numel(cell)
                 plan.sends.setdefault((src_piece.device, want.device), []).append((cell, src_piece.box, want.box))
     return plan
 
@@ -177,13 +177,13 @@ def run_bsr(plan: BsrPlan, local: Any, rank: int, group: Any = None) -> Any:
     for (s, d), cells in sorted(plan.sends.items()):
         if s == rank and d == rank:
             for cell, sbox, dbox in cells:
-                _view(out, cell, dbox).add_(_view(local, cell, sbox))
+                box_view(out, cell, dbox).add_(box_view(local, cell, sbox))
         elif s == rank:
-            buf = torch.cat([_view(local, cell, sbox).reshape(-1) for cell, sbox, _ in cells]).contiguous()
+            buf = torch.cat([box_view(local, cell, sbox).reshape(-1) for cell, sbox, _ in cells]).contiguous()
             keep.append(buf)
             ops.append(dist.P2POp(dist.isend, buf, d, group))
         elif d == rank:
-            buf = torch.empty(sum(_numel(c) for c, _, _ in cells), dtype=out.dtype, device=out.device)
+            buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=out.dtype, device=out.device)
             recvs.append((buf, cells))
             ops.append(dist.P2POp(dist.irecv, buf, s, group))
     if ops:
@@ -192,14 +192,14 @@ def run_bsr(plan: BsrPlan, local: Any, rank: int, group: Any = None) -> Any:
     for buf, cells in recvs:
         at = 0
         for cell, _, dbox in cells:
-            n = _numel(cell)
-            view = _view(out, cell, dbox)
+            n = box_numel(cell)
+            view = box_view(out, cell, dbox)
             view.add_(buf[at:at + n].view(view.shape))
             at += n
     return out
 
 
-def _cells(box: Box, cuts: list[list[int]]) -> list[Box]:
+def box_cells(box: Box, cuts: list[list[int]]) -> list[Box]:
     per_dim = []
     for (s, e), c in zip(box, cuts):
         pts = [x for x in c if s <= x <= e]
@@ -207,22 +207,23 @@ def _cells(box: Box, cuts: list[list[int]]) -> list[Box]:
     return [tuple(cell) for cell in itertools.product(*per_dim)]
 
 
-def _inside(cell: Box, box: Box) -> bool:
+def box_inside(cell: Box, box: Box) -> bool:
     return all(bs <= cs and ce <= be for (cs, ce), (bs, be) in zip(cell, box))
 
 
-def _numel(box: Box) -> int:
+def box_numel(box: Box) -> int:
     n = 1
     for s, e in box:
         n *= e - s
     return n
 
 
-def _view(t: Any, cell: Box, box: Box) -> Any:
+def box_view(t: Any, cell: Box, box: Box) -> Any:
     """The part of ``t`` (the piece at ``box``) that is ``cell``."""
     for d, ((cs, ce), (bs, _)) in enumerate(zip(cell, box)):
         t = t.narrow(d, cs - bs, ce - cs)
     return t
 
 
-__all__ = ["BsrPlan", "MeshSpec", "Piece", "bsr_plan", "pieces", "run_bsr"]
+__all__ = ["BsrPlan", "MeshSpec", "Piece", "box_cells", "box_inside", "box_numel", "box_view", "bsr_plan", "pieces",
+           "run_bsr"]

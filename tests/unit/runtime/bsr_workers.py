@@ -69,3 +69,32 @@ def bsr_six() -> dict[str, Any]:
     finally:
         dist.destroy_process_group()
     return out
+
+
+SPLIT_CASES = {
+    # replicas' gradients: @g0 rows over tp=4, @g1 columns over tp=2 -> 8 cells, each on 2 ranks
+    "rows_vs_columns": ((12, 6), _u(CrossPartial("sum"), ("g0", [Shard(0)]), ("g1", [Shard(1)]))),
+    # @g1 replicated: each @g0 row block on 3 ranks, ranks 4 and 5 one term (5 adds zero)
+    "rows_vs_replicated": ((10, 3), _u(CrossPartial("sum"), ("g0", [Shard(0)]), ("g1", [Replicate()]))),
+}
+
+
+def split_six() -> dict[str, Any]:
+    import torch.distributed as dist
+
+    from spmdc.runtime.split_collectives import make_groups, run_split_all_reduce, split_all_reduce_plan
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    out: dict[str, Any] = {}
+    try:
+        for name, (shape, layout) in SPLIT_CASES.items():
+            terms = terms_for(shape, layout)
+            plan = split_all_reduce_plan(shape, layout, MESHES)
+            groups = make_groups(plan)
+            mine = next(p for p in plan.pieces if p.device == rank)
+            got = run_split_all_reduce(plan, _cut(terms[mine.term], mine.box), rank, groups)
+            out[name] = {"piece": got, "box": mine.box, "collectives": plan.collectives}
+    finally:
+        dist.destroy_process_group()
+    return out

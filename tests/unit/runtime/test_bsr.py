@@ -69,3 +69,17 @@ def test_refusals():
     with pytest.raises(ValueError, match="Partial destination"):
         bsr_plan((5, 6), ShardingAttr("all", (W.Shard(0),)), ShardingAttr("all", (Partial("sum"),)), W.MESHES)
     assert len(pieces((5, 6), grid, W.MESHES)) == 6
+
+
+@pytest.fixture(scope="module")
+def six_split():
+    return launch(W.split_six, 6, (), timeout_s=600)
+
+
+@pytest.mark.parametrize("name,collectives", [("rows_vs_columns", 8), ("rows_vs_replicated", 4)])
+def test_split_all_reduce_sums_each_slice_over_its_holders(six_split, name, collectives):
+    shape, layout = W.SPLIT_CASES[name]
+    value = sum(W.terms_for(shape, layout).values())
+    for rank, r in six_split.items():
+        assert torch.equal(r[name]["piece"], W._cut(value, r[name]["box"])), (name, rank)
+        assert r[name]["collectives"] == collectives

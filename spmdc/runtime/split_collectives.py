@@ -1,0 +1,104 @@
+"""Split all-reduce (Hetu v2): reduce a cross-group partial value where every rank keeps its box.
+
+When groups lay a value out differently and each holds a partial term of it (gradients of
+replicas with different tensor-parallel layouts: ``#shard.union<partial(sum), [#shard<@g0, [S(0)]>,
+#shard<@g1, [S(1)]>]>``), no single all-reduce fits: rank 0 of ``@g0`` holds rows 0-2, rank 4
+of ``@g1`` columns 0-2. Cut the tensor at every box boundary; each finest slice is all-reduced
+over exactly the ranks holding it, in every group, one term per group contributing (the other
+holders of the same term add zero). Slices with the same holders share one all-reduce over
+that subgroup:
+
+    plan = split_all_reduce_plan((12, 6), union, meshes)
+    groups = make_groups(plan)            # every rank, same order: torch.distributed.new_group
+    out = run_split_all_reduce(plan, my_piece, rank, groups)   # my box, reduced
+
+The result is the ``dup`` union of the same groups' layouts: each rank holds its own box of
+the summed value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spmdc.runtime.bsr import Box, MeshSpec, Piece, box_cells, box_inside, box_numel, box_view, pieces
+
+
+@dataclass
+class SplitAllReduce:
+    """``reductions[ranks]``: the slices all-reduced over that set of ranks, in packing order;
+    ``zero[(rank, slice)]``: a holder that adds zero there (another rank gives its term)."""
+
+    shape: tuple[int, ...]
+    pieces: list[Piece]
+    reductions: dict[tuple[int, ...], list[Box]] = field(default_factory=dict)
+    silent: set[tuple[int, Box]] = field(default_factory=set)
+
+    @property
+    def collectives(self) -> int:
+        return len(self.reductions)
+
+
+def split_all_reduce_plan(shape: Any, layout: Any, meshes: dict[str, MeshSpec]) -> SplitAllReduce:
+    """The slices of a partial ``layout`` and who reduces each (see the module doc)."""
+    shape = tuple(int(s) for s in shape)
+    ps = pieces(shape, layout, meshes)
+    if any(p.op not in (None, "sum") for p in ps):
+        raise NotImplementedError("split all-reduce sums partial terms; other reductions are not supported")
+    if len({p.device for p in ps}) != len(ps):
+        raise ValueError("a rank holds two pieces of the layout")
+    cuts = [sorted({0, n} | {b for p in ps for b in p.box[d]}) for d, n in enumerate(shape)]
+    plan = SplitAllReduce(shape, ps)
+    full: Box = tuple((0, n) for n in shape)
+    for cell in box_cells(full, cuts):
+        holders = sorted((p for p in ps if box_inside(cell, p.box)), key=lambda p: p.device)
+        if len(holders) < 2:
+            continue   # held once: already the whole sum there (no other term holds it)
+        seen: set[Any] = set()
+        for p in holders:
+            if p.term in seen:
+                plan.silent.add((p.device, cell))
+            seen.add(p.term)
+        plan.reductions.setdefault(tuple(p.device for p in holders), []).append(cell)
+    return plan
+
+
+def make_groups(plan: SplitAllReduce) -> dict[tuple[int, ...], Any]:
+    """One process group per set of ranks that reduce together; every rank of the job calls it
+    (``new_group`` is collective), in the same order."""
+    import torch.distributed as dist
+
+    return {ranks: dist.new_group(list(ranks)) for ranks in sorted(plan.reductions)}
+
+
+def run_split_all_reduce(plan: SplitAllReduce, local: Any, rank: int, groups: dict[tuple[int, ...], Any],
+                         comm_stats: Any = None) -> Any:
+    """This rank's box of the reduced value: one asynchronous all-reduce per subgroup it is in."""
+    import torch
+    import torch.distributed as dist
+
+    mine = next((p for p in plan.pieces if p.device == rank), None)
+    if mine is None:
+        return None
+    out = local.clone()
+    pending = []
+    for ranks, cells in sorted(plan.reductions.items()):
+        if rank not in ranks:
+            continue
+        parts = []
+        for cell in cells:
+            v = box_view(out, cell, mine.box)
+            parts.append(torch.zeros_like(v).reshape(-1) if (rank, cell) in plan.silent else v.reshape(-1))
+        buf = torch.cat(parts).contiguous()
+        if comm_stats is not None:
+            comm_stats.add("comm.split_all_reduce", buf.numel() * buf.element_size())
+        pending.append((dist.all_reduce(buf, group=groups[ranks], async_op=True), buf, cells))
+    for work, buf, cells in pending:
+        work.wait()
+        at = 0
+        for cell in cells:
+            n = box_numel(cell)
+            v = box_view(out, cell, mine.box)
+            v.copy_(buf[at:at + n].view(v.shape))
+            at += n
+    return out
