@@ -109,26 +109,24 @@ def _as_shard(cm: Any, layout: Any, shape: tuple[int, ...], full: Any, like: Any
 
 def _restore_strided(swapped: list[tuple[Any, Any, Any, Any]], cm: Any) -> None:
     """Cut each loaded plain-layout value back into its strided DTensor (in place)."""
-    import torch.distributed as dist
 
     from spmdc.runtime.executor import local_piece
     from spmdc.sharding.mesh import to_placement
 
     for container, key, orig, plain in swapped:
         full = plain.full_tensor()
-        piece = local_piece(full, [to_placement(p) for p in orig.placements], cm.mesh, dist.get_rank())
+        piece = local_piece(full, [to_placement(p) for p in orig.placements], cm.mesh, cm.rank)
         orig.to_local().copy_(piece)
         container[key] = orig
 
 
 def _restore_ragged(swapped: list[tuple[Any, Any, Any, Any, Any]], cm: Any) -> None:
     """Cut each loaded value back into the ragged piece it stands for (in place)."""
-    import torch.distributed as dist
 
     from spmdc.runtime.executor import local_piece
 
     for container, key, piece, layout, loaded in swapped:
-        piece.copy_(local_piece(loaded.full_tensor(), layout, cm.mesh, dist.get_rank()))
+        piece.copy_(local_piece(loaded.full_tensor(), layout, cm.mesh, cm.rank))
         container[key] = piece
 
 
@@ -147,7 +145,7 @@ def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None
         container[key] = _plain(dt, dt.full_tensor())
     for container, key, piece, layout, shape in _ragged_entries(cm, state):
         container[key] = _as_shard(cm, layout, shape, cm._full(piece.detach(), layout, shape), piece)
-    dcp.save(state, checkpoint_id=path)
+    dcp.save(state, checkpoint_id=path, process_group=cm.group)
 
 
 def read_meta(path: str) -> dict[str, Any]:
@@ -200,7 +198,7 @@ def load(cm: Any, path: str, optimizer: Any = None) -> dict[str, Any]:
     for container, key, piece, layout, shape in _ragged_entries(cm, state):
         container[key] = _as_shard(cm, layout, shape, None, piece)
         ragged.append((container, key, piece, layout, container[key]))
-    dcp.load(state, checkpoint_id=path)
+    dcp.load(state, checkpoint_id=path, process_group=cm.group)
     _restore_strided(swapped, cm)
     _restore_ragged(ragged, cm)
     set_state_dict(cm, optimizer if optimizer is not None else [], model_state_dict=state["model"],

@@ -8,16 +8,20 @@ from spmdc.compiler import compile_global
 from spmdc.sharding.mesh import Mesh
 
 
-def compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any) -> list[Any]:
-    """Compile each job (``compile_step`` keyword arguments) once and share it with every rank.
+def compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any, group: Any = None,
+                   members: list[int] | None = None) -> list[Any]:
+    """Compile each job (``compile_step`` keyword arguments) once and share it with every rank
+    of the mesh (``group``/``members``: a device group's process group and ranks; default the job).
 
-    Job ``j`` compiles on rank ``j % world`` (forward and training programs in parallel), and the
-    CompiledStep, without its tensors, is broadcast from there; one failure fails every rank.
+    Job ``j`` compiles on the ``j % n``-th rank (forward and training programs in parallel), and
+    the CompiledStep, without its tensors, is broadcast from there; one failure fails every rank.
     """
     import torch.distributed as dist
 
-    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    rank = dist.get_rank() if world > 1 else 0
+    on = dist.is_available() and dist.is_initialized()
+    members = members if members is not None else list(range(dist.get_world_size() if on else 1))
+    world = len(members)
+    rank = members.index(dist.get_rank()) if on else 0
     boxes: list[list[Any]] = [[None] for _ in jobs]
     for j, job in enumerate(jobs):
         if j % world == rank:
@@ -30,7 +34,7 @@ def compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any
     out = []
     for j, box in enumerate(boxes):
         if world > 1:
-            dist.broadcast_object_list(box, src=j % world)
+            dist.broadcast_object_list(box, src=members[j % world], group=group)
         if isinstance(box[0], BaseException):
             raise box[0]   # the same error (spmdc's errors survive pickling) on every rank
         out.append(box[0])

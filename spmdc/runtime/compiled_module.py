@@ -73,8 +73,18 @@ class CompiledModule(nn.Module):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
         mesh, device_mesh = mesh_of(mesh, device_mesh)
-        if dist.get_world_size() != mesh.size:
-            raise ValueError(f"mesh {mesh} has {mesh.size} devices but the job has {dist.get_world_size()} ranks")
+        world = dist.get_world_size()
+        # a DeviceMesh over some of the job's ranks is a device group: this module runs there
+        members = device_mesh.mesh.flatten().tolist() if device_mesh is not None else list(range(world))
+        if len(members) != mesh.size:
+            raise ValueError(f"mesh {mesh} has {mesh.size} devices but "
+                             + (f"the device mesh spans {len(members)} ranks" if device_mesh is not None
+                                else f"the job has {world} ranks (pass device_mesh= over a group of them)"))
+        if dist.get_rank() not in members:
+            raise ValueError(f"rank {dist.get_rank()} is not in the device mesh (ranks {members}): compile on "
+                             "the ranks of its group only")
+        self.members = members
+        self.group = None if members == list(range(world)) else dist.new_group(members, use_local_synchronization=True)
         if execution not in ("compiled", "eager"):
             raise ValueError(f"execution must be 'compiled' or 'eager', got {execution!r}")
         if inputs not in ("global", "local"):
@@ -90,7 +100,7 @@ class CompiledModule(nn.Module):
         mixed_precision = MixedPrecision.parse(mixed_precision)
         if device is None:
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        self.mesh, self.rank = mesh, dist.get_rank()
+        self.mesh, self.rank = mesh, members.index(dist.get_rank())   # this rank's place in the mesh
         if device_mesh is None:
             from torch.distributed.device_mesh import init_device_mesh
 
@@ -179,7 +189,7 @@ class CompiledModule(nn.Module):
         model.train(self.training)
         try:
             with fake_parameters(model) if self._tape is not None else nullcontext():
-                steps = compile_shared(model, jobs, self.mesh, o.plan)
+                steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
         finally:
             model.train(was)
         for job, step in zip(jobs, steps):
@@ -468,7 +478,7 @@ class CompiledModule(nn.Module):
                                    lambda fqn, g, src, dst: self._relayout(g, src, dst, self._shapes[fqn]))
         if self._opts.clip is not None:
             self.last_grad_norm = clip_grads_([(g, self._storage[f]) for f, g in reduced.items()], self._opts.clip,
-                                              self.comm)
+                                              self.comm, self.group)
         self._accumulate(reduced)
         return torch.stack(losses).mean()
 

@@ -83,7 +83,7 @@ def reduce_gradients(grads: dict[str, tuple[Any, Sequence[Any]]], storage: dict[
     return out
 
 
-def clip_grads_(grads: list[tuple[Any, Sequence[Any]]], max_norm: float, comm: Any) -> Any:
+def clip_grads_(grads: list[tuple[Any, Sequence[Any]]], max_norm: float, comm: Any, group: Any = None) -> Any:
     """Scale gradients in place so that their global 2-norm is at most ``max_norm`` (as
     ``torch.nn.utils.clip_grad_norm_``); returns the norm before clipping (a 0-d tensor).
     ``grads``: ``(gradient, its spmdc storage layout)``, a gradient a DTensor or (ragged) this
@@ -101,7 +101,7 @@ def clip_grads_(grads: list[tuple[Any, Sequence[Any]]], max_norm: float, comm: A
             local = local.float()
             total = total + (local * local).sum()
     comm.stats.add("comm.all_reduce", total.numel() * total.element_size())
-    dist.all_reduce(total)   # the mesh spans the job's ranks
+    dist.all_reduce(total, group=group)   # over the mesh's ranks (None: the whole job)
     norm = total.sqrt()
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
     for local in locals_:

@@ -17,3 +17,29 @@ def assert_step_matches(step: Any, per_rank: list[dict], loss: torch.Tensor, gra
             want = loss if kind == "loss" else grads[kind.split(":", 1)[1]]
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m, k=kind: f"{label} {k}: {m}")
         assert r["issued"] == r["comm_ops"]
+
+
+def close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """``got`` equals ``want`` within tolerance: tensors, numbers, or dicts of them (same keys)."""
+    if isinstance(want, dict):
+        assert set(got) == set(want)
+        for k in want:
+            close(got[k], want[k], rtol, atol)
+        return
+    torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), rtol=rtol, atol=atol)
+
+
+def train_one_device(model: Any, inputs: Any, target: Any, loss_fn: Any, opt: Any, steps: int,
+                     seed: int | None = None) -> list[torch.Tensor]:
+    """``steps`` eager steps of ``model`` on one batch with optimizer ``opt``: the losses (after
+    ``torch.manual_seed(seed)`` when given: dropout draws as the ranks draw them)."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_fn(model(inputs), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return losses

@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import eager_workers as W  # noqa: E402
+from rank_checks import train_one_device  # noqa: E402
 
 from spmdc.runtime.launcher import launch  # noqa: E402
 
@@ -35,15 +36,7 @@ def four():
 def one_device(name: str, steps: int = 2):
     model, ((x,), (y,)), loss_fn = W.job(name)
     model = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    torch.manual_seed(1)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
+    losses = train_one_device(model, x, y, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1), steps, seed=1)
     return losses, {k: v.detach() for k, v in model.state_dict().items()}
 
 

@@ -19,11 +19,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import whole_fsdp_workers as W  # noqa: E402
+from rank_checks import close  # noqa: E402
 
 from spmdc.runtime.launcher import launch  # noqa: E402
 from spmdc.runtime.muon import Muon  # noqa: E402
-
-RTOL, ATOL = 1e-4, 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +35,6 @@ def four(tmp_path_factory):
 def reference():
     model, tokens, targets, loss_fn = W.gpt2_job()
     return W.eager(model, tokens, targets, loss_fn, 3, lambda ps: Muon(ps, **W.MUON))
-
-
-def close(got, want, rtol=RTOL, atol=ATOL):
-    if isinstance(want, dict):
-        assert set(got) == set(want)
-        for k in want:
-            close(got[k], want[k], rtol, atol)
-        return
-    torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), rtol=rtol, atol=atol)
 
 
 def test_muon_on_whole_parameters_matches_one_device(four, reference):

@@ -21,16 +21,11 @@ def gpt2_job(batch: int = 8):
 
 def eager(model, tokens, targets, loss_fn, steps: int, opt_fn):
     """One device: losses and the final state."""
+    from rank_checks import train_one_device
+
     model = copy.deepcopy(model)
-    opt = opt_fn(model.parameters())
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = loss_fn(model(tokens), targets)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+    losses = train_one_device(model, tokens, targets, loss_fn, opt_fn(model.parameters()), steps)
+    return [float(x) for x in losses], {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def whole_four(tmp: str) -> dict[str, Any]:
