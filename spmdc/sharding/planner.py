@@ -143,6 +143,17 @@ def _step_cost(step: Step, layout: Layout, nbytes: float, mesh_shape: Sequence[i
     return c.all_to_all(b, n)
 
 
+def redistribution_cost(src: Layout, dst: Layout, rank: int, nbytes: float, mesh_shape: Sequence[int],
+                        costs: Sequence[AxisCost] | None = None) -> float:
+    """α-β cost (µs) of :func:`plan_redistribution`'s cheapest steps from ``src`` to ``dst``."""
+    costs = costs or [AxisCost() for _ in mesh_shape]
+    total, lay = 0.0, tuple(src)
+    for step in plan_redistribution(src, dst, rank, nbytes, mesh_shape, costs):
+        total += _step_cost(step, lay, nbytes, mesh_shape, costs)
+        lay = step.after
+    return total
+
+
 def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh_shape: Sequence[int],
                         costs: Sequence[AxisCost] | None = None) -> list[Step]:
     """Cheapest list of steps turning ``src`` into ``dst``; raises ValueError if none exists."""
