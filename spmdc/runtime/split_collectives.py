@@ -18,49 +18,9 @@ the summed value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.runtime.bsr import Box, MeshSpec, Piece, box_cells, box_inside, box_numel, box_view, pieces
-
-
-@dataclass
-class SplitAllReduce:
-    """``reductions[ranks]``: the slices all-reduced over that set of ranks, in packing order;
-    ``zero[(rank, slice)]``: a holder that adds zero there (another rank gives its term)."""
-
-    shape: tuple[int, ...]
-    pieces: list[Piece]
-    reductions: dict[tuple[int, ...], list[Box]] = field(default_factory=dict)
-    silent: set[tuple[int, Box]] = field(default_factory=set)
-
-    @property
-    def collectives(self) -> int:
-        return len(self.reductions)
-
-
-def split_all_reduce_plan(shape: Any, layout: Any, meshes: dict[str, MeshSpec]) -> SplitAllReduce:
-    """The slices of a partial ``layout`` and who reduces each (see the module doc)."""
-    shape = tuple(int(s) for s in shape)
-    ps = pieces(shape, layout, meshes)
-    if any(p.op not in (None, "sum") for p in ps):
-        raise NotImplementedError("split all-reduce sums partial terms; other reductions are not supported")
-    if len({p.device for p in ps}) != len(ps):
-        raise ValueError("a rank holds two pieces of the layout")
-    cuts = [sorted({0, n} | {b for p in ps for b in p.box[d]}) for d, n in enumerate(shape)]
-    plan = SplitAllReduce(shape, ps)
-    full: Box = tuple((0, n) for n in shape)
-    for cell in box_cells(full, cuts):
-        holders = sorted((p for p in ps if box_inside(cell, p.box)), key=lambda p: p.device)
-        if len(holders) < 2:
-            continue   # held once: already the whole sum there (no other term holds it)
-        seen: set[Any] = set()
-        for p in holders:
-            if p.term in seen:
-                plan.silent.add((p.device, cell))
-            seen.add(p.term)
-        plan.reductions.setdefault(tuple(p.device for p in holders), []).append(cell)
-    return plan
+from spmdc.sharding.slices import SplitAllReduce, box_numel, box_view, split_all_reduce_plan
 
 
 def make_groups(plan: SplitAllReduce) -> dict[tuple[int, ...], Any]:
@@ -102,3 +62,6 @@ def run_split_all_reduce(plan: SplitAllReduce, local: Any, rank: int, groups: di
             v.copy_(buf[at:at + n].view(v.shape))
             at += n
     return out
+
+
+__all__ = ["SplitAllReduce", "make_groups", "run_split_all_reduce", "split_all_reduce_plan"]

@@ -23,10 +23,9 @@ from typing import Any
 
 from spmdc.dialects.shard import CrossPartial, Dup, Partial, ShardingAttr, Split
 from spmdc.dialects.shard.union import UnionShardingAttr
-from spmdc.runtime.bsr import MeshSpec, box_numel, bsr_plan, pieces
-from spmdc.runtime.split_collectives import split_all_reduce_plan
 from spmdc.sharding.cost import BASE_US, AxisCost
 from spmdc.sharding.planner import redistribution_cost
+from spmdc.sharding.slices import MeshSpec, box_numel, bsr_plan, pieces, split_all_reduce_plan
 
 
 @dataclass
