@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
+import rank_checks  # noqa: E402
 import training_job_workers as W  # noqa: E402
 
 from spmdc.runtime.launcher import launch  # noqa: E402
@@ -39,12 +40,7 @@ def two(four):
 
 
 def close(got, want, rtol=RTOL, atol=ATOL):
-    if isinstance(want, dict):
-        assert set(got) == set(want)
-        for k in want:
-            close(got[k], want[k], rtol, atol)
-        return
-    torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), rtol=rtol, atol=atol)
+    rank_checks.close(got, want, rtol, atol)
 
 
 def grads_at_init(batch=8):
