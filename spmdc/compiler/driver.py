@@ -98,7 +98,15 @@ def _preset(name: str, mesh: Mesh, params: dict, in_ranks: list, out_ranks: list
 
 def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> Plan:
     """A preset name (or a plan refining a preset) resolved against the captured function's
-    parameters and inputs."""
+    parameters and inputs (a :class:`~spmdc.sharding.hetero.GroupPlan`: the group's preset on its
+    virtual mesh, with the batch split across the groups)."""
+    from spmdc.sharding.hetero import GroupPlan
+
+    if isinstance(plan, GroupPlan):
+        base = plan_for(plan.base, mesh, func, model)
+        users = [a for i, a in enumerate(func.args) if "spmdc.param" not in func.arg_attrs(i)]
+        return plan.extend(base, [a.type.shape for a in users],  # type: ignore[attr-defined]
+                           [a.name_hint or f"arg{a.index}" for a in users])
     if isinstance(plan, Plan) and plan.preset is None:
         check_fsdp_shard(plan.fsdp_shard, None)
         return plan

@@ -39,3 +39,32 @@ def compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any
             raise box[0]   # the same error (spmdc's errors survive pickling) on every rank
         out.append(box[0])
     return out
+
+
+def compile_groups_shared(model: Any, jobs: list[dict[str, Any]], hplan: Any) -> list[Any]:
+    """:func:`compile_shared` for a heterogeneous plan: job ``j`` compiles every group's program
+    (:func:`spmdc.compiler.hetero.compile_groups`) on job rank ``j % world``, broadcast to every
+    rank; each rank keeps its group's steps."""
+    import torch.distributed as dist
+
+    from spmdc.compiler.hetero import compile_groups
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    boxes: list[list[Any]] = [[None] for _ in jobs]
+    for j, job in enumerate(jobs):
+        if j % world == rank:
+            try:
+                steps = compile_groups(model, hplan, **job)
+                for step in steps:
+                    step.arguments = []
+                boxes[j][0] = steps
+            except Exception as e:  # tell the other ranks instead of leaving them waiting
+                boxes[j][0] = e
+    g = hplan.group_of(rank)
+    out = []
+    for j, box in enumerate(boxes):
+        dist.broadcast_object_list(box, src=j % world)
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        out.append(box[0][g])
+    return out

@@ -72,11 +72,19 @@ class CompiledModule(nn.Module):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
-        mesh, device_mesh = mesh_of(mesh, device_mesh)
+        from spmdc.sharding.hetero import HeteroPlan
+
+        self._hetero = plan if isinstance(plan, HeteroPlan) else None
         world = dist.get_world_size()
+        if self._hetero is not None:   # device groups, each its own mesh and plan (spmdc.runtime.hetero)
+            mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, execution,
+                                                           inputs, grad_accum)
+        mesh, device_mesh = mesh_of(mesh, device_mesh)
         # a DeviceMesh over some of the job's ranks is a device group: this module runs there
         members = device_mesh.mesh.flatten().tolist() if device_mesh is not None else list(range(world))
-        if len(members) != mesh.size:
+        if self._hetero is not None:
+            pass   # the virtual mesh has grp x the group's axes; the group's ranks run it at grp = its index
+        elif len(members) != mesh.size:
             raise ValueError(f"mesh {mesh} has {mesh.size} devices but "
                              + (f"the device mesh spans {len(members)} ranks" if device_mesh is not None
                                 else f"the job has {world} ranks (pass device_mesh= over a group of them)"))
@@ -110,6 +118,12 @@ class CompiledModule(nn.Module):
         from spmdc.runtime.collectives import Collectives
 
         self.comm = Collectives(device_mesh)
+        if self._hetero is not None:
+            from spmdc.runtime.hetero import HeteroComm
+
+            g = self._hetero.group_of(dist.get_rank())
+            self.rank = self._hetero.virtual_rank(g, dist.get_rank())
+            self.comm = HeteroComm(device_mesh, g, len(self._hetero.groups), dist.get_rank())
         object.__setattr__(self, "_model", model)   # compiles new programs from it; not a submodule
         self._tape = _init_tape(model, init)       # a meta model: how to initialize it
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
@@ -143,6 +157,38 @@ class CompiledModule(nn.Module):
         self.last_grad_norm: Any = None
         if self._tape is None:
             self.init_peak_bytes = None
+
+    def _hetero_setup(self, hplan: Any, mesh: Any, device_mesh: Any, device: str | None, execution: str,
+                      inputs: str, grad_accum: int) -> tuple[Any, Any, str]:
+        """A heterogeneous plan: this rank's group's virtual mesh and DeviceMesh (every group's is
+        built on every rank); what it does not support yet is refused by name."""
+        import torch.distributed as dist
+
+        from spmdc.runtime.hetero import group_meshes
+
+        if mesh is not None or device_mesh is not None:
+            raise ValueError(f"plan '{hplan.name}' has device groups with their own meshes; pass mesh=None")
+        if dist.get_world_size() != hplan.world:
+            raise ValueError(f"plan '{hplan.name}' has {hplan.world} ranks in its groups but the job has "
+                             f"{dist.get_world_size()}")
+        for what, bad in (("execution='eager'", execution == "eager"), ("inputs='local'", inputs == "local"),
+                          ("grad_accum > 1", grad_accum != 1)):
+            if bad:
+                raise ValueError(f"{what} is not supported with a heterogeneous plan (device groups) yet")
+        device = device or ("cuda" if dist.get_backend() == "nccl" else "cpu")
+        meshes = group_meshes(hplan, device)
+        g = hplan.group_of(dist.get_rank())
+        return hplan.virtual_mesh(g), meshes[g], device
+
+    def _dt(self, layout: Sequence[Any]) -> tuple[Any, ...]:
+        """DTensor placements of a layout on this module's DeviceMesh (a heterogeneous plan's
+        group mesh has no ``grp`` axis: values there are whole per group)."""
+        if self._hetero is not None:
+            if not isinstance(layout[0], Replicate):
+                raise ValueError(f"a value laid out {layout[0]} across device groups has no DTensor on one group's "
+                                 "mesh (outputs of a heterogeneous plan's forward are split across the groups)")
+            layout = layout[1:]
+        return dtensor_placements(layout)
 
     def _runs_locally(self, cls: type | None) -> bool:
         """Whether optimizer class ``cls`` updates the stored pieces exactly as one device would:
@@ -189,7 +235,12 @@ class CompiledModule(nn.Module):
         model.train(self.training)
         try:
             with fake_parameters(model) if self._tape is not None else nullcontext():
-                steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
+                if self._hetero is not None:
+                    from spmdc.runtime.compile_shared import compile_groups_shared
+
+                    steps = compile_groups_shared(model, jobs, self._hetero)
+                else:
+                    steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
         finally:
             model.train(was)
         for job, step in zip(jobs, steps):
@@ -199,7 +250,10 @@ class CompiledModule(nn.Module):
                 runner: Any = EagerRunner(eager_program(step, self.rank), self.comm, device=self.device,
                                           hints=o.eager_hints, trace=o.eager_trace)
             else:
-                runner = RankRunner(compile_rank(step, self.rank, o.target, o.dump), self.comm, device=self.device)
+                prog = compile_rank(step, self.rank, o.target, o.dump)
+                if self._hetero is not None:
+                    self.comm.register(prog.module)   # its cross-group subgroups (collective)
+                runner = RankRunner(prog, self.comm, device=self.device)
             sig = self._signature(job["inputs"] + job.get("loss_inputs", []) + list(job["kwargs"].values()))
             name = "forward" if not job["train"] else kind
             self._runners[(name, self.training, sig)] = runner
@@ -232,7 +286,7 @@ class CompiledModule(nn.Module):
                 if _ragged(layout):   # no DTensor placement: this rank's piece itself (see _stored)
                     params_by_id[id(p)] = nn.Parameter(local, requires_grad=p.requires_grad)
                 else:
-                    dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(layout), run_check=False,
+                    dt = DTensor.from_local(local, self.device_mesh, self._dt(layout), run_check=False,
                                             shape=tuple(p.shape), stride=contiguous_stride(p.shape))
                     params_by_id[id(p)] = nn.Parameter(dt, requires_grad=p.requires_grad)
                 self._shapes[first] = tuple(p.shape)
@@ -312,13 +366,16 @@ class CompiledModule(nn.Module):
         if isinstance(x, DTensor):
             if tuple(x.shape) != tuple(shape):
                 raise ValueError(f"{what}: shape {tuple(x.shape)} differs from the program's {tuple(shape)}")
-            return x.redistribute(self.device_mesh, dtensor_placements(layout)).to_local().to(self.device)
+            if self._hetero is not None:
+                x = x.full_tensor()   # a DTensor on some group's mesh: the global value
+            else:
+                return x.redistribute(self.device_mesh, self._dt(layout)).to_local().to(self.device)
         return self._cut(x, layout)
 
     def _dtensor(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
         from torch.distributed.tensor import DTensor
 
-        return DTensor.from_local(local, self.device_mesh, dtensor_placements(layout), run_check=False,
+        return DTensor.from_local(local, self.device_mesh, self._dt(layout), run_check=False,
                                   shape=tuple(shape), stride=contiguous_stride(shape))
 
     def _stored(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
@@ -331,7 +388,7 @@ class CompiledModule(nn.Module):
             return local
         if _ragged(src) or _ragged(dst):   # through the full value (no collective from R)
             return local_piece(self._full(local, src, shape), dst, self.mesh, self.rank).to(self.device)
-        return self._dtensor(local, src, shape).redistribute(self.device_mesh, dtensor_placements(dst)).to_local()
+        return self._dtensor(local, src, shape).redistribute(self.device_mesh, self._dt(dst)).to_local()
 
     def _full(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
         if all(isinstance(p, Replicate) for p in layout):
@@ -362,7 +419,7 @@ class CompiledModule(nn.Module):
         if len(layouts) != len(values):
             raise TypeError(f"the compiled program takes {len(layouts)} input tensors, got {len(values)}")
         return [v if isinstance(v, DTensor) else
-                DTensor.from_local(v.to(self.device), self.device_mesh, dtensor_placements(lay), run_check=False)
+                DTensor.from_local(v.to(self.device), self.device_mesh, self._dt(lay), run_check=False)
                 for v, lay in zip(values, layouts)]
 
     def _args(self, run: RankRunner, inputs: Sequence[Any]) -> list[Any]:
@@ -573,6 +630,7 @@ class CompiledModule(nn.Module):
         torch.distributed.checkpoint, sharded as they are; a collective."""
         from spmdc.runtime.checkpointing import save
 
+        self._no_hetero("checkpoints (save)")
         save(self, path, optimizer if optimizer is not None else self.optimizer, extra)
 
     def load(self, path: str, optimizer: Any = None) -> dict[str, Any]:
@@ -580,7 +638,13 @@ class CompiledModule(nn.Module):
         ``extra`` dict saved with it."""
         from spmdc.runtime.checkpointing import load
 
+        self._no_hetero("checkpoints (load)")
         return load(self, path, optimizer if optimizer is not None else self.optimizer)
+
+    def _no_hetero(self, what: str) -> None:
+        if self._hetero is not None:
+            raise NotImplementedError(f"{what} of a module on a heterogeneous plan (device groups) are not "
+                                      "supported yet: use full_state_dict() on each group")
 
     @property
     def eager_trace(self) -> list[str]:

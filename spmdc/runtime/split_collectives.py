@@ -18,6 +18,7 @@ the summed value.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from spmdc.sharding.slices import SplitAllReduce, box_numel, box_view, split_all_reduce_plan
@@ -34,34 +35,40 @@ def make_groups(plan: SplitAllReduce) -> dict[tuple[int, ...], Any]:
 def run_split_all_reduce(plan: SplitAllReduce, local: Any, rank: int, groups: dict[tuple[int, ...], Any],
                          comm_stats: Any = None) -> Any:
     """This rank's box of the reduced value: one asynchronous all-reduce per subgroup it is in."""
+    return run_split_all_reduces([plan], [local], rank, groups, comm_stats)[0]
+
+
+def run_split_all_reduces(plans: Sequence[SplitAllReduce], locals_: Sequence[Any], rank: int,
+                          groups: dict[tuple[int, ...], Any], comm_stats: Any = None) -> list[Any]:
+    """Several values at once (a bucket): per subgroup this rank is in, every value's slices for
+    it packed into one buffer, one asynchronous all-reduce. Values this rank holds no box of
+    come back as None."""
     import torch
     import torch.distributed as dist
 
-    mine = next((p for p in plan.pieces if p.device == rank), None)
-    if mine is None:
-        return None
-    out = local.clone()
+    mine = [next((p for p in plan.pieces if p.device == rank), None) for plan in plans]
+    outs = [x.clone() if m is not None else None for x, m in zip(locals_, mine)]
+    sets = sorted({ranks for plan in plans for ranks in plan.reductions if rank in ranks})
     pending = []
-    for ranks, cells in sorted(plan.reductions.items()):
-        if rank not in ranks:
-            continue
+    for ranks in sets:
+        members = [(i, cell) for i, plan in enumerate(plans) for cell in plan.reductions.get(ranks, [])]
         parts = []
-        for cell in cells:
-            v = box_view(out, cell, mine.box)
-            parts.append(torch.zeros_like(v).reshape(-1) if (rank, cell) in plan.silent else v.reshape(-1))
+        for i, cell in members:
+            v = box_view(outs[i], cell, mine[i].box)  # type: ignore[union-attr]
+            parts.append(torch.zeros_like(v).reshape(-1) if (rank, cell) in plans[i].silent else v.reshape(-1))
         buf = torch.cat(parts).contiguous()
         if comm_stats is not None:
             comm_stats.add("comm.split_all_reduce", buf.numel() * buf.element_size())
-        pending.append((dist.all_reduce(buf, group=groups[ranks], async_op=True), buf, cells))
-    for work, buf, cells in pending:
+        pending.append((dist.all_reduce(buf, group=groups[ranks], async_op=True), buf, members))
+    for work, buf, members in pending:
         work.wait()
         at = 0
-        for cell in cells:
+        for i, cell in members:
             n = box_numel(cell)
-            v = box_view(out, cell, mine.box)
+            v = box_view(outs[i], cell, mine[i].box)  # type: ignore[union-attr]
             v.copy_(buf[at:at + n].view(v.shape))
             at += n
-    return out
+    return outs
 
 
-__all__ = ["SplitAllReduce", "make_groups", "run_split_all_reduce", "split_all_reduce_plan"]
+__all__ = ["SplitAllReduce", "make_groups", "run_split_all_reduce", "run_split_all_reduces", "split_all_reduce_plan"]

@@ -143,6 +143,10 @@ class Plan:
                 raise PlanError(f"{path}:{e.lineno}:{e.colno}: error: invalid JSON plan: {e.msg}") from None
         if not isinstance(data, Mapping):
             raise PlanError(f"{path}: a plan file must hold a mapping with 'params', 'inputs', 'outputs'")
+        if "groups" in data:   # device groups with their own plans (spmdc.sharding.hetero)
+            from spmdc.sharding.hetero import HeteroPlan
+
+            return HeteroPlan.from_dict(data)  # type: ignore[return-value]
         return Plan.from_dict(data)
 
     # -- resolution --------------------------------------------------------------------------

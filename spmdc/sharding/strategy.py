@@ -52,9 +52,14 @@ def strided_hints(rule: OpShardingRule, axis: int, layouts: Sequence[Layout | No
     dim mapped (not viewed) to a factor: the op may run with that factor sharded that way."""
     out = set()
     groups = rule.results if is_result else rule.operands
-    for dims, lay in zip(groups, layouts):
+    for j, (dims, lay) in enumerate(zip(groups, layouts)):
         p = lay[axis] if lay is not None and axis < len(lay) else None
         if isinstance(p, (StridedShard, RaggedShard)) and p.dim < len(dims) and dims[p.dim] is not None:
+            k = rule.scale_of(is_result, j, p.dim)
+            if isinstance(p, RaggedShard) and k > 1:   # units of the factor, not of this (merged) dim
+                if any(u % k for u in p.units):
+                    continue
+                p = RaggedShard(p.dim, tuple(u // k for u in p.units))
             out.add((dims[p.dim], p))
     return out
 
@@ -81,10 +86,10 @@ def axis_strategies(rule: OpShardingRule, axis_size: int, hints: set[Hint] | fro
             continue
         if parts > 1 and size % parts:
             continue
-        if units and (len(units) != axis_size or sum(units) != size or f in rule.even_only):
+        if units and (len(units) != axis_size or sum(units) != size):
             continue
         if f in rule.blocked or (size < axis_size * parts and not small and not units) or \
-                (f in rule.even_only and size % (axis_size * parts)):
+                (f in rule.even_only and size % (axis_size * parts) and not units):
             continue
         kind = rule.reduction_kind(f)
         if kind == "avg" and size % axis_size:
@@ -92,7 +97,11 @@ def axis_strategies(rule: OpShardingRule, axis_size: int, hints: set[Hint] | fro
 
         def placement(dims: tuple[int | None, ...], is_result: bool, j: int) -> Placement | None:
             if f in dims:
-                return RaggedShard(dims.index(f), units) if units else strided(dims.index(f), parts)
+                if units:   # a merged dim holds scale rows per unit of the factor
+                    d = dims.index(f)
+                    k = rule.scale_of(is_result, j, d)
+                    return RaggedShard(d, tuple(u * k for u in units))
+                return strided(dims.index(f), parts)
             view = rule.view_of(is_result, j, f)
             return StridedShard(*view) if view is not None else None
 

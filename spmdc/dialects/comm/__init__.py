@@ -7,7 +7,7 @@ forms (:mod:`.bucket`, SimpleFSDP's one-collective-for-several-tensors) and thei
         : (tensor<4x16xf32>, tensor<8xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
 """
 
-from spmdc.dialects.comm import async_ops, bucket, collectives
+from spmdc.dialects.comm import async_ops, bucket, collectives, split
 from spmdc.dialects.comm.async_ops import START_OPS, StartOp, WaitOp, collective_kind
 from spmdc.dialects.comm.bucket import AllGatherBucketOp, AllReduceBucketOp, BucketOp, ReduceScatterBucketOp
 from spmdc.dialects.comm.collectives import (
@@ -18,10 +18,11 @@ from spmdc.dialects.comm.collectives import (
     CollectiveOp,
     ReduceScatterOp,
 )
+from spmdc.dialects.comm.split import SplitAllReduceOp
 from spmdc.ir.registry import Dialect
 
-DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS, *async_ops.OPS])
+DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS, *async_ops.OPS, *split.OPS])
 
 __all__ = ["DIALECT", "AllGatherBucketOp", "AllGatherOp", "AllReduceBucketOp", "AllReduceOp", "AllSliceOp",
            "AllToAllOp", "BucketOp", "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp",
-           "START_OPS", "StartOp", "WaitOp", "collective_kind"]
+           "START_OPS", "SplitAllReduceOp", "StartOp", "WaitOp", "collective_kind"]

@@ -56,6 +56,17 @@ class OpShardingRule:
     # strided views: (is_result, value index, dim, factor, parts) — sharding ``factor`` makes
     # that dim ``SS(dim, parts)``
     views: tuple[tuple[bool, int, int, int, int], ...] = ()
+    # scaled dims: (is_result, value index, dim, scale) — the dim is ``scale`` times its factor's
+    # size (the major dim of a reshape's merged side, ``[b, t] -> [b*t]``): a ragged shard of the
+    # factor in units ``u`` is ``RS(dim, u * scale)`` there
+    scales: tuple[tuple[bool, int, int, int], ...] = ()
+
+    def scale_of(self, is_result: bool, index: int, dim: int) -> int:
+        """How many times its factor's size dim ``dim`` of operand/result ``index`` is (1 mostly)."""
+        for r, i, d, k in self.scales:
+            if r == is_result and i == index and d == dim:
+                return k
+        return 1
 
     def view_of(self, is_result: bool, index: int, factor: int) -> tuple[int, int] | None:
         """``(dim, parts)`` where operand/result ``index`` sees ``factor`` strided; None if it does not."""
@@ -187,6 +198,7 @@ def reshape_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
     blocked: set[int] = set()
     even: set[int] = set()
     views: list[tuple[bool, int, int, int, int]] = []
+    scales: list[tuple[bool, int, int, int]] = []
     i = j = 0
     while i < src.rank or j < dst.rank:
         gi, gj = [i], [j]
@@ -219,6 +231,11 @@ def reshape_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
                 blocked.add(major)
             else:
                 even.add(major)
+                size = b.sizes[major]
+                if src.shape[gi[0]] != size:
+                    scales.append((False, 0, gi[0], src.shape[gi[0]] // size))
+                if dst.shape[gj[0]] != size:
+                    scales.append((True, 0, gj[0], dst.shape[gj[0]] // size))
             src_dims[gi[0]] = dst_dims[gj[0]] = major
             for k in gi[1:]:
                 src_dims[k] = _ones(b, src.shape[k], blocked)
@@ -239,7 +256,7 @@ def reshape_rule(src: TensorType, dst: TensorType) -> OpShardingRule:
                     views.append((not merged_is_src, 0, gi[0] if merged_is_src else gj[0], f, outer))
         i, j = gi[-1] + 1, gj[-1] + 1
     return b.build([src_dims], [dst_dims], blocked=frozenset(blocked), even_only=frozenset(even - blocked),
-                   partial_one=(0,), views=tuple(views))
+                   partial_one=(0,), views=tuple(views), scales=tuple(scales))
 
 
 def _ones(b: RuleBuilder, size: int, blocked: set[int]) -> int:

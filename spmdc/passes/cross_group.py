@@ -1,0 +1,188 @@
+"""``cross-group``: the communication across device groups of a heterogeneous plan.
+
+Each group's global program is laid out on its virtual mesh ``["grp" = G, <own axes>]``
+(:mod:`spmdc.sharding.hetero`): after lowering, its moves on ``grp`` are collectives whose
+"process group" would pair ranks of different groups at the same coordinates — which does not
+exist when the groups' meshes differ. This step takes every group's program together and
+resolves those moves by what they mean over the real ranks (Hetu v2's rules):
+
+* ``comm.all_slice`` on ``grp`` (a group keeps its share of a replicated value): local, kept;
+* ``comm.all_reduce`` on ``grp`` (a cross-group partial made whole): each finest slice of the
+  groups' pieces is summed over exactly the ranks, in every group, that hold it —
+  ``comm.split_all_reduce`` (one collective per holder set; consecutive reductions that nothing
+  reads in between share them, as a bucket). A reduction over ``grp`` *and* own axes first
+  reduces over the own axes (an ordinary ``comm.all_reduce``), then across groups;
+* anything else on ``grp`` (gathering a batch split across groups, ...) is refused, naming the op.
+
+The k-th cross-group reduction of every group's program must be the same value (same shape):
+the groups run the same model, so they are; a mismatch is an error, never a guess.
+
+Before (group 0, mesh ``["grp" = 2, "tp" = 4]``)::
+
+    %g = comm.all_reduce %mm {axes = ["grp"], mesh = @mesh, op = "sum",
+                              shard.sharding = [#shard<@mesh, [R, S(0)]>]} : tensor<128x32xf32>
+
+After (group 1 has ``tp = 2`` on ranks 4, 5)::
+
+    shard.mesh @g0 = <["tp" = 4]> devices = [0, 1, 2, 3]
+    shard.mesh @g1 = <["tp" = 2]> devices = [4, 5]
+    %g = comm.split_all_reduce %mm {groups = [[0, 4], [1, 4], [2, 5], [3, 5]], op = "sum", seq = 0,
+        shapes = [[128, 32]],
+        unions = [#shard.union<partial(sum), [#shard<@g0, [S(0)]>, #shard<@g1, [S(0)]>]>],
+        shard.sharding = [#shard<@mesh, [R, S(0)]>]} : tensor<128x32xf32>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spmdc.dialects.comm import AllReduceOp, AllSliceOp, CollectiveOp, SplitAllReduceOp
+from spmdc.dialects.func import FuncOp
+from spmdc.dialects.shard import CrossPartial, MeshOp, Partial, ShardingAttr, UnionShardingAttr
+from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr
+from spmdc.ir.core import Operation
+from spmdc.ir.rewriter import Builder
+from spmdc.sharding.slices import MeshSpec, split_all_reduce_plan
+
+GROUP_AXIS = "grp"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A device group as the resolution sees it: its mesh symbol, axes, shape and job ranks."""
+
+    name: str
+    axes: tuple[str, ...]
+    shape: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    @property
+    def spec(self) -> MeshSpec:
+        return MeshSpec(self.axes, self.shape, self.ranks)
+
+
+def _main(module: Operation) -> FuncOp:
+    return next(op for op in module.body.ops if isinstance(op, FuncOp))  # type: ignore[return-value]
+
+
+def _cross_ops(func: FuncOp) -> list[Operation]:
+    """The global collectives of ``func`` on ``grp``, in program order; refuses the kinds that
+    have no meaning across groups."""
+    out = []
+    for op in func.body.ops:
+        if not isinstance(op, CollectiveOp) or GROUP_AXIS not in op.axes or isinstance(op, AllSliceOp):
+            continue
+        if not isinstance(op, AllReduceOp):
+            raise op.emit_error(
+                f"{op.name} on mesh axis '{GROUP_AXIS}' would move data between device groups of different "
+                f"layouts (a value split across the groups is needed whole here); heterogeneous plans support "
+                "cross-group reductions only (the batch must stay split until the loss)")
+        out.append(op)
+    return out
+
+
+def _split_own_axes(op: AllReduceOp) -> AllReduceOp:
+    """``all_reduce`` over ``grp`` and own axes → own axes first, then ``grp`` alone."""
+    own = [a for a in op.axes if a != GROUP_AXIS]
+    if not own:
+        return op
+    sharding = op.attributes["shard.sharding"][0]  # type: ignore[index]
+    # after the own-axis reduction: the own axes whole (as after the op), grp still pending
+    mid = (Partial(str(op.attr_value("op"))),) + tuple(sharding.placements[1:])
+    attrs = dict(op.attributes)
+    attrs["axes"] = ArrayAttr([StringAttr(a) for a in own])
+    attrs["shard.sharding"] = ArrayAttr([ShardingAttr(sharding.mesh, mid)])
+    first = Builder.before(op).create(AllReduceOp, [op.operand(0)], attrs, [op.result.type], location=op.location)
+    first.result.name_hint = op.result.name_hint
+    op.set_operand(0, first.result)
+    op.attributes["axes"] = ArrayAttr([StringAttr(GROUP_AXIS)])
+    return op
+
+
+def _union(op: AllReduceOp, groups: Sequence[GroupSpec], layouts: Sequence[tuple]) -> UnionShardingAttr:
+    for g, lay in zip(groups, layouts):
+        if any(isinstance(p, Partial) for p in lay):
+            raise op.emit_error(f"the cross-group reduction takes a value still partial inside group '{g.name}' "
+                                f"([{', '.join(map(str, lay))}]); reduce it within the group first")
+    return UnionShardingAttr(CrossPartial(str(op.attr_value("op"))),
+                             tuple(ShardingAttr(g.name, tuple(lay)) for g, lay in zip(groups, layouts)))
+
+
+def resolve_cross_group(modules: Sequence[Operation], groups: Sequence[GroupSpec]) -> list[int]:
+    """Rewrite every group's cross-group moves (``modules[g]`` is group ``g``'s global program,
+    after lower-redistribution); returns the number of ``comm.split_all_reduce`` ops made."""
+    funcs = [_main(m) for m in modules]
+    for m in modules:
+        names = {op.sym_name for op in m.body.ops if isinstance(op, MeshOp)}
+        for g in groups:
+            if g.name not in names:
+                m.body.insert(0, MeshOp.build(g.name, g.axes, g.shape, devices=g.ranks))
+    per = [[_split_own_axes(op) for op in _cross_ops(f)] for f in funcs]   # type: ignore[arg-type]
+    counts = {len(p) for p in per}
+    if len(counts) != 1:
+        raise funcs[0].emit_error("the device groups' programs reduce different numbers of values across groups ("
+                                  + ", ".join(f"{g.name}: {len(p)}" for g, p in zip(groups, per))
+                                  + "); their plans must agree on what is reduced across groups")
+    n = counts.pop()
+    unions = []
+    meshes = {g.name: g.spec for g in groups}
+    for k in range(n):
+        ops = [p[k] for p in per]
+        shapes = {tuple(o.result.type.shape) for o in ops}  # type: ignore[attr-defined]
+        if len(shapes) != 1:
+            raise ops[0].emit_error(f"cross-group reduction #{k} reduces values of different shapes in the groups "
+                                    f"({', '.join(map(str, shapes))}): the groups' programs do not match")
+        lays = [tuple(o.attributes["shard.sharding"][0].placements[1:]) for o in ops]  # type: ignore[index]
+        unions.append(_union(ops[0], groups, lays))  # type: ignore[arg-type]
+    buckets = _buckets(funcs, per, n)
+    made = []
+    for seq, (lo, hi) in enumerate(buckets):
+        holder_sets: set[tuple[int, ...]] = set()
+        for k in range(lo, hi):
+            shape = per[0][k].result.type.shape  # type: ignore[attr-defined]
+            holder_sets |= set(split_all_reduce_plan(shape, unions[k], meshes).reductions)
+        sets = ArrayAttr([ArrayAttr([IntegerAttr(r) for r in s]) for s in sorted(holder_sets)])
+        for p in per:
+            members = p[lo:hi]
+            last = members[-1]
+            attrs = {"op": StringAttr("sum"), "unions": ArrayAttr(unions[lo:hi]), "seq": IntegerAttr(seq),
+                     "groups": sets, "shapes": ArrayAttr([ArrayAttr([IntegerAttr(d) for d in o.result.type.shape])
+                                                          for o in members]),  # type: ignore[attr-defined]
+                     "shard.sharding": ArrayAttr([o.attributes["shard.sharding"][0] for o in members])}  # type: ignore[index]
+            new = Builder.before(last).create(SplitAllReduceOp, [o.operand(0) for o in members], attrs,
+                                              [o.result.type for o in members], location=last.location)
+            for o, r in zip(members, new.results):
+                r.name_hint = o.result.name_hint
+                o.result.replace_all_uses_with(r)
+                o.erase()
+        made.append(hi - lo)
+    return made
+
+
+def _buckets(funcs: Sequence[FuncOp], per: Sequence[Sequence[Operation]], n: int) -> list[tuple[int, int]]:
+    """Runs ``[lo, hi)`` of consecutive cross-group reductions that can be one op at the last
+    one's place in every group: nothing reads an earlier member's result before it."""
+    pos = [{id(op): i for i, op in enumerate(f.body.ops)} for f in funcs]
+    out: list[tuple[int, int]] = []
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        while hi < n and all(_unread_until(per[g][lo:hi], per[g][hi], pos[g]) for g in range(len(funcs))):
+            hi += 1
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def _unread_until(members: Sequence[Operation], last: Operation, pos: dict[int, int]) -> bool:
+    at = pos[id(last)]
+    for o in members:
+        for use in o.result.uses:
+            owner = use.owner
+            if pos.get(id(owner), at + 1) <= at:
+                return False
+    return True
+
+
+__all__ = ["GroupSpec", "resolve_cross_group"]
