@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp, ReturnOp
-from spmdc.dialects.shard import AnnotateOp, RedistributeOp, Replicate, ShardingAttr
+from spmdc.dialects.shard import AnnotateOp, RaggedShard, RedistributeOp, Replicate, ShardingAttr
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.types import TensorType
@@ -90,6 +90,7 @@ class Propagation:
         self.conflicts: dict[int, Operation] = {}
         self.trace = bool(os.environ.get("SPMDC_TRACE_PROPAGATION"))
         self.current = ""   # what is deciding now (for the trace)
+        self.ragged: list[tuple[int, tuple[int, ...]]] = []   # (axis, units) splits of the inputs (seed)
 
     # -- known layouts --------------------------------------------------------------------------
     def set_(self, v: Value, lay: Layout) -> bool:
@@ -100,9 +101,16 @@ class Propagation:
 
     def seed(self) -> None:
         """Arguments (replicated unless annotated), ``shard.annotate`` / ``redistribute``
-        results and results that already carry ``shard.sharding``: never changed."""
+        results and results that already carry ``shard.sharding``: never changed. The ragged
+        splits the arguments hold become candidates for every op (:func:`choose`'s ``ragged``)."""
+        ragged = set()
         for a in self.func.args:
             self.set_(a, layout_of(a) or self.replicated)
+            if "spmdc.param" in self.func.arg_attrs(a.index) or not isinstance(a.type, TensorType):
+                continue   # a whole-matrix parameter's RS is its storage, not a split of the batch
+            ragged |= {(ax, p.units) for ax, p in enumerate(layout_of(a) or ()) if isinstance(p, RaggedShard)
+                       and a.type.shape[p.dim] == sum(p.units) and sum(1 for u in p.units if u) > 1}
+        self.ragged = sorted(ragged)
         for op in self.ops:
             if isinstance(op, AnnotateOp):
                 self.set_(op.result, op.sharding.placements)
@@ -197,7 +205,8 @@ class Propagation:
             if state is None:
                 self.conflicts.pop(id(op))
                 continue
-            choice = choose(op, rule_for(op), self.shape, *state, partial_ok=can_make_partial)
+            choice = choose(op, rule_for(op), self.shape, *state, partial_ok=can_make_partial,
+                            ragged=self.ragged)
             key = (choice.cost, choice.changes, self.index[id(op)])
             if best is None or key < best[0]:
                 best = (key, op, choice)
@@ -236,7 +245,8 @@ class Propagation:
         if phase == 0 and (any(x is None for x in ins) or all(x is not None for x in outs)):
             self.push(op, 1)  # forward needs every operand; otherwise wait for the backward phase
             return
-        choice = choose(op, rule_for(op), self.shape, ins, outs, partial_ok=can_make_partial)
+        choice = choose(op, rule_for(op), self.shape, ins, outs, partial_ok=can_make_partial,
+                            ragged=self.ragged)
         if choice.is_free and choice.ambiguous:
             self.conflicts[id(op)] = op  # the known values do not decide: let others speak first
         elif choice.is_free:

@@ -166,11 +166,15 @@ class Choice:
 def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
            operand_layouts: Sequence[Layout | None], result_layouts: Sequence[Layout | None],
            costs: Sequence[AxisCost] | None = None, exact_results: bool = False,
-           partial_ok: Callable[[object, Placement], bool] | None = None) -> Choice:
+           partial_ok: Callable[[object, Placement], bool] | None = None,
+           ragged: Sequence[tuple[int, tuple[int, ...]]] = ()) -> Choice:
     """Best layouts for ``op``'s operands and results given what is known.
 
     ``None`` entries are unknown and cost nothing. With ``exact_results`` the known
     result layouts are requirements (strategies producing anything else are skipped).
+    ``ragged``: ``(axis, units)`` splits the program's arguments hold (a batch split unevenly
+    across device groups): every factor of size ``sum(units)`` may be sharded so on that axis,
+    whether or not a neighbour already holds it.
     """
     costs = costs or [AxisCost() for _ in mesh_shape]
     in_types = [v.type for v in op.operands]
@@ -188,6 +192,9 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
         best_s: AxisStrategy | None = None
         free: set[tuple] = set()
         hints = strided_hints(rule, a, operand_layouts, False) | strided_hints(rule, a, result_layouts, True)
+        ragged_units = set(ragged)
+        hints |= {(f, RaggedShard(0, units)) for ax, units in ragged if ax == a
+                  for f, size in enumerate(rule.factor_sizes) if size == sum(units)}
         for idx, s in enumerate(axis_strategies(rule, n, hints)):
             if s.factor is not None and n > 1 and not _fits(rule, s, n, split, exclusive):
                 continue
@@ -219,7 +226,9 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
                         break
                     cost += placement_change_cost(got, have[a], _bytes_on_axis(ty, have, a, mesh_shape), n, costs[a])
                     changes += 1
-            key = (cost, changes, idx)
+            # ties: a split of the inputs' (ragged across device groups) before anything else, so
+            # that values nobody constrains (a chain of ops on constants) stay split, not replicated
+            key = (cost, changes, -1 if s.units and (a, s.units) in ragged_units else idx)
             if cost == 0 and changes == 0:
                 free.add((tuple(s.operands[i] for i in unknown), tuple(s.results[i] for i in unknown_r)))
             if cost < INF and (best is None or key < best):
