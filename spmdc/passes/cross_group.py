@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from spmdc.dialects.comm import AllReduceOp, AllSliceOp, CollectiveOp, SplitAllReduceOp
 from spmdc.dialects.func import FuncOp
@@ -43,6 +44,7 @@ from spmdc.dialects.shard import CrossPartial, MeshOp, Partial, ShardingAttr, Un
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder
+from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.slices import MeshSpec, split_all_reduce_plan
 
 GROUP_AXIS = "grp"
@@ -111,13 +113,18 @@ def _union(op: AllReduceOp, groups: Sequence[GroupSpec], layouts: Sequence[tuple
 
 def resolve_cross_group(modules: Sequence[Operation], groups: Sequence[GroupSpec]) -> list[int]:
     """Rewrite every group's cross-group moves (``modules[g]`` is group ``g``'s global program,
-    after lower-redistribution); returns the number of ``comm.split_all_reduce`` ops made."""
-    funcs = [_main(m) for m in modules]
+    after lower-redistribution); returns the number of values each ``comm.split_all_reduce`` made
+    reduces."""
     for m in modules:
         names = {op.sym_name for op in m.body.ops if isinstance(op, MeshOp)}
         for g in groups:
             if g.name not in names:
                 m.body.insert(0, MeshOp.build(g.name, g.axes, g.shape, devices=g.ranks))
+    return resolve_functions([_main(m) for m in modules], groups)
+
+
+def resolve_functions(funcs: Sequence[FuncOp], groups: Sequence[GroupSpec]) -> list[int]:
+    """:func:`resolve_cross_group` on the groups' functions (``funcs[g]``: group ``g``'s)."""
     per = [[_split_own_axes(op) for op in _cross_ops(f)] for f in funcs]   # type: ignore[arg-type]
     counts = {len(p) for p in per}
     if len(counts) != 1:
@@ -185,4 +192,31 @@ def _unread_until(members: Sequence[Operation], last: Operation, pos: dict[int, 
     return True
 
 
-__all__ = ["GroupSpec", "resolve_cross_group"]
+@dataclass
+class CrossGroup(ModulePass):
+    """The groups' programs side by side in one module: each ``func.func`` with
+    ``spmdc.group = "<mesh>"`` is that group's program (on its own virtual mesh), the group meshes
+    are ``shard.mesh`` ops with ``devices``. Resolves them together (see the module doc)."""
+
+    name: ClassVar[str] = "cross-group"
+
+    def run(self, module: Operation) -> None:
+        meshes = {op.sym_name: op for op in module.body.ops if isinstance(op, MeshOp)}
+        funcs = [op for op in module.body.ops if isinstance(op, FuncOp) and "spmdc.group" in op.attributes]
+        if not funcs:
+            return
+        groups = []
+        for f in funcs:
+            name = f.attributes["spmdc.group"].value  # type: ignore[attr-defined]
+            mesh = meshes.get(name)
+            if mesh is None:
+                raise f.emit_error(f"spmdc.group names unknown mesh '@{name}'")
+            groups.append(GroupSpec(name, tuple(mesh.axis_names), tuple(mesh.shape), tuple(mesh.devices)))
+        if len(funcs) < 2:
+            raise funcs[0].emit_error("cross-group needs the programs of at least two device groups")
+        resolve_functions(funcs, groups)  # type: ignore[arg-type]
+
+
+PASS = CrossGroup
+
+__all__ = ["CrossGroup", "GroupSpec", "resolve_cross_group", "resolve_functions"]

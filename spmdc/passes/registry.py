@@ -36,6 +36,7 @@ PASS_MODULES: dict[str, str] = {
     "bucket-collectives": "spmdc.passes.bucket_collectives",
     "schedule-collectives": "spmdc.passes.schedule_collectives",
     "fuse-kernels": "spmdc.passes.fuse_kernels",
+    "cross-group": "spmdc.passes.cross_group",
 }
 
 

@@ -53,7 +53,8 @@ def _micro_batches(w: Any, n: int) -> list[tuple[tuple, tuple, dict]]:
 
 
 def eager_reference(workload: str, steps: int, train: bool, seed: int, settings: TrainSettings,
-                    before: tuple[int, TrainSettings] | None = None, dtype: Any = None) -> dict[str, Any]:
+                    before: tuple[int, TrainSettings] | None = None, dtype: Any = None,
+                    workload_args: dict[str, Any] | None = None) -> dict[str, Any]:
     """Losses (or output norms) of ``steps`` steps on one device and the final state.
     ``before``: (steps, settings) trained first and not reported (a resumed run's history).
     ``dtype=torch.float64``: the same run in double precision (floating inputs and parameters
@@ -65,7 +66,7 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.optimizers import Optimizer
 
-    w = load_workload(workload)
+    w = load_workload(workload, **(workload_args or {}))
     model = w.model
     if dtype is not None:
         model.to(dtype)

@@ -57,6 +57,7 @@ class RunConfig:
     fsdp_shard: str = "even"
     eager: bool = False
     eager_trace: str | None = None
+    batch: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -117,6 +118,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "parameter whole on one dp rank, balanced by bytes per block (RaggedShard; a per-matrix "
                          "optimizer such as --optimizer muon then runs without gathering; default even)")
     ap.add_argument("--steps", type=positive(int), default=3, help="training steps (default 3)")
+    ap.add_argument("--batch", type=positive(int), default=None,
+                    help="build the workload with this batch size (its factory's 'batch' argument; default: the "
+                         "factory's, or a heterogeneous plan's 'batch')")
     ap.add_argument("--train", dest="train", action="store_true", default=True,
                     help="run training steps (forward, backward, optimizer) — the default")
     ap.add_argument("--forward", dest="train", action="store_false", help="run the forward only")
@@ -193,13 +197,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      clip_grad_norm=args.clip_grad_norm, grad_accum=args.grad_accum, rtol=args.rtol, atol=args.atol,
                      overlap=args.overlap, memory_cap=args.memory_cap,
                      mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision,
-                     fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace)
+                     fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace, batch=args.batch)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
+    from spmdc.sharding.hetero import HeteroPlan
     from spmdc.sharding.mesh import Mesh
     from spmdc.sharding.plan import Plan
 
+    if cfg.plan.endswith((".json", ".yaml", ".yml")):
+        loaded = Plan.load(cfg.plan)
+        if isinstance(loaded, HeteroPlan):
+            return resolve_hetero(cfg, loaded)
     try:
         if cfg.mesh:
             mesh = Mesh.parse(cfg.mesh)
@@ -232,6 +241,34 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     return mesh, plan
 
 
+def resolve_hetero(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
+    """A plan with device groups: the ranks are its groups', each group's mesh its own."""
+    if cfg.mesh:
+        raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' has device groups with their own meshes "
+                        f"({plan.describe()}); drop --mesh")
+    if cfg.nproc and cfg.nproc != plan.world:
+        raise UserError(f"--nproc {cfg.nproc}: plan '{cfg.plan}' has {plan.world} ranks in its groups")
+    cfg.nproc = plan.world
+    for option, bad in (("--eager", cfg.eager), ("--grad-accum", cfg.grad_accum > 1), ("--save", cfg.save),
+                        ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even")):
+        if bad:
+            raise UserError(f"{option} is not supported with a heterogeneous plan (device groups) yet")
+    from spmdc.sharding.plan import PlanError
+
+    try:
+        plan.check_presets()
+    except PlanError as e:
+        raise UserError(f"plan '{cfg.plan}': {e}") from None
+    if cfg.batch is None and plan.batch is not None:
+        cfg.batch = plan.batch
+    return None, plan
+
+
+def workload_args(cfg: RunConfig) -> dict[str, Any]:
+    """Keyword arguments for the workload's factory (``--batch``)."""
+    return {"batch": cfg.batch} if cfg.batch is not None else {}
+
+
 def check_dump_dir(path: str | None, option: str, force: bool) -> None:
     """A dump directory must be a directory (created if missing) and empty unless ``--force``."""
     if path is None:
@@ -251,7 +288,7 @@ def check_micro_batches(cfg: RunConfig) -> None:
     """``--grad-accum N`` splits every input along dim 0: N must divide the batch."""
     from spmdc.frontend.workloads import load_workload
 
-    w = load_workload(cfg.workload)
+    w = load_workload(cfg.workload, **workload_args(cfg))
     for t in (*w.inputs, *w.loss_inputs, *w.kwargs.values()):
         if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % cfg.grad_accum:
             raise UserError(f"--grad-accum {cfg.grad_accum} splits every input along dim 0, but workload "
@@ -284,15 +321,27 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     from spmdc.frontend.workloads import resolve_factory
     from spmdc.sharding.plan import preset
 
-    resolve_factory(cfg.workload)
-    if isinstance(plan, str):
+    factory = resolve_factory(cfg.workload)
+    if cfg.batch is not None:
+        import inspect
+
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "batch" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            raise UserError(f"--batch {cfg.batch}: the factory of workload '{cfg.workload}' takes no 'batch' "
+                            f"argument (its parameters: {', '.join(params) or 'none'})")
+    if mesh is None:   # a heterogeneous plan (checked by resolve_hetero)
+        pass
+    elif isinstance(plan, str):
         preset(plan, mesh, {})
     elif getattr(plan, "preset", None):
         preset(plan.preset, mesh, {})
     if getattr(plan, "buckets", None):   # bucket globs name parameters: check them before ranks start
         from spmdc.frontend.workloads import load_workload
 
-        plan.bucket_of(n for n, _ in load_workload(cfg.workload).model.named_parameters())
+        plan.bucket_of(n for n, _ in load_workload(cfg.workload, **workload_args(cfg)).model.named_parameters())
     if cfg.check and cfg.rng == "philox":
         raise UserError("--check compares with eager PyTorch, whose random numbers --rng philox does not "
                         "reproduce by design; use --rng eager (the default) with --check")
@@ -360,8 +409,12 @@ def run_main(cfg: RunConfig) -> int:
            "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint, "save": cfg.save, "load": cfg.load,
            "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum, "settings": cfg.settings.as_dict(),
            "overlap": cfg.overlap, "memory_cap": cfg.memory_cap, "mixed_precision": cfg.mixed_precision,
-           "eager": cfg.eager, "eager_trace": cfg.eager_trace}
+           "eager": cfg.eager, "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg)}
     plan_name = plan if isinstance(plan, str) else plan.name
+    if mesh is None:
+        mesh = f"per group ({plan.describe()})"
+    if cfg.batch is not None:
+        plan_name += f", batch {cfg.batch}"
     console.print(Text("spmdc run", style="bold"), f"{cfg.workload}: {'training' if cfg.train else 'forward'}, "
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps"
                   + (f", {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else "")
@@ -415,7 +468,8 @@ def run_main(cfg: RunConfig) -> int:
         before = (start_step, TrainSettings(**r0["resumed_settings"]))
         console.print(f"--check: the reference trains steps 1-{start_step} (as saved) before the compared ones")
     seed = r0.get("resumed_seed", cfg.seed)   # a resumed run's random numbers go on from the saved run's
-    ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before)
+    ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before,
+                          workload_args=workload_args(cfg))
     rtol, atol = cfg.tolerances
     ok, rows = compare(ref, r0, rtol, atol)
     # noise or a bug? ask a float64 run (see spmdc.tools.reference.judge_by_float64); under mixed
@@ -424,7 +478,8 @@ def run_main(cfg: RunConfig) -> int:
     if second:
         import torch
 
-        ref64 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before, dtype=torch.float64)
+        ref64 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before, dtype=torch.float64,
+                                workload_args=workload_args(cfg))
         ok = judge_by_float64(rows, ref, ref64, r0, atol)
     mp = f", both in {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else ""
     check = Table(title=f"--check: spmdc vs one device, eager PyTorch{mp} (rtol {rtol:g}, atol {atol:g})")

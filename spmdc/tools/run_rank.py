@@ -42,7 +42,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     try:
-        w = load_workload(job["workload"])
+        w = load_workload(job["workload"], **job.get("workload_args", {}))
         say = print if rank == 0 else (lambda *a, **k: None)
         t0 = time.perf_counter()
         cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
