@@ -70,20 +70,31 @@ def summarize(module: Any) -> list[dict]:
 
 
 def comm_table(module: Any) -> list[dict]:
-    """Collectives grouped by (op, mesh, axes): count and operand bytes per rank (an async
-    ``comm.*_start`` counts as its collective)."""
-    from spmdc.dialects.comm import collective_kind
+    """Collectives grouped by (device group, op, mesh, axes): count and operand bytes per rank (an
+    async ``comm.*_start`` counts as its collective). The group is the function's ``spmdc.group``
+    (a heterogeneous plan's programs side by side), else ``-``; a ``comm.split_all_reduce`` runs
+    across the groups, on the holder sets it lists."""
+    from spmdc.dialects.comm import SplitAllReduceOp, collective_kind
+    from spmdc.dialects.func import FuncOp
 
     rows: dict[tuple, dict] = {}
-    for op in module.walk():
-        kind = collective_kind(op)
-        if kind is None:
-            continue
-        axes = op.attr_value("axes", None) or [op.attr_value("axis", "?")]
-        key = (kind, op.symbol_ref("mesh") or "?", ", ".join(map(str, axes)))
-        r = rows.setdefault(key, {"op": key[0], "mesh": key[1], "axes": key[2], "count": 0, "bytes": 0})
-        r["count"] += 1
-        r["bytes"] += sum(v.type.num_bytes for v in op.operands if isinstance(v.type, TensorType))
+    funcs = [op for op in module.body.ops if isinstance(op, FuncOp)] or [module]
+    for func in funcs:
+        g = func.attributes.get("spmdc.group") if isinstance(func, FuncOp) else None
+        group = g.value if isinstance(g, StringAttr) else "-"
+        for op in func.walk():
+            kind = collective_kind(op)
+            if kind is None:
+                continue
+            if isinstance(op, SplitAllReduceOp):
+                mesh, axes = "(across groups)", " ".join("{" + ",".join(map(str, s)) + "}" for s in op.holder_sets)
+            else:
+                mesh = op.symbol_ref("mesh") or "?"
+                axes = ", ".join(map(str, op.attr_value("axes", None) or [op.attr_value("axis", "?")]))
+            key = (group, kind, mesh, axes)
+            r = rows.setdefault(key, {"group": group, "op": kind, "mesh": mesh, "axes": axes, "count": 0, "bytes": 0})
+            r["count"] += 1
+            r["bytes"] += sum(v.type.num_bytes for v in op.operands if isinstance(v.type, TensorType))
     return list(rows.values())
 
 
@@ -190,13 +201,19 @@ def show(path: str, console: Any = None, comm: bool = False, kernels: bool = Fal
         console.print(t)
     if comm:
         t = Table(title="collectives per step (bytes: operand bytes per rank)", title_justify="left")
-        for col in ("op", "mesh", "axes", "count", "bytes per rank"):
-            t.add_column(col, justify="right" if col in ("count", "bytes per rank") else "left")
         rows = comm_table(module)
+        grouped = any(r["group"] != "-" for r in rows)   # device groups: one block of rows per group
+        for col in (("group",) if grouped else ()) + ("op", "mesh", "axes", "count", "bytes per rank"):
+            t.add_column(col, justify="right" if col in ("count", "bytes per rank") else "left")
         for r in rows:
-            t.add_row(r["op"], "@" + r["mesh"], r["axes"], str(r["count"]), f"{r['bytes']:,}")
-        t.add_row("total", "", "", str(sum(r["count"] for r in rows)), f"{sum(r['bytes'] for r in rows):,}",
-                  style="bold")
+            mesh = r["mesh"] if r["mesh"].startswith("(") else "@" + r["mesh"]
+            t.add_row(*((r["group"],) if grouped else ()), r["op"], mesh, r["axes"], str(r["count"]),
+                      f"{r['bytes']:,}")
+        groups = sorted({r["group"] for r in rows}) if grouped else ["-"]
+        for g in groups:
+            mine = [r for r in rows if r["group"] == g]
+            t.add_row(*((g,) if grouped else ()), "total", "", "", str(sum(r["count"] for r in mine)),
+                      f"{sum(r['bytes'] for r in mine):,}", style="bold")
         console.print(t)
     if kernels:
         console.print("kernels (triton target): " + kernel_summary(module))

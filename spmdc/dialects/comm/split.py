@@ -17,9 +17,10 @@ all-reduce per holder set::
                   #shard.union<partial(sum), [#shard<@g0, [R]>, #shard<@g1, [R]>]>]}
         : (tensor<2x32xf32>, tensor<32xf32>) -> (tensor<2x32xf32>, tensor<32xf32>)
 
-``shapes`` are the operands' global shapes. Every result has its operand's (local) type: each rank keeps its own piece, now summed over the
-groups. ``seq`` numbers the op among the program's cross-group collectives: every group issues
-them in that order (the runtime checks it), so subgroups never see two ops interleaved.
+``shapes`` are the operands' global shapes. Every result has its operand's (local) type:
+each rank keeps its own piece, now summed over the groups. ``seq`` numbers the op among the
+program's cross-group collectives: every group issues them in that order (the runtime checks
+it), so subgroups never see two ops interleaved.
 """
 
 from __future__ import annotations

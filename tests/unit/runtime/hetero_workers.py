@@ -1,0 +1,48 @@
+"""Rank side of test_hetero.py: heterogeneous data parallelism on 6 gloo ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PLAN = {"name": "hetero-dp", "groups": [
+    {"name": "fast", "ranks": [0, 1, 2, 3], "mesh": "tp=4", "plan": "megatron", "share": 2},
+    {"name": "slow", "ranks": [4, 5], "mesh": "tp=2", "plan": "megatron", "share": 1}]}
+WORKLOADS = ("gpt2-tiny", "llama-tiny")
+BATCH, STEPS, LR = 6, 3, 0.1
+
+
+def hetero_six() -> dict[str, Any]:
+    import torch.distributed as dist
+
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.runtime.api import CompiledModule
+    from spmdc.sharding.hetero import HeteroPlan
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    out: dict[str, Any] = {}
+    try:
+        for name in WORKLOADS:
+            torch.manual_seed(0)
+            w = load_workload(name, batch=BATCH)
+            cm = CompiledModule(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(PLAN), train=True,
+                                loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), optimizer=("sgd", {"lr": LR}),
+                                example_kwargs=w.kwargs)
+            cm.comm.stats.counts.clear()
+            torch.manual_seed(1)
+            losses = [float(cm.step(*w.inputs, *w.loss_inputs, **w.kwargs)) for _ in range(STEPS)]
+            prog = cm.programs["train"]
+            state = cm.full_state_dict()   # collective within the group: every rank calls it
+            out[name] = {"losses": losses, "state": state if rank in (0, 4) else None,
+                         "issued": dict(cm.comm.stats.counts), "comm_ops": prog.comm_ops,
+                         "holder_sets": sorted(cm.comm.subgroups), "grp": cm.comm.coord("grp"),
+                         "virtual_rank": cm.rank}
+            try:
+                cm.save("/nonexistent")
+            except NotImplementedError as e:
+                out[name]["save_refused"] = str(e)
+        return out
+    finally:
+        dist.destroy_process_group()

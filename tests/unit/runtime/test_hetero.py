@@ -1,0 +1,80 @@
+"""Heterogeneous data parallelism (Hetu v2's HSPMD) on 6 gloo ranks: megatron tp=4 on ranks 0-3
+and tp=2 on ranks 4-5, the batch of 6 split 4 + 2, gradients summed across the groups by split
+all-reduce. gpt2-tiny and llama-tiny each match one device after 3 SGD steps (losses and every
+parameter on both groups, rtol 1e-4, atol 1e-5; dropout draws as one device after the same seed),
+and every rank issues exactly the split all-reduces of its program: one per holder set it is in."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import hetero_workers as W  # noqa: E402
+from rank_checks import close  # noqa: E402
+
+from spmdc.runtime.launcher import launch  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def six():
+    return launch(W.hetero_six, 6, (), timeout_s=900)
+
+
+def one_device(name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
+    from spmdc.frontend.workloads import load_workload
+
+    torch.manual_seed(0)
+    w = load_workload(name, batch=W.BATCH)
+    model = copy.deepcopy(w.model)
+    opt = torch.optim.SGD(model.parameters(), lr=W.LR)
+    torch.manual_seed(1)
+    losses = []
+    for _ in range(W.STEPS):
+        opt.zero_grad()
+        out = model(*w.inputs, **w.kwargs)
+        loss = w.loss_fn(out, *w.loss_inputs) if w.loss_fn is not None else out.loss
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, {k: v.detach() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", W.WORKLOADS)
+def test_matches_one_device(six, name):
+    losses, state = one_device(name)
+    for r in range(6):
+        close(six[r][name]["losses"], losses)
+    for r in (0, 4):   # one rank of each group: the whole model
+        close(six[r][name]["state"], state)
+
+
+@pytest.mark.parametrize("name", W.WORKLOADS)
+def test_ranks_run_their_groups_program(six, name):
+    for r in range(6):
+        got = six[r][name]
+        g = 0 if r < 4 else 1
+        assert got["grp"] == g
+        assert got["virtual_rank"] == (r if g == 0 else 2 + r - 4)   # (grp, tp) on 2x4 and on 2x2
+        assert "comm.split_all_reduce" in got["comm_ops"]
+
+
+def test_split_all_reduces_issued_are_the_holder_sets(six):
+    # gpt2-tiny: the loss (one set: all six ranks) and one gradient bucket whose slices are held
+    # by {0..5} (replicated parameters) and {0,4} {1,4} {2,5} {3,5} (rows of tp-sharded ones)
+    sets = six[0]["gpt2-tiny"]["holder_sets"]
+    assert sets == [(0, 1, 2, 3, 4, 5), (0, 4), (1, 4), (2, 5), (3, 5)]
+    for r in range(6):
+        got = six[r]["gpt2-tiny"]
+        ops = got["comm_ops"]["comm.split_all_reduce"]
+        assert ops == 2
+        per_step = sum(1 for s in sets if r in s) + 1   # the loss op's set, and the gradient bucket's
+        assert got["issued"]["comm.split_all_reduce"] == W.STEPS * per_step
+
+
+def test_checkpoints_are_refused_by_name(six):
+    assert "heterogeneous plan" in six[0]["gpt2-tiny"]["save_refused"]
