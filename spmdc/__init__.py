@@ -20,6 +20,7 @@ _LAZY = {
     "Optimizer": ("spmdc.runtime.api", "Optimizer"),
     "Mesh": ("spmdc.sharding.mesh", "Mesh"),
     "Plan": ("spmdc.sharding.plan", "Plan"),
+    "HeteroPlan": ("spmdc.sharding.hetero", "HeteroPlan"),
     "ParamLayout": ("spmdc.sharding.plan", "ParamLayout"),
     "preset": ("spmdc.sharding.plan", "preset"),
     "Replicate": ("spmdc.dialects.shard", "Replicate"),

@@ -169,6 +169,12 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     prepare, *global_stages = [s for s in stages(PipelineOptions(rng=rng)) if not s.per_rank]
     PassManager(parse_pipeline(prepare.passes), on_after_pass=hook(writer)).run(module)
     apply_plan(module, mesh, resolved, reduce_grads=not partial_grads)   # the plan is data, not a pass
+    from spmdc.sharding.hetero import GroupPlan
+
+    if isinstance(plan, GroupPlan):   # runs at coordinate plan.index of the virtual mesh's grp axis
+        from spmdc.ir.attributes import IntegerAttr
+
+        func.set_attr("spmdc.group_index", IntegerAttr(plan.index))
     if clip_grad_norm is not None and train:
         from spmdc.compiler.clipping import add_gradient_clipping
 

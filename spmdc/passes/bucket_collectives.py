@@ -262,7 +262,8 @@ def _gradients(func: FuncOp) -> dict[int, str]:
     """id of a value → the parameter whose gradient it is: the function's ``spmdc.grad_of``
     results, and the values they are computed from elementwise (a clipped gradient's
     reduce-scatter feeds the clipping's multiply, not the return) or by a further reduction
-    (HSDP: the reduce-scatter over dp feeds the all-reduce over the replicas)."""
+    (HSDP: the reduce-scatter over dp feeds the all-reduce over the replicas; a heterogeneous
+    plan's reduce-scatter feeds the split all-reduce across device groups)."""
     ret = func.return_op
     grads: dict[int, str] = {}
     frontier = []
@@ -274,6 +275,12 @@ def _gradients(func: FuncOp) -> dict[int, str]:
     while frontier:   # up to the clipping's multiply: two elementwise steps back
         v, name, depth = frontier.pop()
         d = v.defining_op()
+        if d is not None and d.name == "comm.split_all_reduce" and depth < 3:   # across device groups
+            x = d.operands[v.index]   # type: ignore[attr-defined]
+            if id(x) not in grads:
+                grads[id(x)] = name
+                frontier.append((x, name, depth + 1))
+            continue
         if d is None or depth >= 3 or d.name not in ("tensor.mul", "tensor.convert", "tensor.cast",
                                                      "comm.all_reduce"):
             continue

@@ -40,6 +40,7 @@ from typing import ClassVar
 
 from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.dialects.shard import AnnotateOp, RaggedShard, RedistributeOp, Replicate, ShardingAttr
+from spmdc.ir.attributes import IntegerAttr
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.types import TensorType
@@ -90,7 +91,7 @@ class Propagation:
         self.conflicts: dict[int, Operation] = {}
         self.trace = bool(os.environ.get("SPMDC_TRACE_PROPAGATION"))
         self.current = ""   # what is deciding now (for the trace)
-        self.ragged: list[tuple[int, tuple[int, ...]]] = []   # (axis, units) splits of the inputs (seed)
+        self.ragged: list[tuple[int, tuple[int, ...], int]] = []   # (axis, units, coord) input splits (seed)
 
     # -- known layouts --------------------------------------------------------------------------
     def set_(self, v: Value, lay: Layout) -> bool:
@@ -110,7 +111,10 @@ class Propagation:
                 continue   # a whole-matrix parameter's RS is its storage, not a split of the batch
             ragged |= {(ax, p.units) for ax, p in enumerate(layout_of(a) or ()) if isinstance(p, RaggedShard)
                        and a.type.shape[p.dim] == sum(p.units) and sum(1 for u in p.units if u) > 1}
-        self.ragged = sorted(ragged)
+        # a device group's program (spmdc.group_index = g) runs at coordinate g of axis 0 (grp)
+        g = self.func.attributes.get("spmdc.group_index")
+        here = g.value if isinstance(g, IntegerAttr) else -1  # type: ignore[attr-defined]
+        self.ragged = sorted((ax, units, here if ax == 0 else -1) for ax, units in ragged)
         for op in self.ops:
             if isinstance(op, AnnotateOp):
                 self.set_(op.result, op.sharding.placements)

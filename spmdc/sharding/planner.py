@@ -49,9 +49,11 @@ class Step:
 
 
 def _last_sharder(layout: Layout, dim: int) -> int:
+    """The last axis sharding ``dim`` (``S`` or a ragged ``RS``, which later ``S`` may chunk
+    again piece by piece); -1 if none."""
     idx = -1
     for a, p in enumerate(layout):
-        if isinstance(p, Shard) and p.dim == dim:
+        if isinstance(p, (Shard, RaggedShard)) and p.dim == dim:
             idx = a
     return idx
 
@@ -59,7 +61,7 @@ def _last_sharder(layout: Layout, dim: int) -> int:
 def _moves(layout: Layout, rank: int,
            targets: frozenset[tuple[int, Placement]] = frozenset()) -> list[tuple[Step, Layout]]:
     out: list[tuple[Step, Layout]] = []
-    strided_dims = {p.dim for p in layout if isinstance(p, (StridedShard, RaggedShard))}
+    strided_dims = {p.dim for p in layout if isinstance(p, StridedShard)}
     sharded_dims = {shard_dim(p) for p in layout} - {None}
 
     def with_(a: int, p: Placement, lay: Layout = layout) -> Layout:
@@ -84,8 +86,9 @@ def _moves(layout: Layout, rank: int,
             nl = with_(a, Replicate())
             out.append((Step("all_gather", (a,), p.dim, after=nl, parts=p.parts), nl))
         elif isinstance(p, RaggedShard):
-            nl = with_(a, Replicate())
-            out.append((Step("all_gather", (a,), p.dim, after=nl, sizes=p.units), nl))
+            if _last_sharder(layout, p.dim) == a:   # not while a later axis chunks its pieces
+                nl = with_(a, Replicate())
+                out.append((Step("all_gather", (a,), p.dim, after=nl, sizes=p.units), nl))
         elif isinstance(p, Replicate):
             for d in new_dims(a):
                 nl = with_(a, Shard(d))

@@ -65,11 +65,12 @@ def strided_hints(rule: OpShardingRule, axis: int, layouts: Sequence[Layout | No
 
 
 def axis_strategies(rule: OpShardingRule, axis_size: int, hints: set[Hint] | frozenset[Hint] = frozenset(),
-                    small: bool = False) -> list[AxisStrategy]:
+                    small: bool = False, piece_sizes: dict[int, int] | None = None) -> list[AxisStrategy]:
     """The strategies of ``rule`` on one mesh axis of ``axis_size``: replicated, each factor
     sharded (dims viewed strided get ``SS``), each hinted ``(factor, parts)`` sharded strided
     (``SS`` wherever the factor appears), and the Partial pass-throughs. Factors smaller than
-    the axis (some ranks would hold nothing) are left out unless ``small``."""
+    the axis (some ranks would hold nothing) are left out unless ``small``; ``piece_sizes``: the
+    size of the ragged piece an earlier axis left of a factor (its size here)."""
     n_in, n_out = len(rule.operands), len(rule.results)
     R = Replicate()
     out = [AxisStrategy((R,) * n_in, (R,) * n_out, "replicate")]
@@ -79,7 +80,7 @@ def axis_strategies(rule: OpShardingRule, axis_size: int, hints: set[Hint] | fro
     candidates: list[tuple[int, Placement | None]] = [(f, None) for f in range(rule.num_factors)]
     candidates += sorted(hints, key=lambda h: (h[0], str(h[1])))
     for f, how in candidates:
-        size = rule.factor_sizes[f]
+        size = rule.factor_sizes[f] if not piece_sizes or f not in piece_sizes else piece_sizes[f]
         parts = how.parts if isinstance(how, StridedShard) else 1
         units = how.units if isinstance(how, RaggedShard) else ()
         if how is not None and f in viewed:
@@ -167,14 +168,15 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
            operand_layouts: Sequence[Layout | None], result_layouts: Sequence[Layout | None],
            costs: Sequence[AxisCost] | None = None, exact_results: bool = False,
            partial_ok: Callable[[object, Placement], bool] | None = None,
-           ragged: Sequence[tuple[int, tuple[int, ...]]] = ()) -> Choice:
+           ragged: Sequence[tuple[int, tuple[int, ...], int]] = ()) -> Choice:
     """Best layouts for ``op``'s operands and results given what is known.
 
     ``None`` entries are unknown and cost nothing. With ``exact_results`` the known
     result layouts are requirements (strategies producing anything else are skipped).
-    ``ragged``: ``(axis, units)`` splits the program's arguments hold (a batch split unevenly
-    across device groups): every factor of size ``sum(units)`` may be sharded so on that axis,
-    whether or not a neighbour already holds it.
+    ``ragged``: ``(axis, units, coord)`` splits the program's arguments hold (a batch split
+    unevenly across device groups): every factor of size ``sum(units)`` may be sharded so on that
+    axis, whether or not a neighbour already holds it; ``coord`` is the coordinate the program
+    runs at on that axis (its device group; -1: any), whose piece later axes must divide.
     """
     costs = costs or [AxisCost() for _ in mesh_shape]
     in_types = [v.type for v in op.operands]
@@ -187,16 +189,22 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
     unknown = [i for i, x in enumerate(operand_layouts) if x is None]
     unknown_r = [i for i, x in enumerate(result_layouts) if x is None]
     exclusive: set[int] = set()   # factors that a strided layout reserves for one axis
+    pieces: dict[int, tuple[int, ...]] = {}   # factor -> the ragged units an earlier axis cut it in
+    coords = {0: _group_index(op)}   # a device group's program runs at grp (axis 0) = its group
+    coords.update({ax: c for ax, _, c in ragged if c >= 0})
     for a, n in enumerate(mesh_shape):
         best: tuple[float, int, int] | None = None
         best_s: AxisStrategy | None = None
         free: set[tuple] = set()
         hints = strided_hints(rule, a, operand_layouts, False) | strided_hints(rule, a, result_layouts, True)
-        ragged_units = set(ragged)
-        hints |= {(f, RaggedShard(0, units)) for ax, units in ragged if ax == a
-                  for f, size in enumerate(rule.factor_sizes) if size == sum(units)}
-        for idx, s in enumerate(axis_strategies(rule, n, hints)):
-            if s.factor is not None and n > 1 and not _fits(rule, s, n, split, exclusive):
+        ragged_units = {(ax, units) for ax, units, _ in ragged}
+        # the split itself, and scaled for a factor that merges it with minor dims ([b*t] of [b, t])
+        hints |= {(f, RaggedShard(0, tuple(u * (size // sum(units)) for u in units)))
+                  for ax, units, _ in ragged if ax == a
+                  for f, size in enumerate(rule.factor_sizes) if size and size % sum(units) == 0}
+        for idx, s in enumerate(axis_strategies(rule, n, hints, piece_sizes=_piece_sizes(pieces, coords))):
+            if s.factor is not None and n > 1 and not _fits(rule, s, n, split, exclusive, pieces=pieces,
+                                                            coord=coords.get(_piece_axis(pieces, s.factor))):
                 continue
             cost, changes = 0.0, 0
             for v, ty, have, want in zip(op.operands, in_types, operand_layouts, s.operands):
@@ -239,7 +247,7 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
         total += best[0]  # type: ignore[index]
         total_changes += best[1]  # type: ignore[index]
         ambiguous |= len(free) > 1
-        _record(rule, best_s, n, split, exclusive)
+        _record(rule, best_s, n, split, exclusive, pieces, a)
     operands = tuple(tuple(s.operands[i] for s in per_axis) for i in range(len(in_types)))
     results = tuple(tuple(s.results[i] for s in per_axis) for i in range(len(out_types)))
     return Choice(operands, results, total, total_changes, ambiguous)
@@ -251,11 +259,12 @@ def runs_locally(rule: OpShardingRule, mesh_shape: Sequence[int], operand_layout
     with no redistribution: on every mesh axis some strategy of ``rule`` takes and gives them."""
     split: dict[int, int] = {}
     exclusive: set[int] = set()
+    pieces: dict[int, tuple[int, ...]] = {}
     for a, n in enumerate(mesh_shape):
         match = None
         hints = strided_hints(rule, a, operand_layouts, False) | strided_hints(rule, a, result_layouts, True)
-        for s in axis_strategies(rule, n, hints, small=True):
-            if s.factor is not None and n > 1 and not _fits(rule, s, n, split, exclusive, small=True):
+        for s in axis_strategies(rule, n, hints, small=True, piece_sizes=_piece_sizes(pieces, {})):
+            if s.factor is not None and n > 1 and not _fits(rule, s, n, split, exclusive, small=True, pieces=pieces):
                 continue
             if all(lay[a] == want for lay, want in zip(operand_layouts, s.operands)) and \
                     all(lay[a] == got for lay, got in zip(result_layouts, s.results)):
@@ -263,15 +272,48 @@ def runs_locally(rule: OpShardingRule, mesh_shape: Sequence[int], operand_layout
                 break
         if match is None:
             return False
-        _record(rule, match, n, split, exclusive)
+        _record(rule, match, n, split, exclusive, pieces, a)
     return True
 
 
+def _group_index(op: Operation) -> int:
+    """The ``spmdc.group_index`` of the function holding ``op`` (-1: not a device group's)."""
+    p = op.parent_op()
+    while p is not None and "spmdc.group_index" not in p.attributes:
+        p = p.parent_op()
+    return int(p.attributes["spmdc.group_index"].value) if p is not None else -1  # type: ignore[attr-defined]
+
+
+def _piece_sizes(pieces: dict[int, tuple[int, ...]], coords: dict[int, int]) -> dict[int, int]:
+    """Factor → the size of its ragged piece here: at the real coordinate when known, else the
+    largest (a later axis chunks each piece; :func:`_fits` checks every piece)."""
+    out = {}
+    for f, (axis, units) in pieces.items():   # type: ignore[misc]
+        c = coords.get(axis, -1)
+        out[f] = units[c] if c is not None and c >= 0 else max(units)
+    return out
+
+
+def _piece_axis(pieces: dict[int, tuple[int, ...]], f: int) -> int | None:
+    return pieces[f][0] if f in pieces else None   # type: ignore[return-value]
+
+
 def _fits(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], exclusive: set[int],
-          small: bool = False) -> bool:
-    """Whether factor ``s.factor`` can be sharded over ``n`` more ranks after the axes before."""
+          small: bool = False, pieces: dict | None = None, coord: int | None = None) -> bool:
+    """Whether factor ``s.factor`` can be sharded over ``n`` more ranks after the axes before.
+    A factor an earlier axis cut ragged (``pieces``) may be chunked again, evenly, within each
+    piece: the piece of the real coordinate ``coord`` when known (a device group's program: the
+    other groups' coordinates are not run here), else every piece (``small``: some piece)."""
     f = s.factor
     assert f is not None
+    if pieces and f in pieces:
+        if s.parts > 1 or s.units:
+            return False
+        units = pieces[f][1]
+        if coord is not None and coord >= 0:
+            units = (units[coord],)
+        ok = [not ((n > u and not small) or (f in rule.even_only and u % n)) for u in units if u]
+        return any(ok) if small else all(ok)
     if f in exclusive or ((s.parts > 1 or s.units) and f in split):
         return False
     parts = split.get(f, 1) * n
@@ -279,10 +321,13 @@ def _fits(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], 
     return not ((parts * s.parts > size and not small and not s.units) or (f in rule.even_only and size % parts))
 
 
-def _record(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], exclusive: set[int]) -> None:
+def _record(rule: OpShardingRule, s: AxisStrategy, n: int, split: dict[int, int], exclusive: set[int],
+            pieces: dict | None = None, axis: int = -1) -> None:
     if s.factor is None or n <= 1:
         return
     split[s.factor] = split.get(s.factor, 1) * n
-    if s.parts > 1 or s.units:
+    if s.units and pieces is not None and s.factor not in pieces:
+        pieces[s.factor] = (axis, s.units)   # later axes may chunk each piece (RS then S)
+    elif s.parts > 1 or s.units:
         exclusive.add(s.factor)
     exclusive.update(rule.exclusive(s.factor))

@@ -34,7 +34,11 @@ from spmdc.ir.types import TensorType
 
 
 class SplitAllReduceOp(CollectiveOp):
-    """Cross-group all-reduce of union-laid-out partial values (see the module doc)."""
+    """Cross-group all-reduce of union-laid-out partial values (see the module doc).
+
+    ``%r:2 = comm.split_all_reduce %w, %b {groups = [[0, 4], [1, 4]], op = "sum", seq = 0,
+    shapes = [[8, 6], [6]], unions = [...]} : (tensor<2x6xf32>, tensor<6xf32>) -> (...)``
+    """
 
     name = "comm.split_all_reduce"
     num_operands = None

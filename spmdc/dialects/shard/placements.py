@@ -255,7 +255,9 @@ def strided_problem(placements: tuple[Placement, ...], shape: tuple[int, ...], m
         elif not local and shape[p.dim] % p.parts:
             return (f"placement {p} on mesh axis '{axis}': dim {p.dim} of size {shape[p.dim]} does not "
                     f"split into {p.parts} equal parts")
-        others = [a for a, q in zip(mesh_axes, placements) if a != axis and shard_dim(q) == p.dim]
+        others = [a for j, (a, q) in enumerate(zip(mesh_axes, placements)) if a != axis and shard_dim(q) == p.dim
+                  # a ragged piece may be chunked again by later axes (torch.chunk of the piece)
+                  and not (isinstance(p, RaggedShard) and j > k and isinstance(q, Shard))]
         if others:
             kind = "ragged" if isinstance(p, RaggedShard) else "strided"
             return (f"placement {p} on mesh axis '{axis}': dim {p.dim} is also sharded on mesh axis "

@@ -9,7 +9,11 @@ import torch
 PLAN = {"name": "hetero-dp", "groups": [
     {"name": "fast", "ranks": [0, 1, 2, 3], "mesh": "tp=4", "plan": "megatron", "share": 2},
     {"name": "slow", "ranks": [4, 5], "mesh": "tp=2", "plan": "megatron", "share": 1}]}
+FSDP = {"name": "hetero-fsdp", "groups": [
+    {"name": "big", "ranks": [0, 1, 2, 3], "mesh": "dp=4", "plan": "fsdp", "share": 2},
+    {"name": "small", "ranks": [4, 5], "mesh": "dp=2", "plan": "fsdp", "share": 1}]}
 WORKLOADS = ("gpt2-tiny", "llama-tiny")
+CASES = {name: PLAN for name in WORKLOADS} | {f"{name} fsdp": FSDP for name in WORKLOADS}
 BATCH, STEPS, LR = 6, 3, 0.1
 
 
@@ -24,10 +28,10 @@ def hetero_six() -> dict[str, Any]:
     rank = dist.get_rank()
     out: dict[str, Any] = {}
     try:
-        for name in WORKLOADS:
+        for name, plan in CASES.items():
             torch.manual_seed(0)
-            w = load_workload(name, batch=BATCH)
-            cm = CompiledModule(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(PLAN), train=True,
+            w = load_workload(name.split()[0], batch=BATCH)
+            cm = CompiledModule(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(plan), train=True,
                                 loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), optimizer=("sgd", {"lr": LR}),
                                 example_kwargs=w.kwargs)
             cm.comm.stats.counts.clear()

@@ -1,8 +1,9 @@
 """Heterogeneous data parallelism (Hetu v2's HSPMD) on 6 gloo ranks: megatron tp=4 on ranks 0-3
-and tp=2 on ranks 4-5, the batch of 6 split 4 + 2, gradients summed across the groups by split
-all-reduce. gpt2-tiny and llama-tiny each match one device after 3 SGD steps (losses and every
-parameter on both groups, rtol 1e-4, atol 1e-5; dropout draws as one device after the same seed),
-and every rank issues exactly the split all-reduces of its program: one per holder set it is in."""
+and tp=2 on ranks 4-5 (and heterogeneous FSDP: fsdp dp=4 and dp=2), the batch of 6 split 4 + 2,
+gradients summed across the groups by split all-reduce. gpt2-tiny and llama-tiny each match one
+device after 3 SGD steps (losses and every parameter on both groups, rtol 1e-4, atol 1e-5; dropout
+draws as one device after the same seed), and every rank issues exactly the split all-reduces of
+its program: one per holder set it is in."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def one_device(name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
     from spmdc.frontend.workloads import load_workload
 
     torch.manual_seed(0)
-    w = load_workload(name, batch=W.BATCH)
+    w = load_workload(name.split()[0], batch=W.BATCH)
     model = copy.deepcopy(w.model)
     opt = torch.optim.SGD(model.parameters(), lr=W.LR)
     torch.manual_seed(1)
@@ -44,7 +45,7 @@ def one_device(name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
     return losses, {k: v.detach() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("name", W.WORKLOADS)
+@pytest.mark.parametrize("name", list(W.CASES))
 def test_matches_one_device(six, name):
     losses, state = one_device(name)
     for r in range(6):
@@ -53,13 +54,13 @@ def test_matches_one_device(six, name):
         close(six[r][name]["state"], state)
 
 
-@pytest.mark.parametrize("name", W.WORKLOADS)
+@pytest.mark.parametrize("name", list(W.CASES))
 def test_ranks_run_their_groups_program(six, name):
     for r in range(6):
         got = six[r][name]
         g = 0 if r < 4 else 1
         assert got["grp"] == g
-        assert got["virtual_rank"] == (r if g == 0 else 2 + r - 4)   # (grp, tp) on 2x4 and on 2x2
+        assert got["virtual_rank"] == (r if g == 0 else 2 + r - 4)   # (grp, own axis) on 2x4 and on 2x2
         assert "comm.split_all_reduce" in got["comm_ops"]
 
 
@@ -78,3 +79,12 @@ def test_split_all_reduces_issued_are_the_holder_sets(six):
 
 def test_checkpoints_are_refused_by_name(six):
     assert "heterogeneous plan" in six[0]["gpt2-tiny"]["save_refused"]
+
+
+def test_hetero_fsdp_reduces_gradient_shards_across_groups(six):
+    # inside a group: fsdp's gathers and reduce-scatters; across: rows of rank i (dp=4) meet the
+    # rows of rank 4 + i // 2 (dp=2), replicated values (the loss) over all six ranks
+    got = six[0]["gpt2-tiny fsdp"]
+    assert {(0, 4), (1, 4), (2, 5), (3, 5)} <= set(got["holder_sets"])
+    assert got["comm_ops"].get("comm.all_gather_bucket", 0) > 0
+    assert got["comm_ops"].get("comm.reduce_scatter_bucket", 0) > 0

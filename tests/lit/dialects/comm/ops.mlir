@@ -107,3 +107,15 @@ func.func @buckets(%x: tensor<2x16xf32>, %u: tensor<13x1xf32>) -> (tensor<2x16xf
   %s:2 = "comm.reduce_scatter_bucket"(%b#0, %b#1) {axis = "tp", dims = [0, 0], mesh = @mesh, op = "sum"} : (tensor<8x16xf32>, tensor<13x4xf32>) -> (tensor<2x16xf32>, tensor<4x4xf32>)
   func.return %s#0, %s#1 : tensor<2x16xf32>, tensor<4x4xf32>
 }
+
+// Cross-group reduction of a heterogeneous plan (device groups @g0, @g1): per operand its union
+// layout and global shape, the rank sets it all-reduces over, its place among the program's
+// cross-group collectives.
+shard.mesh @g0 = <["tp" = 4]> devices = [0, 1, 2, 3]
+shard.mesh @g1 = <["tp" = 2]> devices = [4, 5]
+// CHECK-LABEL: func.func @split(
+// CHECK: comm.split_all_reduce %w, %b {groups = {{\[\[}}0, 1, 2, 3, 4, 5], [0, 4], [1, 4], [2, 5], [3, 5]], op = "sum", seq = 2, shapes = {{\[\[}}8, 6], [6]], unions = [#shard.union<partial(sum), [#shard<@g0, [S(0)]>, #shard<@g1, [S(0)]>]>, #shard.union<partial(sum), [#shard<@g0, [R]>, #shard<@g1, [R]>]>]} : (tensor<2x6xf32>, tensor<6xf32>) -> (tensor<2x6xf32>, tensor<6xf32>)
+func.func @split(%w: tensor<2x6xf32>, %b: tensor<6xf32>) -> (tensor<2x6xf32>, tensor<6xf32>) {
+  %r:2 = comm.split_all_reduce %w, %b {groups = [[0, 1, 2, 3, 4, 5], [0, 4], [1, 4], [2, 5], [3, 5]], op = "sum", seq = 2, shapes = [[8, 6], [6]], unions = [#shard.union<partial(sum), [#shard<@g0, [S(0)]>, #shard<@g1, [S(0)]>]>, #shard.union<partial(sum), [#shard<@g0, [R]>, #shard<@g1, [R]>]>]} : (tensor<2x6xf32>, tensor<6xf32>) -> (tensor<2x6xf32>, tensor<6xf32>)
+  func.return %r#0, %r#1 : tensor<2x6xf32>, tensor<6xf32>
+}
