@@ -12,9 +12,12 @@ resolves those moves by what they mean over the real ranks (Hetu v2's rules):
   ``comm.split_all_reduce`` (one collective per holder set; consecutive reductions that nothing
   reads in between share them, as a bucket). A reduction over ``grp`` *and* own axes first
   reduces over the own axes (an ordinary ``comm.all_reduce``), then across groups;
-* anything else on ``grp`` (gathering a batch split across groups, ...) is refused, naming the op.
+* anything else on ``grp`` (``all_gather``, ``reduce_scatter``, ``all_to_all``: a batch split
+  across groups needed whole, a cross-group partial cut into a split) — batched send/recv,
+  ``comm.bsr``, from the finest-slice table between the two union layouts (partial sources
+  summed on arrival); ``messages`` lists the (sender, receiver) pairs.
 
-The k-th cross-group reduction of every group's program must be the same value (same shape):
+The k-th cross-group move of every group's program must be the same value (same kind and shape):
 the groups run the same model, so they are; a mismatch is an error, never a guess.
 
 Before (group 0, mesh ``["grp" = 2, "tp" = 4]``)::
@@ -38,14 +41,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spmdc.dialects.comm import AllReduceOp, AllSliceOp, CollectiveOp, SplitAllReduceOp
+from spmdc.dialects.comm import (
+    AllGatherOp,
+    AllReduceOp,
+    AllSliceOp,
+    AllToAllOp,
+    BsrOp,
+    CollectiveOp,
+    ReduceScatterOp,
+    SplitAllReduceOp,
+)
 from spmdc.dialects.func import FuncOp
-from spmdc.dialects.shard import CrossPartial, MeshOp, Partial, ShardingAttr, UnionShardingAttr
+from spmdc.dialects.shard import (
+    CrossPartial,
+    Dup,
+    MeshOp,
+    Partial,
+    Placement,
+    RaggedShard,
+    Replicate,
+    Shard,
+    ShardingAttr,
+    Split,
+    UnionShardingAttr,
+    chunk_sizes,
+)
+from spmdc.dialects.shard.union import Relation
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder
 from spmdc.passes.pass_base import ModulePass
-from spmdc.sharding.slices import MeshSpec, split_all_reduce_plan
+from spmdc.sharding.layouts import layout_of
+from spmdc.sharding.slices import MeshSpec, bsr_plan, split_all_reduce_plan
 
 GROUP_AXIS = "grp"
 
@@ -68,20 +95,37 @@ def _main(module: Operation) -> FuncOp:
     return next(op for op in module.body.ops if isinstance(op, FuncOp))  # type: ignore[return-value]
 
 
+MOVES = (AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp)
+
+
 def _cross_ops(func: FuncOp) -> list[Operation]:
-    """The global collectives of ``func`` on ``grp``, in program order; refuses the kinds that
-    have no meaning across groups."""
+    """The global collectives of ``func`` on ``grp``, in program order (a local ``all_slice``
+    excepted); refuses the kinds that have no meaning across groups."""
     out = []
     for op in func.body.ops:
         if not isinstance(op, CollectiveOp) or GROUP_AXIS not in op.axes or isinstance(op, AllSliceOp):
             continue
-        if not isinstance(op, AllReduceOp):
-            raise op.emit_error(
-                f"{op.name} on mesh axis '{GROUP_AXIS}' would move data between device groups of different "
-                f"layouts (a value split across the groups is needed whole here); heterogeneous plans support "
-                "cross-group reductions only (the batch must stay split until the loss)")
+        if not isinstance(op, MOVES) or (not isinstance(op, AllReduceOp) and len(op.axes) > 1):
+            raise op.emit_error(f"{op.name} over mesh axes {list(op.axes)} has no form across device groups")
         out.append(op)
     return out
+
+
+def _relation(p: Placement, shape: Sequence[int], n_groups: int, op: Operation) -> Relation:
+    """A placement on ``grp`` as the relation across the groups."""
+    if isinstance(p, Replicate):
+        return Dup()
+    if isinstance(p, Partial):
+        return CrossPartial(p.op)
+    sizes: tuple[int, ...] = ()
+    if isinstance(p, RaggedShard):
+        sizes = tuple(p.units)
+    elif isinstance(p, Shard):
+        sizes = tuple(chunk_sizes(shape[p.dim], n_groups))
+    if sizes and all(u > 0 for u in sizes):
+        return Split(p.dim, sizes)  # type: ignore[attr-defined]
+    raise op.emit_error(f"layout {p} on mesh axis '{GROUP_AXIS}' leaves a device group without a piece: no "
+                        "relation across the groups expresses it")
 
 
 def _split_own_axes(op: AllReduceOp) -> AllReduceOp:
@@ -125,26 +169,35 @@ def resolve_cross_group(modules: Sequence[Operation], groups: Sequence[GroupSpec
 
 def resolve_functions(funcs: Sequence[FuncOp], groups: Sequence[GroupSpec]) -> list[int]:
     """:func:`resolve_cross_group` on the groups' functions (``funcs[g]``: group ``g``'s)."""
-    per = [[_split_own_axes(op) for op in _cross_ops(f)] for f in funcs]   # type: ignore[arg-type]
+    per = [[_split_own_axes(op) if isinstance(op, AllReduceOp) else op for op in _cross_ops(f)]  # type: ignore[arg-type]
+           for f in funcs]
     counts = {len(p) for p in per}
     if len(counts) != 1:
-        raise funcs[0].emit_error("the device groups' programs reduce different numbers of values across groups ("
+        raise funcs[0].emit_error("the device groups' programs move different numbers of values across groups ("
                                   + ", ".join(f"{g.name}: {len(p)}" for g, p in zip(groups, per))
-                                  + "); their plans must agree on what is reduced across groups")
+                                  + "); their plans must agree on what crosses the groups")
     n = counts.pop()
-    unions = []
+    unions: list[UnionShardingAttr | None] = []
     meshes = {g.name: g.spec for g in groups}
     for k in range(n):
         ops = [p[k] for p in per]
         shapes = {tuple(o.result.type.shape) for o in ops}  # type: ignore[attr-defined]
-        if len(shapes) != 1:
-            raise ops[0].emit_error(f"cross-group reduction #{k} reduces values of different shapes in the groups "
-                                    f"({', '.join(map(str, shapes))}): the groups' programs do not match")
-        lays = [tuple(o.attributes["shard.sharding"][0].placements[1:]) for o in ops]  # type: ignore[index]
-        unions.append(_union(ops[0], groups, lays))  # type: ignore[arg-type]
+        kinds = {o.name for o in ops}
+        if len(shapes) != 1 or len(kinds) != 1:
+            raise ops[0].emit_error(f"cross-group move #{k} differs between the groups ({', '.join(sorted(kinds))} of "
+                                    f"{', '.join(map(str, shapes))}): the groups' programs do not match")
+        if isinstance(ops[0], AllReduceOp):
+            lays = [tuple(o.attributes["shard.sharding"][0].placements[1:]) for o in ops]  # type: ignore[index]
+            unions.append(_union(ops[0], groups, lays))  # type: ignore[arg-type]
+        else:
+            unions.append(None)
     buckets = _buckets(funcs, per, n)
     made = []
     for seq, (lo, hi) in enumerate(buckets):
+        if unions[lo] is None:   # anything but a reduction: batched send/recv from the slice table
+            _to_bsr([p[lo] for p in per], groups, meshes, seq)
+            made.append(1)
+            continue
         holder_sets: set[tuple[int, ...]] = set()
         for k in range(lo, hi):
             shape = per[0][k].result.type.shape  # type: ignore[attr-defined]
@@ -167,6 +220,41 @@ def resolve_functions(funcs: Sequence[FuncOp], groups: Sequence[GroupSpec]) -> l
     return made
 
 
+def _to_bsr(ops: Sequence[Operation], groups: Sequence[GroupSpec], meshes: dict, seq: int) -> None:
+    """Replace the groups' k-th cross-group move by ``comm.bsr``: the union layouts before and
+    after (the ``grp`` placement as the relation, each group's own layout as its member)."""
+    first = ops[0]
+    shape = tuple(first.operand(0).type.shape)  # type: ignore[attr-defined]
+    src_lays, dst_lays = [], []
+    for o in ops:
+        src = layout_of(o.operand(0))
+        if src is None:
+            raise o.emit_error("the operand of a cross-group move has no layout")
+        src_lays.append(tuple(src))
+        dst_lays.append(tuple(o.attributes["shard.sharding"][0].placements))  # type: ignore[index]
+    G = len(groups)
+    for lays in (src_lays, dst_lays):
+        if len({lay[0] for lay in lays}) != 1:
+            raise first.emit_error("the groups disagree on how a value relates across them "
+                                   f"({', '.join(str(lay[0]) for lay in lays)})")
+    src = UnionShardingAttr(_relation(src_lays[0][0], shape, G, first),
+                            tuple(ShardingAttr(g.name, lay[1:]) for g, lay in zip(groups, src_lays)))
+    dst = UnionShardingAttr(_relation(dst_lays[0][0], shape, G, first),
+                            tuple(ShardingAttr(g.name, lay[1:]) for g, lay in zip(groups, dst_lays)))
+    try:
+        plan = bsr_plan(shape, src, dst, meshes)
+    except (ValueError, NotImplementedError) as e:
+        raise first.emit_error(f"cannot move {src} to {dst} by send/recv: {e}") from None
+    pairs = ArrayAttr([ArrayAttr([IntegerAttr(a), IntegerAttr(b)]) for a, b in sorted(plan.sends) if a != b])
+    for o in ops:
+        attrs = {"from": src, "to": dst, "seq": IntegerAttr(seq), "messages": pairs,
+                 "shape": ArrayAttr([IntegerAttr(d) for d in shape]), "shard.sharding": o.attributes["shard.sharding"]}
+        new = Builder.before(o).create(BsrOp, [o.operand(0)], attrs, [o.result.type], location=o.location)
+        new.result.name_hint = o.result.name_hint
+        o.result.replace_all_uses_with(new.result)
+        o.erase()
+
+
 def _buckets(funcs: Sequence[FuncOp], per: Sequence[Sequence[Operation]], n: int) -> list[tuple[int, int]]:
     """Runs ``[lo, hi)`` of consecutive cross-group reductions that can be one op at the last
     one's place in every group: nothing reads an earlier member's result before it."""
@@ -175,7 +263,8 @@ def _buckets(funcs: Sequence[FuncOp], per: Sequence[Sequence[Operation]], n: int
     lo = 0
     while lo < n:
         hi = lo + 1
-        while hi < n and all(_unread_until(per[g][lo:hi], per[g][hi], pos[g]) for g in range(len(funcs))):
+        while hi < n and isinstance(per[0][lo], AllReduceOp) and isinstance(per[0][hi], AllReduceOp) and \
+                all(_unread_until(per[g][lo:hi], per[g][hi], pos[g]) for g in range(len(funcs))):
             hi += 1
         out.append((lo, hi))
         lo = hi

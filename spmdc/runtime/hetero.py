@@ -5,19 +5,20 @@
 Every rank builds every group's ``DeviceMesh`` (creating process groups is collective), runs its
 group's program at its coordinates on the group's virtual mesh (``grp`` = its group, see
 :mod:`spmdc.sharding.hetero`) with :class:`HeteroComm`: the group's own axes are the group's
-process groups, ``grp`` has no process group — its only collective, ``comm.split_all_reduce``,
-runs on the subgroups of the ranks holding each slice (made once per program, on every rank in
-the same order).
+process groups, ``grp`` has no process group — its collectives are ``comm.split_all_reduce``,
+on the subgroups of the ranks holding each slice (made once per program, on every rank in the
+same order), and ``comm.bsr``, point to point.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from spmdc.runtime.bsr import run_bsr
 from spmdc.runtime.collectives import Collectives
 from spmdc.runtime.split_collectives import run_split_all_reduces
 from spmdc.sharding.hetero import GROUP_AXIS, HeteroPlan
-from spmdc.sharding.slices import MeshSpec, split_all_reduce_plan
+from spmdc.sharding.slices import MeshSpec, box_numel, split_all_reduce_plan
 
 
 def group_meshes(hplan: HeteroPlan, device: str) -> list[Any]:
@@ -56,8 +57,9 @@ class HeteroComm(Collectives):
         subgroups they reduce over. Collective: every rank registers its program together."""
         import torch.distributed as dist
 
-        from spmdc.dialects.comm import SplitAllReduceOp
+        from spmdc.dialects.comm import BsrOp, SplitAllReduceOp
         from spmdc.dialects.shard import MeshOp
+        from spmdc.sharding.slices import bsr_plan
 
         meshes = {op.sym_name: MeshSpec.of(op) for op in module.body.ops if isinstance(op, MeshOp)}
         sets: set[tuple[int, ...]] = set()
@@ -67,19 +69,34 @@ class HeteroComm(Collectives):
                 tables[op.seq] = [split_all_reduce_plan(shape, u, meshes)
                                   for u, shape in zip(op.unions, op.global_shapes)]
                 sets |= set(op.holder_sets)
+            elif isinstance(op, BsrOp):
+                tables[op.seq] = bsr_plan(op.global_shape, op.attributes["from"], op.attributes["to"], meshes)
         for ranks in sorted(sets):   # new_group is collective over the job: same order everywhere
             if ranks not in self.subgroups:
                 self.subgroups[ranks] = dist.new_group(list(ranks))
         self.tables.update(tables)
 
-    def split_all_reduce(self, xs: list[Any], seq: int, op: str) -> list[Any]:
-        """``comm.split_all_reduce``: one all-reduce per subgroup this rank is in, every operand's
-        slices for it packed together. Issued in ``seq`` order in every group (checked here)."""
+    def _next(self, seq: int, what: str) -> Any:
         if seq not in self.tables:
-            raise RuntimeError(f"comm.split_all_reduce #{seq} was not registered (HeteroComm.register)")
+            raise RuntimeError(f"{what} #{seq} was not registered (HeteroComm.register)")
         if seq != 0 and seq != self._last_seq + 1:
             raise RuntimeError(f"cross-group collective #{seq} issued after #{self._last_seq}: every group must "
                                "issue them in the same order")
         self._last_seq = seq
-        return run_split_all_reduces(self.tables[seq], xs, self.job_rank, self.subgroups, self.stats)
+        return self.tables[seq]
+
+    def split_all_reduce(self, xs: list[Any], seq: int, op: str) -> list[Any]:
+        """``comm.split_all_reduce``: one all-reduce per subgroup this rank is in, every operand's
+        slices for it packed together. Issued in ``seq`` order in every group (checked here)."""
+        plans = self._next(seq, "comm.split_all_reduce")
+        return run_split_all_reduces(plans, xs, self.job_rank, self.subgroups, self.stats)
+
+    def bsr(self, x: Any, seq: int) -> Any:
+        """``comm.bsr``: this rank's destination piece, by one ``batch_isend_irecv`` (counted as
+        one ``comm.bsr`` per message this rank sends or receives, bytes sent and received)."""
+        plan = self._next(seq, "comm.bsr")
+        for (s, d), cells in plan.sends.items():
+            if s != d and self.job_rank in (s, d):
+                self.stats.add("comm.bsr", sum(box_numel(c) for c, _, _ in cells) * x.element_size())
+        return run_bsr(plan, x, self.job_rank)
 

@@ -445,6 +445,18 @@ def run_main(cfg: RunConfig) -> int:
     comm.add_row("total", f"{sum(r0['counts'].values()) / steps:g}",
                  f"{sum(r0['bytes'].values()) / steps:,.0f}", style="bold")
     console.print(comm)
+    from spmdc.sharding.hetero import HeteroPlan
+
+    if isinstance(plan, HeteroPlan) and all(g.ranks[0] in results for g in plan.groups):
+        by_group = Table(title="collectives per step by device group (each group's first rank)")
+        for col in ("group", "ranks", "mesh", "op", "count", "bytes"):
+            by_group.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+        for g in plan.groups:
+            rg = results[g.ranks[0]]
+            for name in sorted(rg["counts"]):
+                by_group.add_row(g.name, f"{g.ranks[0]}-{g.ranks[-1]}", str(g.mesh), name,
+                                 f"{rg['counts'][name] / steps:g}", f"{rg['bytes'].get(name, 0) / steps:,.0f}")
+        console.print(by_group)
     if r0.get("kernels"):
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     if r0.get("peak_bytes") is not None:

@@ -58,8 +58,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             **({"execution": "eager", "eager_trace": bool(job.get("eager_trace")),
                                 "fuse_collectives": False} if job.get("eager") else {}))
         compile_s = time.perf_counter() - t0
-        say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {job['mesh']}, target {cm.target})",
-            flush=True)
+        where = job["mesh"] or "its group's mesh"
+        say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {where}, target {cm.target})", flush=True)
         losses, times = [], []
         cm.comm.stats.counts.clear()
         cm.comm.stats.bytes.clear()

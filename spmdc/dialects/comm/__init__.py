@@ -18,11 +18,11 @@ from spmdc.dialects.comm.collectives import (
     CollectiveOp,
     ReduceScatterOp,
 )
-from spmdc.dialects.comm.split import SplitAllReduceOp
+from spmdc.dialects.comm.split import BsrOp, SplitAllReduceOp
 from spmdc.ir.registry import Dialect
 
 DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS, *async_ops.OPS, *split.OPS])
 
-__all__ = ["DIALECT", "AllGatherBucketOp", "AllGatherOp", "AllReduceBucketOp", "AllReduceOp", "AllSliceOp",
+__all__ = ["DIALECT", "AllGatherBucketOp", "BsrOp", "AllGatherOp", "AllReduceBucketOp", "AllReduceOp", "AllSliceOp",
            "AllToAllOp", "BucketOp", "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp",
            "START_OPS", "SplitAllReduceOp", "StartOp", "WaitOp", "collective_kind"]

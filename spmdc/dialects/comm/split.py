@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from spmdc.dialects.comm.collectives import CollectiveOp
 from spmdc.dialects.pyexpr import literal
-from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr
+from spmdc.ir.attributes import ArrayAttr, Attribute, IntegerAttr, StringAttr
 from spmdc.ir.types import TensorType
 
 
@@ -108,4 +108,60 @@ class SplitAllReduceOp(CollectiveOp):
                 raise self.emit_error(f"result #{i} type {r.type} must equal operand #{i} type {v.type}")
 
 
-OPS = [SplitAllReduceOp]
+
+class BsrOp(CollectiveOp):
+    """Batched send/recv between two union layouts (Hetu v2's BSR, Partial sources summed on
+    arrival): every finest slice a rank needs comes from one holder per partial term, each
+    (sender, receiver) pair's slices packed into one message, all messages in one
+    ``batch_isend_irecv``. ``messages`` lists the pairs (job ranks) with data; ``shape`` is the
+    global shape; ``seq`` as for ``comm.split_all_reduce``::
+
+        %y = comm.bsr %x {from = #shard.union<split(0, [4, 2]), [#shard<@g0, [S(1)]>, #shard<@g1, [R]>]>,
+                          to = #shard.union<dup, [#shard<@g0, [S(1)]>, #shard<@g1, [R]>]>,
+                          messages = [[0, 4], [4, 0], ...], seq = 0, shape = [6, 8]}
+            : (tensor<4x2xf32>) -> tensor<6x2xf32>
+    """
+
+    name = "comm.bsr"
+    required_attrs = {"from": Attribute, "to": Attribute, "seq": IntegerAttr, "shape": ArrayAttr,
+                      "messages": ArrayAttr}
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def seq(self) -> int:
+        return int(self.attributes["seq"].value)  # type: ignore[attr-defined]
+
+    @property
+    def global_shape(self) -> tuple[int, ...]:
+        return tuple(d.value for d in self.attributes["shape"])  # type: ignore[attr-defined]
+
+    @property
+    def message_pairs(self) -> list[tuple[int, int]]:
+        return [(m[0].value, m[1].value) for m in self.attributes["messages"]]  # type: ignore[index]
+
+    def is_global(self) -> bool:
+        return "shard.sharding" in self.attributes
+
+    def group_size(self) -> int:
+        return 2
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"comm.bsr({ins[0]}, {self.seq})"
+
+    def verify_(self) -> None:
+        from spmdc.dialects.shard import ShardingAttr, UnionShardingAttr
+
+        for key in ("from", "to"):
+            if not isinstance(self.attributes[key], (ShardingAttr, UnionShardingAttr)):
+                raise self.emit_error(f"'{key}' must be a #shard<...> or #shard.union<...> layout")
+        if not all(isinstance(m, ArrayAttr) and len(m) == 2 and all(isinstance(r, IntegerAttr) for r in m)
+                   for m in self.attributes["messages"]):  # type: ignore[union-attr]
+            raise self.emit_error("'messages' must list [sender, receiver] rank pairs")
+        if not all(isinstance(d, IntegerAttr) for d in self.attributes["shape"]):  # type: ignore[union-attr]
+            raise self.emit_error("'shape' must be the global shape (integers)")
+
+
+OPS = [SplitAllReduceOp, BsrOp]

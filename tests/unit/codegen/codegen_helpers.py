@@ -80,6 +80,14 @@ class FakeCollectives(Collectives):
         self.calls.append(("all_reduce_bucket", [tuple(x.shape) for x in xs], list(axes), op))
         return [x * (1 + len(axes)) for x in xs]
 
+    def split_all_reduce(self, xs, seq, op):
+        self.calls.append(("split_all_reduce", [tuple(x.shape) for x in xs], seq, op))
+        return [x * 2 for x in xs]
+
+    def bsr(self, x, seq):   # the samples move a value between same-shaped pieces
+        self.calls.append(("bsr", tuple(x.shape), seq))
+        return x * 3
+
     def all_to_all(self, x, axis, split_dim, concat_dim, out_shape):
         self.calls.append(("all_to_all", tuple(x.shape), axis, split_dim, concat_dim, tuple(out_shape)))
         return torch.full(tuple(out_shape), float(x.sum()), dtype=x.dtype)

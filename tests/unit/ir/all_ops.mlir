@@ -45,6 +45,7 @@ module @all attributes {spmdc.version = 1} {
     %agb:2 = comm.all_gather_bucket %rs, %a2a {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<32x8xf32>, tensor<32x8xf32>)
     %rsb:2 = comm.reduce_scatter_bucket %agb#0, %agb#1 {axis = "tp", dims = [0, 1], mesh = @mesh, op = "sum"} : (tensor<32x8xf32>, tensor<32x8xf32>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
     %arb:2 = comm.all_reduce_bucket %rsb#0, %rsb#1 {axes = ["tp"], mesh = @mesh, op = "sum"} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
+    %bsr = comm.bsr %arb#0 {from = #shard.union<split(0, [4, 4]), [#shard<@g0, [R]>, #shard<@g1, [R]>]>, messages = [[0, 4], [4, 0]], seq = 1, shape = [8, 8], to = #shard.union<dup, [#shard<@g0, [R]>, #shard<@g1, [R]>]>} : tensor<8x8xf32>
     %sar:2 = comm.split_all_reduce %arb#0, %arb#1 {groups = [[0, 1, 2, 3, 4, 5], [0, 4]], op = "sum", seq = 0, shapes = [[8, 8], [32, 2]], unions = [#shard.union<partial(sum), [#shard<@g0, [R]>, #shard<@g1, [R]>]>, #shard.union<partial(sum), [#shard<@g0, [S(0)]>, #shard<@g1, [S(0)]>]>]} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<8x8xf32>, tensor<32x2xf32>)
     %h1 = comm.all_gather_start %rd {axis = "tp", dim = 0, mesh = @mesh} : (tensor<8x32xf32>) -> !comm.handle<tensor<32x32xf32>>
     %w1 = comm.wait %h1 : (!comm.handle<tensor<32x32xf32>>) -> tensor<32x32xf32>

@@ -13,7 +13,8 @@ FSDP = {"name": "hetero-fsdp", "groups": [
     {"name": "big", "ranks": [0, 1, 2, 3], "mesh": "dp=4", "plan": "fsdp", "share": 2},
     {"name": "small", "ranks": [4, 5], "mesh": "dp=2", "plan": "fsdp", "share": 1}]}
 WORKLOADS = ("gpt2-tiny", "llama-tiny")
-CASES = {name: PLAN for name in WORKLOADS} | {f"{name} fsdp": FSDP for name in WORKLOADS}
+CASES = {name: PLAN for name in WORKLOADS} | {f"{name} fsdp": FSDP for name in WORKLOADS} | {"contrastive": PLAN}
+CONTRASTIVE = f"{__file__}:contrastive"
 BATCH, STEPS, LR = 6, 3, 0.1
 
 
@@ -30,17 +31,21 @@ def hetero_six() -> dict[str, Any]:
     try:
         for name, plan in CASES.items():
             torch.manual_seed(0)
-            w = load_workload(name.split()[0], batch=BATCH)
+            w = load_workload(CONTRASTIVE if name == "contrastive" else name.split()[0], batch=BATCH)
             cm = CompiledModule(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(plan), train=True,
                                 loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), optimizer=("sgd", {"lr": LR}),
                                 example_kwargs=w.kwargs)
             cm.comm.stats.counts.clear()
+            cm.comm.stats.bytes.clear()
             torch.manual_seed(1)
             losses = [float(cm.step(*w.inputs, *w.loss_inputs, **w.kwargs)) for _ in range(STEPS)]
             prog = cm.programs["train"]
             state = cm.full_state_dict()   # collective within the group: every rank calls it
             out[name] = {"losses": losses, "state": state if rank in (0, 4) else None,
                          "issued": dict(cm.comm.stats.counts), "comm_ops": prog.comm_ops,
+                         "bytes": dict(cm.comm.stats.bytes),
+                         "bsr_messages": [op.message_pairs for op in prog.module.walk() if op.name == "comm.bsr"],
+                         "local_numel": sum(p.to_local().numel() for p in cm.parameters()),
                          "holder_sets": sorted(cm.comm.subgroups), "grp": cm.comm.coord("grp"),
                          "virtual_rank": cm.rank}
             try:
@@ -50,3 +55,22 @@ def hetero_six() -> dict[str, Any]:
         return out
     finally:
         dist.destroy_process_group()
+
+
+class Contrastive(torch.nn.Module):
+    """CLIP-style scores of every sample against the whole batch: the softmax runs over the batch,
+    so the groups' embeddings cross the groups (batched send/recv)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.enc(x)
+        return z @ z.T
+
+
+def contrastive(batch: int = BATCH) -> tuple[Any, Any, Any]:
+    torch.manual_seed(0)
+    x = torch.randn(batch, 16)
+    return Contrastive(), ((x,), (torch.arange(batch),)), torch.nn.functional.cross_entropy

@@ -30,7 +30,7 @@ def one_device(name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
     from spmdc.frontend.workloads import load_workload
 
     torch.manual_seed(0)
-    w = load_workload(name.split()[0], batch=W.BATCH)
+    w = load_workload(W.CONTRASTIVE if name == "contrastive" else name.split()[0], batch=W.BATCH)
     model = copy.deepcopy(w.model)
     opt = torch.optim.SGD(model.parameters(), lr=W.LR)
     torch.manual_seed(1)
@@ -88,3 +88,27 @@ def test_hetero_fsdp_reduces_gradient_shards_across_groups(six):
     assert {(0, 4), (1, 4), (2, 5), (3, 5)} <= set(got["holder_sets"])
     assert got["comm_ops"].get("comm.all_gather_bucket", 0) > 0
     assert got["comm_ops"].get("comm.reduce_scatter_bucket", 0) > 0
+
+
+@pytest.mark.parametrize("name", [c for c in W.CASES if c != "contrastive"])
+def test_split_all_reduce_bytes_are_the_analytic_count(six, name):
+    # each rank all-reduces exactly its own piece of every gradient once (every finest slice of it
+    # is held by one rank of the other group too), plus the loss bucket (loss sum, token count)
+    for r in range(6):
+        got = six[r][name]
+        assert got["bytes"]["comm.split_all_reduce"] == W.STEPS * (4 * got["local_numel"] + 2 * 4)
+
+
+def test_contrastive_scores_cross_the_groups_by_send_recv(six):
+    # z (6x8, rows split 4 + 2) is gathered whole in both groups and its partial gradients cut back
+    # into the row split, by batched send/recv: every rank has the same comm.bsr ops, the first
+    # sending rows 0-3 from two @fast ranks to the two @slow ranks and rows 4-5 back to all four
+    # (6 messages); each rank issues exactly the messages of those tables it takes part in
+    tables = six[0]["contrastive"]["bsr_messages"]
+    assert len(tables) >= 2
+    assert tables[0] == [(0, 4), (1, 5), (4, 0), (4, 2), (5, 1), (5, 3)]
+    for r in range(6):
+        got = six[r]["contrastive"]
+        assert got["bsr_messages"] == tables
+        assert got["comm_ops"]["comm.bsr"] == len(tables)
+        assert got["issued"]["comm.bsr"] == W.STEPS * sum(r in pair for t in tables for pair in t)

@@ -119,3 +119,10 @@ func.func @split(%w: tensor<2x6xf32>, %b: tensor<6xf32>) -> (tensor<2x6xf32>, te
   %r:2 = comm.split_all_reduce %w, %b {groups = [[0, 1, 2, 3, 4, 5], [0, 4], [1, 4], [2, 5], [3, 5]], op = "sum", seq = 2, shapes = [[8, 6], [6]], unions = [#shard.union<partial(sum), [#shard<@g0, [S(0)]>, #shard<@g1, [S(0)]>]>, #shard.union<partial(sum), [#shard<@g0, [R]>, #shard<@g1, [R]>]>]} : (tensor<2x6xf32>, tensor<6xf32>) -> (tensor<2x6xf32>, tensor<6xf32>)
   func.return %r#0, %r#1 : tensor<2x6xf32>, tensor<6xf32>
 }
+
+// CHECK-LABEL: func.func @bsr(
+// CHECK: comm.bsr %x {from = #shard.union<split(0, [4, 2]), [#shard<@g0, [R]>, #shard<@g1, [R]>]>, messages = {{\[\[}}0, 4], [1, 5], [4, 0], [4, 2], [5, 1], [5, 3]], seq = 0, shape = [6, 8], to = #shard.union<dup, [#shard<@g0, [R]>, #shard<@g1, [R]>]>} : (tensor<4x8xf32>) -> tensor<6x8xf32>
+func.func @bsr(%x: tensor<4x8xf32>) -> tensor<6x8xf32> {
+  %y = comm.bsr %x {from = #shard.union<split(0, [4, 2]), [#shard<@g0, [R]>, #shard<@g1, [R]>]>, messages = [[0, 4], [1, 5], [4, 0], [4, 2], [5, 1], [5, 3]], seq = 0, shape = [6, 8], to = #shard.union<dup, [#shard<@g0, [R]>, #shard<@g1, [R]>]>} : (tensor<4x8xf32>) -> tensor<6x8xf32>
+  func.return %y : tensor<6x8xf32>
+}
