@@ -147,6 +147,10 @@ def _split_own_axes(op: AllReduceOp) -> AllReduceOp:
 
 
 def _union(op: AllReduceOp, groups: Sequence[GroupSpec], layouts: Sequence[tuple]) -> UnionShardingAttr:
+    kind = str(op.attr_value("op"))
+    if kind != "sum":
+        raise op.emit_error(f"a '{kind}' reduction across device groups is not supported (the groups' pieces "
+                            "differ: only sums combine per slice)")
     for g, lay in zip(groups, layouts):
         if any(isinstance(p, Partial) for p in lay):
             raise op.emit_error(f"the cross-group reduction takes a value still partial inside group '{g.name}' "

@@ -93,8 +93,8 @@ def axis_strategies(rule: OpShardingRule, axis_size: int, hints: set[Hint] | fro
                 (f in rule.even_only and size % (axis_size * parts) and not units):
             continue
         kind = rule.reduction_kind(f)
-        if kind == "avg" and size % axis_size:
-            continue
+        if kind == "avg" and (size % axis_size or units):
+            continue   # averaging the pieces' means is the mean only for equal pieces
 
         def placement(dims: tuple[int | None, ...], is_result: bool, j: int) -> Placement | None:
             if f in dims:

@@ -332,8 +332,17 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         if "batch" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             raise UserError(f"--batch {cfg.batch}: the factory of workload '{cfg.workload}' takes no 'batch' "
                             f"argument (its parameters: {', '.join(params) or 'none'})")
-    if mesh is None:   # a heterogeneous plan (checked by resolve_hetero)
-        pass
+    if mesh is None:   # a heterogeneous plan: its batch split is checked here, before ranks start
+        from spmdc.frontend.workloads import load_workload
+        from spmdc.sharding.plan import PlanError
+
+        w = load_workload(cfg.workload, **workload_args(cfg))
+        try:
+            for i, t in enumerate((*w.inputs, *w.loss_inputs, *w.kwargs.values())):
+                if getattr(t, "dim", lambda: 0)() >= 1:
+                    plan.split_sizes(t.shape[0], f"input #{i} of workload '{cfg.workload}'")
+        except PlanError as e:
+            raise UserError(str(e)) from None
     elif isinstance(plan, str):
         preset(plan, mesh, {})
     elif getattr(plan, "preset", None):

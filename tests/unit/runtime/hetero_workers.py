@@ -13,7 +13,8 @@ FSDP = {"name": "hetero-fsdp", "groups": [
     {"name": "big", "ranks": [0, 1, 2, 3], "mesh": "dp=4", "plan": "fsdp", "share": 2},
     {"name": "small", "ranks": [4, 5], "mesh": "dp=2", "plan": "fsdp", "share": 1}]}
 WORKLOADS = ("gpt2-tiny", "llama-tiny")
-CASES = {name: PLAN for name in WORKLOADS} | {f"{name} fsdp": FSDP for name in WORKLOADS} | {"contrastive": PLAN}
+CASES = {name: PLAN for name in WORKLOADS} | {f"{name} fsdp": FSDP for name in WORKLOADS}
+CASES |= {"contrastive": PLAN, "mlp": PLAN}
 CONTRASTIVE = f"{__file__}:contrastive"
 BATCH, STEPS, LR = 6, 3, 0.1
 

@@ -3,7 +3,8 @@ and tp=2 on ranks 4-5 (and heterogeneous FSDP: fsdp dp=4 and dp=2), the batch of
 gradients summed across the groups by split all-reduce. gpt2-tiny and llama-tiny each match one
 device after 3 SGD steps (losses and every parameter on both groups, rtol 1e-4, atol 1e-5; dropout
 draws as one device after the same seed), and every rank issues exactly the split all-reduces of
-its program: one per holder set it is in."""
+its program: one per holder set it is in. The MLP's mean-squared error averages over the batch:
+with pieces of 4 and 2 rows a mean of means would be wrong, so no mean is taken per piece."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def test_hetero_fsdp_reduces_gradient_shards_across_groups(six):
     assert got["comm_ops"].get("comm.reduce_scatter_bucket", 0) > 0
 
 
-@pytest.mark.parametrize("name", [c for c in W.CASES if c != "contrastive"])
+@pytest.mark.parametrize("name", [c for c in W.CASES if c not in ("contrastive", "mlp")])
 def test_split_all_reduce_bytes_are_the_analytic_count(six, name):
     # each rank all-reduces exactly its own piece of every gradient once (every finest slice of it
     # is held by one rank of the other group too), plus the loss bucket (loss sum, token count)

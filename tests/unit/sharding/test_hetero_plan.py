@@ -90,3 +90,15 @@ def test_gpt2_groups_compile_to_split_all_reduces():
     assert prog.module.body.ops  # the partitioned program
     func = next(op for op in prog.module.body.ops if getattr(op, "sym_name", "") == "main")
     assert tuple(func.args[idx].type.shape) == (2, 8)
+
+
+def test_a_mean_over_a_batch_split_unevenly_is_never_a_mean_of_means():
+    from spmdc.compiler.hetero import compile_groups
+    from spmdc.frontend.workloads import load_workload
+
+    w = load_workload("mlp", batch=6)
+    steps = compile_groups(w.model, HeteroPlan.from_dict(plan()), inputs=w.inputs, train=True, loss_fn=w.loss_fn,
+                           loss_inputs=w.loss_inputs, kwargs=w.kwargs)
+    for step in steps:
+        assert "RS(0, [4, 2])" in step.global_ir
+        assert 'op = "avg"' not in step.global_ir and "P(avg)" not in step.global_ir
