@@ -28,7 +28,7 @@ from spmdc.sharding.plan import Plan
 __all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_placements", "eager", "make_optimizer"]
 
 
-def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", train: bool = False,
+def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
             device_mesh: Any = None, device: str | None = None, target: str | None = None,
             bucket: bool = True, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
@@ -61,6 +61,9 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "f
     ``checkpoint``: ``"blocks"`` recomputes every repeated block (``layers.N``) in the backward;
     ``torch.utils.checkpoint`` calls in the model are kept either way.
     ``mesh`` may be a ``torch.distributed.DeviceMesh`` with named dims (it is then the device mesh).
+    ``plan`` may be a :class:`~spmdc.sharding.hetero.HeteroPlan` (device groups, each with its own
+    mesh and plan, the batch split across them; ``mesh`` is then None): heterogeneous data
+    parallelism, see docs/runtime.md.
     ``clip_grad_norm``: each step clips the gradients to that global norm (inside the program: one
     all-reduce of a scalar); ``cm.last_grad_norm`` is the norm before clipping. ``grad_accum=N``:
     each step splits its batch into N micro-batches along dim 0 and reduces the gradients once.

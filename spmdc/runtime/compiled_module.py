@@ -79,6 +79,9 @@ class CompiledModule(nn.Module):
         if self._hetero is not None:   # device groups, each its own mesh and plan (spmdc.runtime.hetero)
             mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, execution,
                                                            inputs, grad_accum)
+        if mesh is None and device_mesh is None:
+            raise ValueError("spmdc.compile needs mesh= (a Mesh, 'dp=2,tp=2', {'dp': 2} or a named DeviceMesh), "
+                             "unless the plan is a HeteroPlan with device groups")
         mesh, device_mesh = mesh_of(mesh, device_mesh)
         # a DeviceMesh over some of the job's ranks is a device group: this module runs there
         members = device_mesh.mesh.flatten().tolist() if device_mesh is not None else list(range(world))

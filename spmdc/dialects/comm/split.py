@@ -33,7 +33,25 @@ from spmdc.ir.attributes import ArrayAttr, Attribute, IntegerAttr, StringAttr
 from spmdc.ir.types import TensorType
 
 
-class SplitAllReduceOp(CollectiveOp):
+class CrossGroupOp(CollectiveOp):
+    """Shared by the collectives across device groups: no mesh axis (they run over explicit job
+    ranks), ``seq`` (their order in every group's program)."""
+
+    required_attrs = {"seq": IntegerAttr}
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def seq(self) -> int:
+        return int(self.attributes["seq"].value)  # type: ignore[attr-defined]
+
+    def is_global(self) -> bool:
+        return "shard.sharding" in self.attributes
+
+
+class SplitAllReduceOp(CrossGroupOp):
     """Cross-group all-reduce of union-laid-out partial values (see the module doc).
 
     ``%r:2 = comm.split_all_reduce %w, %b {groups = [[0, 4], [1, 4]], op = "sum", seq = 0,
@@ -51,14 +69,6 @@ class SplitAllReduceOp(CollectiveOp):
         return list(operand_types) if operand_types else None
 
     @property
-    def axes(self) -> tuple[str, ...]:
-        return ()
-
-    @property
-    def seq(self) -> int:
-        return int(self.attributes["seq"].value)  # type: ignore[attr-defined]
-
-    @property
     def unions(self) -> list:
         return list(self.attributes["unions"])  # type: ignore[arg-type]
 
@@ -71,9 +81,6 @@ class SplitAllReduceOp(CollectiveOp):
     def holder_sets(self) -> list[tuple[int, ...]]:
         """The rank sets it all-reduces over (one collective each), as job ranks."""
         return [tuple(r.value for r in g) for g in self.attributes["groups"]]  # type: ignore[attr-defined]
-
-    def is_global(self) -> bool:
-        return "shard.sharding" in self.attributes
 
     def group_size(self) -> int:
         return max((len(g) for g in self.holder_sets), default=1)
@@ -109,7 +116,7 @@ class SplitAllReduceOp(CollectiveOp):
 
 
 
-class BsrOp(CollectiveOp):
+class BsrOp(CrossGroupOp):
     """Batched send/recv between two union layouts (Hetu v2's BSR, Partial sources summed on
     arrival): every finest slice a rank needs comes from one holder per partial term, each
     (sender, receiver) pair's slices packed into one message, all messages in one
@@ -127,23 +134,12 @@ class BsrOp(CollectiveOp):
                       "messages": ArrayAttr}
 
     @property
-    def axes(self) -> tuple[str, ...]:
-        return ()
-
-    @property
-    def seq(self) -> int:
-        return int(self.attributes["seq"].value)  # type: ignore[attr-defined]
-
-    @property
     def global_shape(self) -> tuple[int, ...]:
         return tuple(d.value for d in self.attributes["shape"])  # type: ignore[attr-defined]
 
     @property
     def message_pairs(self) -> list[tuple[int, int]]:
         return [(m[0].value, m[1].value) for m in self.attributes["messages"]]  # type: ignore[index]
-
-    def is_global(self) -> bool:
-        return "shard.sharding" in self.attributes
 
     def group_size(self) -> int:
         return 2
