@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spmdc.sharding.slices import SplitAllReduce, box_numel, box_view, split_all_reduce_plan
+from spmdc.sharding.slices import SplitAllReduce, box_inside, box_numel, box_view, split_all_reduce_plan
 
 
 def make_groups(plan: SplitAllReduce) -> dict[tuple[int, ...], Any]:
@@ -46,15 +46,19 @@ def run_split_all_reduces(plans: Sequence[SplitAllReduce], locals_: Sequence[Any
     import torch
     import torch.distributed as dist
 
-    mine = [next((p for p in plan.pieces if p.device == rank), None) for plan in plans]
-    outs = [x.clone() if m is not None else None for x, m in zip(locals_, mine)]
+    mine = [[p for p in plan.pieces if p.device == rank] for plan in plans]   # a strided piece: several
+    outs = [x.clone() if m else None for x, m in zip(locals_, mine)]
     sets = sorted({ranks for plan in plans for ranks in plan.reductions if rank in ranks})
+
+    def where(i: int, cell: Any) -> Any:   # where this rank's local tensor holds the cell
+        return next(p for p in mine[i] if box_inside(cell, p.box)).at
+
     pending = []
     for ranks in sets:
         members = [(i, cell) for i, plan in enumerate(plans) for cell in plan.reductions.get(ranks, [])]
         parts = []
         for i, cell in members:
-            v = box_view(outs[i], cell, mine[i].box)  # type: ignore[union-attr]
+            v = box_view(outs[i], cell, where(i, cell))
             parts.append(torch.zeros_like(v).reshape(-1) if (rank, cell) in plans[i].silent else v.reshape(-1))
         buf = torch.cat(parts).contiguous()
         if comm_stats is not None:
@@ -65,7 +69,7 @@ def run_split_all_reduces(plans: Sequence[SplitAllReduce], locals_: Sequence[Any
         at = 0
         for i, cell in members:
             n = box_numel(cell)
-            v = box_view(outs[i], cell, mine[i].box)  # type: ignore[union-attr]
+            v = box_view(outs[i], cell, where(i, cell))
             v.copy_(buf[at:at + n].view(v.shape))
             at += n
     return outs

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.dialects.shard import CrossPartial, Partial, ShardingAttr, Split, StridedShard
+from spmdc.dialects.shard import CrossPartial, Partial, Replicate, ShardingAttr, Split, StridedShard
 from spmdc.dialects.shard.union import UnionShardingAttr
 from spmdc.sharding.mesh import local_offset, local_shape
 
@@ -56,6 +56,15 @@ class Piece:
     box: Box
     term: tuple | None = None
     op: str | None = None
+    local: Box | None = None
+    """Where the box sits in the rank's local tensor, as a box whose start is the local origin
+    (None: the local tensor is exactly the box). One part of a strided ``SS(d, k)`` piece: the
+    rank's local tensor holds its k parts end to end along ``d``."""
+
+    @property
+    def at(self) -> Box:
+        """The box to read this piece's cells from the local tensor with (:func:`box_view`)."""
+        return self.local if self.local is not None else self.box
 
 
 @dataclass
@@ -78,11 +87,13 @@ class BsrPlan:
                    for c, _, _ in cells)
 
 
-def pieces(shape: Sequence[int], layout: Any, meshes: dict[str, MeshSpec]) -> list[Piece]:
-    """Every rank's piece of a tensor of ``shape`` laid out ``layout``."""
+def pieces(shape: Sequence[int], layout: Any, meshes: dict[str, MeshSpec], strided: bool = False) -> list[Piece]:
+    """Every rank's piece of a tensor of ``shape`` laid out ``layout``. ``strided``: a strided
+    ``SS(d, k)`` piece is given as its k boxes (several pieces of one rank, each with its
+    ``local`` place); otherwise refused."""
     shape = tuple(int(s) for s in shape)
     if isinstance(layout, ShardingAttr):
-        return _plain_pieces(shape, layout, meshes[layout.mesh])
+        return _plain_pieces(shape, layout, meshes[layout.mesh], strided)
     if not isinstance(layout, UnionShardingAttr):
         raise TypeError(f"expected a #shard<...> or #shard.union<...> layout, got {layout!r}")
     out: list[Piece] = []
@@ -94,24 +105,28 @@ def pieces(shape: Sequence[int], layout: Any, meshes: dict[str, MeshSpec]) -> li
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         member_shapes = [shape[:rel.dim] + (s,) + shape[rel.dim + 1:] for s in sizes]
     for i, (m, mshape) in enumerate(zip(layout.members, member_shapes)):
-        for p in _plain_pieces(mshape, m, meshes[m.mesh]):
-            box = p.box
+        for p in _plain_pieces(mshape, m, meshes[m.mesh], strided):
+            box, local = p.box, p.local
             if isinstance(rel, Split):
                 d = rel.dim
                 box = box[:d] + ((box[d][0] + starts[i], box[d][1] + starts[i]),) + box[d + 1:]
+                if local is not None:
+                    local = local[:d] + ((local[d][0] + starts[i], local[d][1] + starts[i]),) + local[d + 1:]
             term, op = p.term, p.op
             if isinstance(rel, CrossPartial):
                 if op is not None and op != rel.op:
                     raise ValueError(f"group '@{m.mesh}' is P({op}) inside a partial({rel.op}) union")
                 term, op = (i,) + (term or ()), rel.op
-            out.append(Piece(p.device, box, term, op))
+            out.append(Piece(p.device, box, term, op, local))
     return out
 
 
-def _plain_pieces(shape: tuple[int, ...], layout: ShardingAttr, mesh: MeshSpec) -> list[Piece]:
+def _plain_pieces(shape: tuple[int, ...], layout: ShardingAttr, mesh: MeshSpec, strided: bool = False) -> list[Piece]:
     lay = tuple(layout.placements)
     if any(isinstance(p, StridedShard) for p in lay):
-        raise ValueError(f"{layout}: a strided piece is several boxes; BSR moves one box per rank")
+        if not strided:
+            raise ValueError(f"{layout}: a strided piece is several boxes; BSR moves one box per rank")
+        return _strided_pieces(shape, lay, mesh)
     ops = {p.op for p in lay if isinstance(p, Partial)}
     if len(ops) > 1:
         raise ValueError(f"{layout}: partial over several reductions ({', '.join(sorted(ops))})")
@@ -122,6 +137,29 @@ def _plain_pieces(shape: tuple[int, ...], layout: ShardingAttr, mesh: MeshSpec) 
         term = tuple(c for c, p in zip(coords, lay) if isinstance(p, Partial)) if ops else None
         out.append(Piece(mesh.devices[k], tuple((o, o + s) for o, s in zip(off, size)), term,
                          next(iter(ops)) if ops else None))
+    return out
+
+
+def _strided_pieces(shape: tuple[int, ...], lay: tuple, mesh: MeshSpec) -> list[Piece]:
+    """A strided layout's pieces: per rank one box per part of its ``SS(d, k)`` dim, each with
+    its place in the rank's local tensor (the parts end to end along ``d``)."""
+    from spmdc.sharding.mesh import local_blocks
+
+    ops = {p.op for p in lay if isinstance(p, Partial)}
+    if ops:
+        raise ValueError(f"[{', '.join(map(str, lay))}]: a strided partial layout is not supported here")
+    plain = tuple(Replicate() if isinstance(p, StridedShard) else p for p in lay)
+    out = []
+    for k, coords in enumerate(itertools.product(*(range(n) for n in mesh.shape))):
+        off = local_offset(shape, plain, mesh.shape, coords)
+        size = local_shape(shape, plain, mesh.shape, coords)
+        at = 0
+        for d, start, length in local_blocks(shape, lay, mesh.shape, coords):
+            box = tuple((o, o + n) if i != d else (start, start + length) for i, (o, n) in enumerate(zip(off, size)))
+            local = tuple((o, o + n) if i != d else (start - at, start - at + length)
+                          for i, (o, n) in enumerate(zip(off, size)))
+            out.append(Piece(mesh.devices[k], box, None, None, local))
+            at += length
     return out
 
 
@@ -181,11 +219,9 @@ class SplitAllReduce:
 def split_all_reduce_plan(shape: Any, layout: Any, meshes: dict[str, MeshSpec]) -> SplitAllReduce:
     """The slices of a partial ``layout`` and who reduces each (see the module doc)."""
     shape = tuple(int(s) for s in shape)
-    ps = pieces(shape, layout, meshes)
+    ps = pieces(shape, layout, meshes, strided=True)
     if any(p.op not in (None, "sum") for p in ps):
         raise NotImplementedError("split all-reduce sums partial terms; other reductions are not supported")
-    if len({p.device for p in ps}) != len(ps):
-        raise ValueError("a rank holds two pieces of the layout")
     cuts = [sorted({0, n} | {b for p in ps for b in p.box[d]}) for d, n in enumerate(shape)]
     plan = SplitAllReduce(shape, ps)
     full: Box = tuple((0, n) for n in shape)

@@ -54,15 +54,17 @@ def build(name: str, seed: int = 0) -> torch.nn.Module:
     return cls.from_config(cfg)
 
 
-def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(seed: int = 1, size: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    ids = torch.randint(0, VOCAB, (size, SEQ), generator=g)
     return ids, ids.clone()
 
 
 def _factory(name: str):
-    def factory():
-        ids, labels = batch()
+    def factory(**kw: int):   # spmdc run --batch N passes batch=N
+        ids, labels = batch(size=kw.pop("batch", BATCH))
+        if kw:
+            raise TypeError(f"unexpected arguments {sorted(kw)} (this factory takes batch=)")
         return build(name), {"input_ids": ids, "labels": labels}, None
     factory.__name__ = name
     return factory

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,8 +15,14 @@ FSDP = {"name": "hetero-fsdp", "groups": [
     {"name": "small", "ranks": [4, 5], "mesh": "dp=2", "plan": "fsdp", "share": 1}]}
 WORKLOADS = ("gpt2-tiny", "llama-tiny")
 CASES = {name: PLAN for name in WORKLOADS} | {f"{name} fsdp": FSDP for name in WORKLOADS}
-CASES |= {"contrastive": PLAN, "mlp": PLAN}
+CASES |= {"contrastive": PLAN, "mlp": PLAN, "hf-gpt2": PLAN}
 CONTRASTIVE = f"{__file__}:contrastive"
+HF_GPT2 = str(Path(__file__).resolve().parents[2] / "models" / "hf_tiny.py") + ":gpt2"   # dropout 0.1, Conv1D
+
+
+def spec(name: str) -> str:
+    """The workload spec of a case."""
+    return {"contrastive": CONTRASTIVE, "hf-gpt2": HF_GPT2}.get(name, name.split()[0])
 BATCH, STEPS, LR = 6, 3, 0.1
 
 
@@ -32,7 +39,7 @@ def hetero_six() -> dict[str, Any]:
     try:
         for name, plan in CASES.items():
             torch.manual_seed(0)
-            w = load_workload(CONTRASTIVE if name == "contrastive" else name.split()[0], batch=BATCH)
+            w = load_workload(spec(name), batch=BATCH)
             cm = CompiledModule(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(plan), train=True,
                                 loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), optimizer=("sgd", {"lr": LR}),
                                 example_kwargs=w.kwargs)

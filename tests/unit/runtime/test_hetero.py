@@ -31,7 +31,7 @@ def one_device(name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
     from spmdc.frontend.workloads import load_workload
 
     torch.manual_seed(0)
-    w = load_workload(W.CONTRASTIVE if name == "contrastive" else name.split()[0], batch=W.BATCH)
+    w = load_workload(W.spec(name), batch=W.BATCH)
     model = copy.deepcopy(w.model)
     opt = torch.optim.SGD(model.parameters(), lr=W.LR)
     torch.manual_seed(1)
@@ -91,7 +91,7 @@ def test_hetero_fsdp_reduces_gradient_shards_across_groups(six):
     assert got["comm_ops"].get("comm.reduce_scatter_bucket", 0) > 0
 
 
-@pytest.mark.parametrize("name", [c for c in W.CASES if c not in ("contrastive", "mlp")])
+@pytest.mark.parametrize("name", [c for c in W.CASES if c not in ("contrastive", "mlp", "hf-gpt2")])
 def test_split_all_reduce_bytes_are_the_analytic_count(six, name):
     # each rank all-reduces exactly its own piece of every gradient once (every finest slice of it
     # is held by one rank of the other group too), plus the loss bucket (loss sum, token count)

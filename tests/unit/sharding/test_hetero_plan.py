@@ -102,3 +102,21 @@ def test_a_mean_over_a_batch_split_unevenly_is_never_a_mean_of_means():
     for step in steps:
         assert "RS(0, [4, 2])" in step.global_ir
         assert 'op = "avg"' not in step.global_ir and "P(avg)" not in step.global_ir
+
+
+def test_split_all_reduce_of_strided_pieces_pairs_each_part():
+    # GPT-2's fused q|k|v weight is SS(1, 3) in both groups: each rank holds one (tp=4) or two
+    # (tp=2) columns of each of the 3 parts; every part's columns meet their holders
+    from spmdc.dialects.shard import CrossPartial, ShardingAttr, UnionShardingAttr
+    from spmdc.sharding.mesh import to_placement
+    from spmdc.sharding.slices import MeshSpec, split_all_reduce_plan
+
+    meshes = {"g0": MeshSpec(("tp",), (4,), (0, 1, 2, 3)), "g1": MeshSpec(("tp",), (2,), (4, 5))}
+    ss = (to_placement("SS(1, 3)"),)
+    u = UnionShardingAttr(CrossPartial("sum"), (ShardingAttr("g0", ss), ShardingAttr("g1", ss)))
+    plan = split_all_reduce_plan((2, 12), u, meshes)
+    assert sorted(plan.reductions) == [(0, 4), (1, 4), (2, 5), (3, 5)]
+    assert all(len(cells) == 3 for cells in plan.reductions.values())   # one cell per part
+    rank0 = [p for p in plan.pieces if p.device == 0]
+    assert [p.box[1] for p in rank0] == [(0, 1), (4, 5), (8, 9)]
+    assert [p.at[1] for p in rank0] == [(0, 1), (3, 4), (6, 7)]      # local column k holds part k
