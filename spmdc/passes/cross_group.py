@@ -71,10 +71,9 @@ from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder
 from spmdc.passes.pass_base import ModulePass
+from spmdc.sharding.hetero import GROUP_AXIS
 from spmdc.sharding.layouts import layout_of
 from spmdc.sharding.slices import MeshSpec, bsr_plan, split_all_reduce_plan
-
-GROUP_AXIS = "grp"
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,8 @@ class CompiledModule(nn.Module):
         mesh, device_mesh = mesh_of(mesh, device_mesh)
         # a DeviceMesh over some of the job's ranks is a device group: this module runs there
         members = device_mesh.mesh.flatten().tolist() if device_mesh is not None else list(range(world))
-        if self._hetero is not None:
-            pass   # the virtual mesh has grp x the group's axes; the group's ranks run it at grp = its index
-        elif len(members) != mesh.size:
+        # (a heterogeneous plan's virtual mesh is grp x the group's axes: its ranks run it at grp = g)
+        if self._hetero is None and len(members) != mesh.size:
             raise ValueError(f"mesh {mesh} has {mesh.size} devices but "
                              + (f"the device mesh spans {len(members)} ranks" if device_mesh is not None
                                 else f"the job has {world} ranks (pass device_mesh= over a group of them)"))
