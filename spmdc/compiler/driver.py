@@ -213,6 +213,8 @@ def _signature(func: FuncOp) -> tuple[list[str], list[str], list[tuple[int, ...]
             result_kinds.append("loss")
         elif "spmdc.grad_norm" in attrs:
             result_kinds.append("grad_norm")
+        elif "spmdc.grad_of_input" in attrs:   # the gradient of user input k (a pipeline stage's)
+            result_kinds.append(f"grad_input:{attrs['spmdc.grad_of_input'].value}")  # type: ignore[attr-defined]
         elif "spmdc.grad_of" in attrs:
             result_kinds.append("grad:" + attrs["spmdc.grad_of"].value)  # type: ignore[attr-defined]
         else:

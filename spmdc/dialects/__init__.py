@@ -1,4 +1,4 @@
-"""The dialects of spmdc: func, tensor, shard, comm, kernel (``builtin.module`` is in the core IR).
+"""The dialects of spmdc: func, tensor, shard, comm, kernel, pipe (``builtin.module`` is in the core IR).
 
 Each is a module (or package) exposing ``DIALECT``; :func:`register_all` makes them known to
 :mod:`spmdc.ir.registry` by name, and the registry imports one the first time it is needed.
@@ -13,6 +13,7 @@ DIALECT_MODULES: dict[str, str] = {
     "shard": "spmdc.dialects.shard",
     "comm": "spmdc.dialects.comm",
     "kernel": "spmdc.dialects.kernel",
+    "pipe": "spmdc.dialects.pipe",
 }
 
 

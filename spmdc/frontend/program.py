@@ -27,7 +27,7 @@ __all__ = [
 
 InputKindName = Literal["parameter", "buffer", "constant", "user_input"]
 OutputKindName = Literal[
-    "model_output", "loss", "gradient", "buffer_mutation", "user_input_mutation"
+    "model_output", "loss", "gradient", "input_gradient", "buffer_mutation", "user_input_mutation"
 ]
 
 
@@ -58,7 +58,7 @@ class OutputInfo:
     name: str  # FX name of the producing node
     kind: OutputKindName
     fqn: str | None = None  # for "gradient" / "buffer_mutation": the target FQN
-    user_index: int | None = None  # for "model_output": index in flattened outputs
+    user_index: int | None = None  # "model_output": index in flattened outputs; "input_gradient": user input
     shape: tuple[int, ...] = ()
     dtype: torch.dtype | None = None
 

@@ -73,6 +73,22 @@ def input_infos(ep: ExportedProgram, strip: bool
     return inputs, state
 
 
+def _user_input_index(ep: ExportedProgram, target: str) -> int:
+    """The user input a ``GRADIENT_TO_USER_INPUT`` output differentiates: its target names the
+    input by name, or (after the joint decomposition) as ``arg<position>_1`` among all inputs."""
+    import re
+
+    specs = ep.graph_signature.input_specs
+    users = [i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT]
+    for k, i in enumerate(users):
+        if getattr(specs[i].arg, "name", None) == target:
+            return k
+    m = re.fullmatch(r"arg(\d+)_\d+", str(target))
+    if m and int(m.group(1)) in users:
+        return users.index(int(m.group(1)))
+    raise ExportError(f"a gradient output names input '{target}', which is not a user input")
+
+
 def output_infos(ep: ExportedProgram, strip: bool) -> list[OutputInfo]:
     """One :class:`OutputInfo` per graph output, in order.
 
@@ -92,6 +108,8 @@ def output_infos(ep: ExportedProgram, strip: bool) -> list[OutputInfo]:
             n_model_out += 1
         elif spec.kind == OutputKind.GRADIENT_TO_PARAMETER:
             kind, fqn = "gradient", strip_wrapper(spec.target, strip)
+        elif spec.kind == OutputKind.GRADIENT_TO_USER_INPUT:   # an input that requires grad (a pipeline stage's)
+            kind, uidx = "input_gradient", _user_input_index(ep, spec.target)
         elif spec.kind == OutputKind.BUFFER_MUTATION:
             kind, fqn = "buffer_mutation", strip_wrapper(spec.target, strip)
         elif spec.kind == OutputKind.USER_INPUT_MUTATION:

@@ -254,6 +254,14 @@ def decompose_joint(ep: Any, table: dict[Any, Callable]) -> Any:
     return update_exported_program(ep, gm, sig)
 
 
+def plain_codegen(graph: Any) -> None:
+    """Make ``graph`` generate a plain positional ``forward`` (an unlifted exported program's graph
+    flattens its inputs with a pytree spec)."""
+    import torch
+
+    graph._codegen = torch.fx.graph.CodeGen()
+
+
 @contextlib.contextmanager
 def wrapped_aot_export_function(wrap: Callable[[Callable], Callable]) -> Iterator[None]:
     """Replace AOTAutograd's private ``_aot_export_function`` by ``wrap(original)``.

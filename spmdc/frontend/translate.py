@@ -218,6 +218,8 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
             attrs["spmdc.loss"] = UnitAttr()
         elif out.kind == "gradient":
             attrs["spmdc.grad_of"] = StringAttr(out.fqn)
+        elif out.kind == "input_gradient":
+            attrs["spmdc.grad_of_input"] = IntegerAttr(out.user_index)
         elif out.kind == "buffer_mutation":
             attrs["spmdc.buffer_update"] = StringAttr(out.fqn)
         elif out.kind == "user_input_mutation":

@@ -37,6 +37,7 @@ PASS_MODULES: dict[str, str] = {
     "schedule-collectives": "spmdc.passes.schedule_collectives",
     "fuse-kernels": "spmdc.passes.fuse_kernels",
     "cross-group": "spmdc.passes.cross_group",
+    "pipeline-schedule": "spmdc.passes.pipeline_schedule",
 }
 
 

@@ -75,12 +75,37 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     initialization (:mod:`spmdc.frontend.deferred_init`). ``fuse_collectives`` (default on):
     per-rank rewrites that defer and merge reductions (``fuse-collectives``).
     """
+    from spmdc.sharding.pipeline import PipelinePlan
+
+    if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.runtime.pipeline)
+        return _pipeline(model, example_inputs, plan, mesh=mesh, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                         optimizer=optimizer, device=device, target=target, dump=dump, example_kwargs=example_kwargs,
+                         device_mesh=device_mesh, rng=rng, checkpoint=checkpoint, clip_grad_norm=clip_grad_norm,
+                         grad_accum=grad_accum, inputs=inputs, init=init, mixed_precision=mixed_precision)
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
                           target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
                           checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs,
                           init=init, overlap=overlap, memory_cap=memory_cap, mixed_precision=mixed_precision,
                           fuse_collectives=fuse_collectives)
+
+
+def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, rng: str,
+              checkpoint: Any, clip_grad_norm: Any, grad_accum: int, inputs: str, init: Any, mixed_precision: Any,
+              **kw: Any) -> Any:
+    """A :class:`~spmdc.runtime.pipeline.PipelineModule`; what pipelines do not support is refused by name."""
+    from spmdc.runtime.pipeline import PipelineModule
+
+    for what, bad in (("mesh= (each stage has its own mesh in the plan; pass mesh=None)", mesh is not None),
+                      ("device_mesh=", device_mesh is not None), ("train=False (a pipeline trains)", not train),
+                      ("rng='philox'", rng != "eager"), ("checkpoint=", checkpoint is not None),
+                      ("clip_grad_norm=", clip_grad_norm is not None),
+                      ("grad_accum > 1 (micro-batches are the plan's 'microbatches')", grad_accum != 1),
+                      ("inputs='local'", inputs != "global"), ("init= (a meta model)", init is not None),
+                      ("mixed_precision=", mixed_precision is not None)):
+        if bad:
+            raise ValueError(f"pipeline plan '{plan.name}': {what} is not supported with a pipeline plan yet")
+    return PipelineModule(model, example_inputs, plan=plan, **kw)
 
 
 def eager(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", hints: bool = True,

@@ -32,7 +32,7 @@ def forward_ops(func: FuncOp) -> set[int]:
     """ids of ops that the loss or a model output (a result that is not a gradient) depends on."""
     ret = func.return_op
     roots = [v for i, v in enumerate(ret.operands)
-             if "spmdc.grad_of" not in func.res_attrs(i) and "spmdc.grad_norm" not in func.res_attrs(i)]
+             if not {"spmdc.grad_of", "spmdc.grad_norm", "spmdc.grad_of_input"} & set(func.res_attrs(i))]
     seen: set[int] = set()
     stack = [v.defining_op() for v in roots]
     while stack:
@@ -168,7 +168,8 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
 
 def is_model_output(func: FuncOp, i: int) -> bool:
     attrs = func.res_attrs(i)
-    return not any(k in attrs for k in ("spmdc.grad_of", "spmdc.loss", "spmdc.kind", "spmdc.grad_norm"))
+    return not any(k in attrs for k in ("spmdc.grad_of", "spmdc.loss", "spmdc.kind", "spmdc.grad_norm",
+                                        "spmdc.grad_of_input"))
 
 
 def resolved_rep(mesh: Mesh):

@@ -147,6 +147,10 @@ class Plan:
             from spmdc.sharding.hetero import HeteroPlan
 
             return HeteroPlan.from_dict(data)  # type: ignore[return-value]
+        if "stages" in data:   # pipeline stages over device groups (spmdc.sharding.pipeline)
+            from spmdc.sharding.pipeline import PipelinePlan
+
+            return PipelinePlan.from_dict(data)  # type: ignore[return-value]
         return Plan.from_dict(data)
 
     # -- resolution --------------------------------------------------------------------------

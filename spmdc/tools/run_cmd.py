@@ -58,6 +58,8 @@ class RunConfig:
     eager: bool = False
     eager_trace: str | None = None
     batch: int | None = None
+    pp_schedule: str | None = None
+    microbatches: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -121,6 +123,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--batch", type=positive(int), default=None,
                     help="build the workload with this batch size (its factory's 'batch' argument; default: the "
                          "factory's, or a heterogeneous plan's 'batch')")
+    ap.add_argument("--pp-schedule", choices=("gpipe", "1f1b"), default=None,
+                    help="pipeline schedule of a plan with 'stages' (default: the plan's, else 1f1b)")
+    ap.add_argument("--microbatches", type=positive(int), default=None, metavar="N",
+                    help="micro-batches per step of a pipeline plan (default: the plan's)")
     ap.add_argument("--train", dest="train", action="store_true", default=True,
                     help="run training steps (forward, backward, optimizer) — the default")
     ap.add_argument("--forward", dest="train", action="store_false", help="run the forward only")
@@ -197,7 +203,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      clip_grad_norm=args.clip_grad_norm, grad_accum=args.grad_accum, rtol=args.rtol, atol=args.atol,
                      overlap=args.overlap, memory_cap=args.memory_cap,
                      mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision,
-                     fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace, batch=args.batch)
+                     fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace, batch=args.batch,
+                     pp_schedule=args.pp_schedule, microbatches=args.microbatches)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -205,10 +212,18 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     from spmdc.sharding.mesh import Mesh
     from spmdc.sharding.plan import Plan
 
-    if cfg.plan.endswith((".json", ".yaml", ".yml")):
-        loaded = Plan.load(cfg.plan)
-        if isinstance(loaded, HeteroPlan):
-            return resolve_hetero(cfg, loaded)
+    from spmdc.sharding.pipeline import PipelinePlan
+
+    loaded = Plan.load(cfg.plan) if cfg.plan.endswith((".json", ".yaml", ".yml")) else None
+    if isinstance(loaded, PipelinePlan):
+        return resolve_pipeline(cfg, loaded)
+    if cfg.pp_schedule or cfg.microbatches:
+        option = "--pp-schedule" if cfg.pp_schedule else "--microbatches"
+        raise UserError(f"{option} is for a pipeline plan (a plan file with 'stages', see docs/plans.md); "
+                        f"plan '{cfg.plan or 'default'}' has none" + ("" if cfg.pp_schedule else
+                                                                     " (micro-batches of one plan: --grad-accum)"))
+    if isinstance(loaded, HeteroPlan):
+        return resolve_hetero(cfg, loaded)
     try:
         if cfg.mesh:
             mesh = Mesh.parse(cfg.mesh)
@@ -262,6 +277,60 @@ def resolve_hetero(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
     if cfg.batch is None and plan.batch is not None:
         cfg.batch = plan.batch
     return None, plan
+
+
+def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
+    """A plan with pipeline stages: the ranks are its stages', ``--pp-schedule``/``--microbatches``
+    override the plan's."""
+    from spmdc.sharding.plan import PlanError
+
+    if cfg.mesh:
+        raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' has pipeline stages with their own meshes "
+                        f"({plan.describe()}); drop --mesh")
+    if cfg.nproc and cfg.nproc != plan.world:
+        raise UserError(f"--nproc {cfg.nproc}: plan '{cfg.plan}' has {plan.world} ranks in its stages")
+    cfg.nproc = plan.world
+    for option, bad in (("--eager", cfg.eager), ("--grad-accum (micro-batches are --microbatches)", cfg.grad_accum > 1),
+                        ("--save", cfg.save), ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even"),
+                        ("--clip-grad-norm", cfg.clip_grad_norm), ("--checkpoint", cfg.checkpoint),
+                        ("--mixed-precision", cfg.mixed_precision), ("--rng philox", cfg.rng != "eager"),
+                        ("--forward (a pipeline trains)", not cfg.train),
+                        ("--target triton", cfg.target == "triton"), ("--dump-codegen", cfg.dump_codegen)):
+        if bad:
+            raise UserError(f"{option} is not supported with a pipeline plan yet")
+    try:
+        plan = plan.with_schedule(cfg.pp_schedule, cfg.microbatches)
+        plan.check_presets()
+    except PlanError as e:
+        raise UserError(f"plan '{cfg.plan}': {e}") from None
+    if cfg.batch is None and plan.batch is not None:
+        cfg.batch = plan.batch
+    return None, plan
+
+
+def check_pipeline(cfg: RunConfig, plan: Any) -> None:
+    """A pipeline plan's modules name modules of the model and its micro-batches divide the batch."""
+    from spmdc.frontend.stages import StageError, expand_pattern
+    from spmdc.frontend.workloads import load_workload
+
+    w = load_workload(cfg.workload, **workload_args(cfg))
+    names = [n for n, _ in w.model.named_modules() if n]
+    for k, s in enumerate(plan.stages):
+        for pat in s.modules or ():
+            try:
+                found = expand_pattern(pat, names)
+            except StageError as e:
+                raise UserError(f"plan '{cfg.plan}', stage {k} ({s.name}): {e}") from None
+            if not found:
+                import difflib
+
+                near = difflib.get_close_matches(pat, names, n=3)
+                raise UserError(f"plan '{cfg.plan}', stage {k} ({s.name}): workload '{cfg.workload}' has no module "
+                                f"'{pat}'" + (f" (did you mean {', '.join(repr(x) for x in near)}?)" if near else ""))
+    for i, t in enumerate((*w.inputs, *w.loss_inputs, *w.kwargs.values())):
+        if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % plan.microbatches:
+            raise UserError(f"{plan.microbatches} micro-batches split every input along dim 0, but input #{i} of "
+                            f"workload '{cfg.workload}' has shape {tuple(t.shape)} (--microbatches, or --batch)")
 
 
 def workload_args(cfg: RunConfig) -> dict[str, Any]:
@@ -332,7 +401,11 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         if "batch" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             raise UserError(f"--batch {cfg.batch}: the factory of workload '{cfg.workload}' takes no 'batch' "
                             f"argument (its parameters: {', '.join(params) or 'none'})")
-    if mesh is None:   # a heterogeneous plan: its batch split is checked here, before ranks start
+    from spmdc.sharding.pipeline import PipelinePlan
+
+    if isinstance(plan, PipelinePlan):
+        check_pipeline(cfg, plan)
+    elif mesh is None:   # a heterogeneous plan: its batch split is checked here, before ranks start
         from spmdc.frontend.workloads import load_workload
         from spmdc.sharding.plan import PlanError
 
@@ -381,6 +454,34 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         cache_dir()
     except NotADirectoryError as e:
         raise UserError(str(e)) from None
+
+
+def report_pipeline(console: Any, plan: Any, results: dict[int, Any], steps: int) -> None:
+    """Stages, each rank's schedule as a time grid and what each rank moved and held."""
+    from rich.table import Table
+
+    r0 = results[min(results)]
+    if r0.get("stages"):
+        t = Table(title="pipeline stages")
+        for col in ("stage", "ranks", "mesh", "plan", "modules", "inputs", "outputs"):
+            t.add_column(col)
+        for (k, mods, ins, outs), s in zip(r0["stages"], plan.stages):
+            t.add_row(str(k), ",".join(map(str, s.ranks)), str(s.mesh), str(getattr(s.plan, "name", s.plan)), mods,
+                      ins, outs)
+        console.print(t)
+    if r0.get("timeline"):
+        console.print(f"schedule {plan.schedule}, {plan.microbatches} micro-batches (time units: F 1, B 2, "
+                      "last stage FB 3; '.' idle):")
+        console.print(r0["timeline"], markup=False, highlight=False)
+    t = Table(title="per rank and step: point-to-point traffic and the activations held by the schedule")
+    for col in ("rank", "stage", "sends", "bytes sent", "recvs", "peak held (B)"):
+        t.add_column(col, justify="right")
+    for r in sorted(results):
+        res = results[r]
+        c, b = res["counts"], res["bytes"]
+        t.add_row(str(r), str(res.get("stage", "")), f"{c.get('send', 0) / steps:g}", f"{b.get('send', 0) / steps:,.0f}",
+                  f"{c.get('recv', 0) / steps:g}", f"{res.get('peak_stash', 0):,}")
+    console.print(t)
 
 
 def _measured_by() -> str:
@@ -466,6 +567,10 @@ def run_main(cfg: RunConfig) -> int:
                 by_group.add_row(g.name, f"{g.ranks[0]}-{g.ranks[-1]}", str(g.mesh), name,
                                  f"{rg['counts'][name] / steps:g}", f"{rg['bytes'].get(name, 0) / steps:,.0f}")
         console.print(by_group)
+    from spmdc.sharding.pipeline import PipelinePlan
+
+    if isinstance(plan, PipelinePlan):
+        report_pipeline(console, plan, results, steps)
     if r0.get("kernels"):
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     if r0.get("peak_bytes") is not None:

@@ -44,6 +44,10 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     try:
         w = load_workload(job["workload"], **job.get("workload_args", {}))
         say = print if rank == 0 else (lambda *a, **k: None)
+        from spmdc.sharding.pipeline import PipelinePlan
+
+        if isinstance(job["plan"], PipelinePlan):
+            return run_pipeline(job, w, rank, say)
         t0 = time.perf_counter()
         cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
@@ -103,6 +107,40 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     finally:
         if own_group:
             dist.destroy_process_group()
+
+
+def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, Any]:
+    """``spmdc run`` with a pipeline plan: this rank's stage (:mod:`spmdc.runtime.pipeline`)."""
+    import torch
+
+    from spmdc.compiler import Dump
+    from spmdc.runtime.api import Optimizer
+    from spmdc.runtime.pipeline import PipelineModule
+
+    t0 = time.perf_counter()
+    pm = PipelineModule(w.model, tuple(w.inputs), plan=job["plan"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
+                        optimizer=Optimizer(job["optimizer"], lr=job["lr"]), example_kwargs=w.kwargs,
+                        dump=Dump(job.get("dump_ir"), None), target=job.get("target"))
+    compile_s = time.perf_counter() - t0
+    say(f"[rank 0] compiled {pm.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})", flush=True)
+    if job.get("dump_ir"):
+        with open(os.path.join(job["dump_ir"], f"pipeline.rank{rank}.mlir"), "w") as f:
+            f.write(pm.schedule_ir + "\n")
+    pm.comm.stats.counts.clear()
+    pm.comm.stats.bytes.clear()
+    torch.manual_seed(job.get("seed", 0))
+    losses, times = [], []
+    for k in range(job["steps"]):
+        start = time.perf_counter()
+        losses.append(float(pm.step(*w.inputs, *w.loss_inputs, **w.kwargs)))
+        times.append(time.perf_counter() - start)
+        say(f"[rank 0] step {k + 1}/{job['steps']}: loss {losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
+    state = pm.full_state_dict() if job["check"] else None
+    return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": dict(pm.comm.stats.counts),
+            "bytes": dict(pm.comm.stats.bytes), "peak_bytes": None, "measured_peak": None,
+            "state": state if rank == 0 else None, "target": pm.target, "kernels": None, "start_step": 0,
+            "stage": pm.stage, "schedule_ir": pm.schedule_ir, "timeline": pm.timeline() if rank == 0 else None,
+            "peak_stash": pm.peak_stash_bytes, "stages": pm.split.table() if rank == 0 else None}
 
 
 def _plain(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:

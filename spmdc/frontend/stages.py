@@ -1,0 +1,340 @@
+"""Cut a training step (model + loss) into pipeline stages by module.
+
+    split = split_stages(model, inputs, loss_fn=lm_loss, loss_inputs=(y,),
+                         stages=[["wte", "wpe", "h.0"], ["h.1", "ln_f", "lm_head"]])
+    split.stages[0].module(*args)     # an nn.Module (fx GraphModule): stage 0's forward
+
+The model and its loss are exported once with ``torch.export`` (training IR, before
+decomposition); every op is assigned to the stage whose modules contain it (by the op's
+``nn_module_stack``), an op outside every listed module to the stage of its first reader but
+never before its operands' (the loss and the targets' reshapes go to the last stage), and the graph is cut into one
+fx graph per stage. Each stage is an ``nn.Module`` whose parameters keep the
+model's names (``h.1.attn.c_proj.weight``), whose inputs are the user inputs it reads and the
+*boundary values* earlier stages computed, and whose outputs are the boundary values later
+stages read (the last stage returns the loss). A parameter several stages read (GPT-2's tied
+``wte.weight``/``lm_head.weight``) is in each of them: :attr:`StageSplit.shared`.
+
+Stage patterns: a module path (``h.0``, ``transformer.wte``), a range of numbered siblings
+(``h.0-h.3`` or ``h.0-3``) or a glob (``h.*``); a pattern that names no module is an error
+that lists near matches, and so is a stage that needs a value a later stage computes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from spmdc.frontend import torch_compat
+from spmdc.frontend.program import ExportError
+
+__all__ = ["BoundaryValue", "Stage", "StageError", "StageSplit", "auto_stages", "expand_pattern", "random_ops",
+           "split_stages"]
+
+
+class StageError(ValueError):
+    """A stage split that cannot be made (an unknown module, a backward dependency)."""
+
+
+@dataclass(frozen=True)
+class BoundaryValue:
+    """A value one stage computes and a later one reads."""
+
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    producer: int
+    consumers: tuple[int, ...]
+    needs_grad: bool = True   # computed from a parameter that requires grad
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether its gradient flows back to its producer."""
+        return self.dtype.is_floating_point and self.needs_grad
+
+
+@dataclass
+class Stage:
+    """One stage: ``module(*inputs) -> tuple(outputs)``; ``inputs`` are ``("input", i)`` (the
+    i-th user input) or ``("value", v)`` (boundary value v); ``outputs`` boundary value ids
+    (the last stage: the loss)."""
+
+    index: int
+    module: nn.Module
+    inputs: list[tuple[str, int]]
+    outputs: list[int]
+    modules: list[str]
+    params: list[str]
+
+
+@dataclass
+class StageSplit:
+    stages: list[Stage]
+    values: dict[int, BoundaryValue]
+    shared: dict[str, list[int]] = field(default_factory=dict)   # parameter -> stages that read it
+    aliases: dict[int, list[str]] = field(default_factory=dict)  # id(parameter) -> all its model names
+
+    def table(self) -> list[tuple[int, str, str, str]]:
+        """(stage, modules, inputs, outputs) rows for printing."""
+        rows = []
+        for s in self.stages:
+            ins = ", ".join(f"in{i}" if k == "input" else self.values[i].name for k, i in s.inputs)
+            outs = "loss" if s.index == len(self.stages) - 1 else ", ".join(self.values[v].name for v in s.outputs)
+            rows.append((s.index, " ".join(s.modules), ins, outs))
+        return rows
+
+
+def expand_pattern(pattern: str, modules: Sequence[str]) -> list[str]:
+    """The module paths ``pattern`` names among ``modules`` (see the module doc)."""
+    m = re.fullmatch(r"(.*?)(\d+)-(?:(.*?)\.)?(\d+)", pattern)
+    if m and (m.group(3) is None or m.group(3) + "." == m.group(1) or m.group(3) == m.group(1).rstrip(".")):
+        prefix, lo, hi = m.group(1), int(m.group(2)), int(m.group(4))
+        if lo > hi:
+            raise StageError(f"stage pattern '{pattern}': range {lo}-{hi} is empty")
+        names = [f"{prefix}{i}" for i in range(lo, hi + 1)]
+        missing = [n for n in names if n not in modules]
+        if missing:
+            raise StageError(f"stage pattern '{pattern}': the model has no module '{missing[0]}'")
+        return names
+    if any(c in pattern for c in "*?["):
+        return [n for n in modules if fnmatch.fnmatchcase(n, pattern)]
+    return [pattern] if pattern in modules else []
+
+
+def auto_stages(model: nn.Module, n: int) -> list[list[str]]:
+    """``n`` stages over the model's longest list of repeated blocks (``h.0`` ... ``h.N``), as even
+    as they divide; ops before the blocks join stage 0 and ops after them the last stage."""
+    best: tuple[str, int] | None = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) >= (best[1] if best else 0):
+            if best is None or len(mod) > best[1]:
+                best = (name, len(mod))
+    if best is None or best[1] < n:
+        raise StageError(f"cannot cut the model into {n} stages automatically: it has "
+                         + (f"only {best[1]} repeated blocks ('{best[0]}')" if best else "no list of repeated blocks")
+                         + "; name each stage's modules in the plan's 'stages'")
+    name, count = best
+    prefix = f"{name}." if name else ""
+    base, extra = divmod(count, n)
+    out, at = [], 0
+    for k in range(n):
+        size = base + (1 if k < extra else 0)
+        out.append([f"{prefix}{i}" for i in range(at, at + size)])
+        at += size
+    return out
+
+
+_RANDOM = ("dropout", "native_dropout", "bernoulli", "rand", "randn", "randint", "rand_like", "randn_like",
+           "randint_like", "normal", "uniform", "randperm", "multinomial", "feature_dropout", "alpha_dropout")
+
+
+def random_ops(module: torch.fx.GraphModule) -> list[str]:
+    """``op (module path)`` of every op in ``module`` that draws random numbers (a dropout with
+    ``p = 0`` or not training draws nothing)."""
+    out = []
+    for node in module.graph.nodes:
+        namer = getattr(node.target, "name", None)   # an aten OpOverload: "aten::dropout"
+        if node.op != "call_function" or not callable(namer):
+            continue
+        full = str(namer()).split("::")[-1]
+        name = full.split(".")[0].lstrip("_")
+        if name not in _RANDOM:
+            continue
+        if "dropout" in name:
+            p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p", 0.5)
+            train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
+            if not train or p == 0:
+                continue
+        out.append(f"aten.{full} in module '{_module_path(node) or '<root>'}'")
+    return out
+
+
+def _module_path(node: torch.fx.Node) -> str | None:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return None
+    path = list(stack.values())[-1][0]
+    path = re.sub(r"^L__self__[._]?", "", path)
+    if path == "model" or path == "":
+        return ""
+    return path[len("model."):] if path.startswith("model.") else path
+
+
+def _owner(path: str, owners: Mapping[str, int]) -> int | None:
+    """The stage of the innermost listed module containing ``path``."""
+    parts = path.split(".") if path else []
+    for k in range(len(parts), 0, -1):
+        s = owners.get(".".join(parts[:k]))
+        if s is not None:
+            return s
+    return None
+
+
+def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, loss_inputs: tuple,
+                    kwargs: Mapping[str, Any]) -> torch.fx.GraphModule:
+    """The model + loss as one fx graph over aten ops, parameters read by their model names."""
+    from spmdc.frontend.loss import LossWrapper
+
+    root = LossWrapper(model, loss_fn, len(inputs), False, None)
+    try:
+        ep = torch.export.export(root, inputs + loss_inputs, dict(kwargs), strict=False)
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e
+    gm = ep.module()
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op == "call_module" and node.target == "_guards_fn":
+            graph.erase_node(node)
+        elif node.op == "get_attr":
+            node.target = node.target[len("model."):] if node.target.startswith("model.") else node.target
+    torch_compat.plain_codegen(graph)   # positional inputs, in order (no pytree spec)
+    out = torch.fx.GraphModule(model, graph)
+    out.graph.lint()
+    return out
+
+
+def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Sequence[str]],
+                 loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
+                 kwargs: Mapping[str, Any] | None = None) -> StageSplit:
+    """Cut ``model`` (+ ``loss_fn``) into ``len(stages)`` stages (see the module doc). User inputs
+    are numbered ``[*inputs, *loss_inputs, *kwargs.values()]``."""
+    if len(stages) < 2:
+        raise StageError(f"a pipeline needs at least 2 stages, got {len(stages)}")
+    names = [n for n, _ in model.named_modules() if n]
+    owners: dict[str, int] = {}
+    listed: list[list[str]] = []
+    for k, pats in enumerate(stages):
+        mine: list[str] = []
+        for pat in pats:
+            found = expand_pattern(str(pat), names)
+            if not found:
+                near = difflib.get_close_matches(str(pat), names, n=3)
+                raise StageError(f"stage {k}: the model has no module '{pat}'"
+                                 + (f" (did you mean {', '.join(repr(x) for x in near)}?)" if near else ""))
+            for f in found:
+                if f in owners and owners[f] != k:
+                    raise StageError(f"module '{f}' is listed in stage {owners[f]} and stage {k}")
+                owners[f] = k
+            mine += found
+        if not mine:
+            raise StageError(f"stage {k} lists no module")
+        listed.append(mine)
+    gm = _exported_graph(model, tuple(inputs), loss_fn, tuple(loss_inputs), dict(kwargs or {}))
+    where: dict[torch.fx.Node, int] = {}
+    last = len(stages) - 1
+    ops = [x for x in gm.graph.nodes if x.op not in ("placeholder", "get_attr", "output")]
+    owner = {x: _owner(_module_path(x) or "", owners) for x in ops}
+    late: dict[torch.fx.Node, int] = {}   # an op outside the listed modules runs with its first reader
+    for node in reversed(ops):
+        late[node] = owner[node] if owner[node] is not None else min(
+            (late.get(u, last) for u in node.users), default=last)
+    for node in ops:
+        before = max((where.get(a, 0) for a in node.all_input_nodes), default=0)
+        own = owner[node]
+        if own is not None and own < before:
+            producer = next(a for a in node.all_input_nodes if where.get(a, 0) == before)
+            raise StageError(f"stage {own} (module '{_module_path(node)}', op {node.target}) reads a value that "
+                             f"stage {before} computes (module '{_module_path(producer) or '<root>'}'): stages must "
+                             "follow the order in which the model runs its modules")
+        where[node] = own if own is not None else max(before, late[node])
+    loss = gm.graph.output_node().args[0][0]
+    if where.get(loss, 0) != last:
+        raise StageError(f"the loss is computed in stage {where.get(loss, 0)}, not the last stage ({last}): the last "
+                         "stage's modules must run last")
+    used = sorted(set(where.values()))
+    if used != list(range(len(stages))):
+        empty = sorted(set(range(len(stages))) - set(used))
+        raise StageError(f"stage {empty[0]} ({' '.join(listed[empty[0]])}) has no op: its modules do nothing in "
+                         "this forward")
+    split = _cut(gm, model, where, listed)
+    for name, p in model.named_parameters(remove_duplicate=False):
+        split.aliases.setdefault(id(p), []).append(name)
+    return split
+
+
+def _cut(gm: torch.fx.GraphModule, model: nn.Module, where: dict[torch.fx.Node, int],
+         listed: list[list[str]]) -> StageSplit:
+    """One fx graph per stage: its ops, the parameters they read (by their model names), the user
+    inputs and earlier stages' values they read as inputs, the values later stages read as outputs."""
+    n = len(listed)
+    placeholders = [x for x in gm.graph.nodes if x.op == "placeholder"]
+    values: dict[torch.fx.Node, int] = {}       # boundary node -> value id
+    consumers: dict[torch.fx.Node, set[int]] = {}
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr", "output"):
+            continue
+        for a in node.all_input_nodes:
+            if a in where and where[a] != where[node]:
+                consumers.setdefault(a, set()).add(where[node])
+    for node in gm.graph.nodes:
+        if node in consumers:
+            values[node] = len(values)
+    loss = gm.graph.output_node().args[0][0]
+    grad_dep: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            try:
+                p = gm.get_parameter(node.target)
+            except AttributeError:
+                p = None
+            if p is not None and p.requires_grad:
+                grad_dep.add(node)
+        elif any(a in grad_dep for a in node.all_input_nodes):
+            grad_dep.add(node)
+    stages: list[Stage] = []
+    for k in range(n):
+        graph = torch.fx.Graph()
+        env: dict[torch.fx.Node, torch.fx.Node] = {}
+        ins: list[tuple[str, int]] = []
+
+        def read(a: torch.fx.Node, k: int = k, graph: torch.fx.Graph = graph, env: dict = env,
+                 ins: list = ins) -> torch.fx.Node:
+            if a in env:
+                return env[a]
+            if a.op == "get_attr":
+                env[a] = graph.get_attr(a.target)
+            elif a.op == "placeholder":
+                env[a] = graph.placeholder(a.name)
+                ins.append(("input", placeholders.index(a)))
+            else:   # a value of an earlier stage
+                env[a] = graph.placeholder(a.name)
+                ins.append(("value", values[a]))
+            env[a].meta = dict(a.meta)
+            return env[a]
+
+        mine = [x for x in gm.graph.nodes if where.get(x) == k]
+        for node in mine:   # inputs first, in the order the ops read them
+            for a in node.all_input_nodes:
+                if where.get(a) != k and a.op != "get_attr":
+                    read(a)
+        for node in mine:
+            for a in node.all_input_nodes:
+                if a.op == "get_attr":
+                    read(a)
+            env[node] = graph.node_copy(node, lambda a: env[a])
+        outs = [x for x in mine if x in values and max(consumers[x]) > k]
+        if k == n - 1:
+            graph.output((env[loss],))
+        else:
+            graph.output(tuple(env[x] for x in outs))
+        module = torch.fx.GraphModule(model, graph)
+        stages.append(Stage(k, module, ins, [values[x] for x in outs] if k < n - 1 else [], listed[k],
+                            [name for name, _ in module.named_parameters()]))
+    infos = {}
+    for node, vid in values.items():
+        val = node.meta.get("val")
+        infos[vid] = BoundaryValue(vid, node.name, tuple(val.shape) if val is not None else (),
+                                   val.dtype if val is not None else torch.float32, where[node],
+                                   tuple(sorted(consumers[node])), node in grad_dep)
+    shared: dict[str, list[int]] = {}
+    for s in stages:
+        for p in s.params:
+            shared.setdefault(p, []).append(s.index)
+    return StageSplit(stages, infos, {p: ks for p, ks in shared.items() if len(ks) > 1})

@@ -1,0 +1,189 @@
+"""``pipeline-schedule``: each rank's pipeline program, sends and receives in order.
+
+Input: a pipeline module (:mod:`spmdc.dialects.pipe`): the stage meshes (``shard.mesh`` with
+``devices``; stage ``k`` is the ``k``-th mesh a ``pipe.boundary`` names, in declaration order) and
+the boundary values. For every rank the pass appends ``func.func @rank<r>``: its stage's compute
+order (:func:`spmdc.sharding.pipeline.stage_actions` for ``schedule`` and ``microbatches``), each
+forward preceded by the receives of the stage's inputs and followed by the sends of its outputs,
+each backward preceded by the receives of its outputs' gradients and followed by the sends of its
+inputs' gradients. The ranks at the other end come from the finest-slice table between the two
+layouts (:func:`spmdc.sharding.slices.bsr_plan`): a rank sends only what a receiver lacks, a
+receiver of a partial value gets one message per term::
+
+    // spmdc-opt --pipeline-schedule="schedule=gpipe microbatches=2"
+    func.func @rank2() attributes {spmdc.rank = 2, spmdc.schedule = "gpipe", spmdc.stage = 1} {
+      pipe.recv {from = [0, 1], mb = 0, value = 0}
+      pipe.forward_backward {mb = 0, stage = 1}
+      pipe.send {grad, mb = 0, to = [0, 1], value = 0}
+      ...
+      pipe.step
+      func.return
+    }
+
+Errors: a boundary between meshes that are not device groups of disjoint ranks, a stage that
+runs on no mesh, an unknown schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spmdc.dialects.func import FuncOp, ReturnOp
+from spmdc.dialects.pipe import (
+    BackwardOp,
+    BoundaryOp,
+    ForwardBackwardOp,
+    ForwardOp,
+    RecvOp,
+    SendOp,
+    StepOp,
+)
+from spmdc.dialects.shard import MeshOp
+from spmdc.ir.attributes import IntegerAttr, StringAttr, UnitAttr
+from spmdc.ir.core import Operation
+from spmdc.passes.pass_base import ModulePass
+from spmdc.sharding.pipeline import SCHEDULES, stage_actions
+from spmdc.sharding.slices import BsrPlan, MeshSpec, bsr_plan
+
+
+@dataclass
+class PipelineLayout:
+    """What a pipeline module declares: stage meshes in order, boundaries, and their tables."""
+
+    meshes: list[MeshOp]
+    boundaries: list[BoundaryOp]
+    plans: dict[tuple[int, bool], BsrPlan]     # (value, grad) -> the table it moves by
+
+    def stage_of_mesh(self, name: str) -> int:
+        return [m.sym_name for m in self.meshes].index(name)
+
+    def producer(self, b: BoundaryOp) -> int:
+        return self.stage_of_mesh(b.attributes["from"].mesh)  # type: ignore[attr-defined]
+
+    def consumer(self, b: BoundaryOp) -> int:
+        return self.stage_of_mesh(b.attributes["to"].mesh)  # type: ignore[attr-defined]
+
+
+def pipeline_layout(module: Operation) -> PipelineLayout:
+    """Read the stage meshes and boundaries of a pipeline module and compute each move's table."""
+    all_meshes = {op.sym_name: op for op in module.body.ops if isinstance(op, MeshOp)}
+    boundaries = [op for op in module.body.ops if isinstance(op, BoundaryOp)]
+    used: set[str] = set()
+    for b in boundaries:
+        for key in ("from", "to", "grad_from", "grad_to"):
+            a = b.attributes.get(key)
+            if a is None:
+                continue
+            if a.mesh not in all_meshes:  # type: ignore[attr-defined]
+                raise b.emit_error(f"'{key}' names unknown mesh '@{a.mesh}'")  # type: ignore[attr-defined]
+            used.add(a.mesh)  # type: ignore[attr-defined]
+    meshes = [m for m in all_meshes.values() if m.sym_name in used]
+    seen: dict[int, str] = {}
+    for m in meshes:
+        for d in m.devices:
+            if d in seen:
+                raise m.emit_error(f"stage mesh @{m.sym_name} shares rank {d} with @{seen[d]}: stages run on "
+                                   "disjoint device groups")
+            seen[d] = m.sym_name
+    specs = {m.sym_name: MeshSpec(tuple(m.axis_names), tuple(m.shape), tuple(m.devices)) for m in meshes}
+    out = PipelineLayout(meshes, boundaries, {})
+    for b in boundaries:
+        if b.attributes["grad_from" if b.differentiable else "from"] is None:
+            continue
+        pairs = [(False, "from", "to")] + ([(True, "grad_from", "grad_to")] if b.differentiable else [])
+        for grad, src, dst in pairs:
+            try:
+                out.plans[(b.id, grad)] = bsr_plan(b.shape, b.attributes[src], b.attributes[dst], specs)
+            except (ValueError, NotImplementedError) as e:
+                raise b.emit_error(f"cannot move {'the gradient of ' if grad else ''}value {b.id}: {e}") from None
+        if out.producer(b) >= out.consumer(b):
+            raise b.emit_error(f"value {b.id} goes from stage {out.producer(b)} to stage {out.consumer(b)}: a "
+                               "boundary flows to a later stage")
+        if b.differentiable and (b.attributes["grad_from"].mesh != b.attributes["to"].mesh  # type: ignore[attr-defined]
+                                 or b.attributes["grad_to"].mesh != b.attributes["from"].mesh):  # type: ignore[attr-defined]
+            raise b.emit_error("a gradient flows back from the consumer's mesh to the producer's")
+    return out
+
+
+def _peers(plan: BsrPlan, rank: int, sending: bool) -> list[int]:
+    if sending:
+        return sorted({d for (s, d) in plan.sends if s == rank and d != rank})
+    return sorted({s for (s, d) in plan.sends if d == rank and s != rank})
+
+
+def rank_schedule(layout: PipelineLayout, rank: int, schedule: str, microbatches: int) -> FuncOp:
+    """``func.func @rank<rank>``: the rank's schedule (see the module doc)."""
+    stage = next(k for k, m in enumerate(layout.meshes) if rank in m.devices)
+    n = len(layout.meshes)
+    ins = [b for b in layout.boundaries if layout.consumer(b) == stage]
+    outs = [b for b in layout.boundaries if layout.producer(b) == stage]
+    func = FuncOp.build(f"rank{rank}", [], [])
+    func.set_attr("spmdc.rank", IntegerAttr(rank))
+    func.set_attr("spmdc.stage", IntegerAttr(stage))
+    func.set_attr("spmdc.schedule", StringAttr(schedule))
+    body = func.body
+
+    def message(cls: type, b: BoundaryOp, mb: int, grad: bool) -> None:
+        peers = _peers(layout.plans[(b.id, grad)], rank, cls is SendOp)
+        if peers:
+            attrs = {"value": IntegerAttr(b.id), "mb": IntegerAttr(mb), cls.peer_key: [int(p) for p in peers]}
+            if grad:
+                attrs["grad"] = UnitAttr()
+            body.append(cls.create(attributes=attrs, result_types=[]))
+
+    for kind, mb in stage_actions(schedule, n, microbatches, stage):
+        where = {"stage": IntegerAttr(stage), "mb": IntegerAttr(mb)}
+        if kind in ("F", "FB"):
+            for b in ins:
+                message(RecvOp, b, mb, False)
+            body.append((ForwardOp if kind == "F" else ForwardBackwardOp).create(attributes=where, result_types=[]))
+            if kind == "F":
+                for b in outs:
+                    message(SendOp, b, mb, False)
+        else:
+            for b in outs:
+                if b.differentiable:
+                    message(RecvOp, b, mb, True)
+            body.append(BackwardOp.create(attributes=where, result_types=[]))
+        if kind in ("B", "FB"):
+            for b in ins:
+                if b.differentiable:
+                    message(SendOp, b, mb, True)
+    body.append(StepOp.create(result_types=[]))
+    body.append(ReturnOp.create(result_types=[]))
+    return func
+
+
+@dataclass
+class PipelineSchedule(ModulePass):
+    """Append every rank's schedule to a pipeline module (see the module doc)."""
+
+    name: ClassVar[str] = "pipeline-schedule"
+    schedule: str = "1f1b"
+    microbatches: int = 1
+
+    def run(self, module: Operation) -> None:
+        boundaries = [op for op in module.body.ops if isinstance(op, BoundaryOp)]
+        if not boundaries:
+            return
+        if self.schedule not in SCHEDULES:
+            raise boundaries[0].emit_error(f"unknown pipeline schedule '{self.schedule}' "
+                                           f"(schedules: {', '.join(SCHEDULES)})")
+        if self.microbatches < 1:
+            raise boundaries[0].emit_error(f"microbatches must be >= 1, got {self.microbatches}")
+        layout = pipeline_layout(module)
+        if len(layout.meshes) < 2:
+            raise boundaries[0].emit_error("a pipeline needs at least two stage meshes")
+        for k in range(len(layout.meshes)):
+            if k and not any(layout.consumer(b) == k for b in layout.boundaries):
+                raise layout.meshes[k].emit_error(f"stage {k} (@{layout.meshes[k].sym_name}) receives no value "
+                                                  "from an earlier stage")
+        for m in layout.meshes:
+            for r in m.devices:
+                module.body.append(rank_schedule(layout, r, self.schedule, self.microbatches))
+
+
+PASS = PipelineSchedule
+
+__all__ = ["PipelineLayout", "PipelineSchedule", "pipeline_layout", "rank_schedule"]

@@ -1,0 +1,585 @@
+"""Pipeline parallelism over device groups: stages by module, GPipe and 1F1B, one optimizer step.
+
+    plan = PipelinePlan.from_dict({...})           # spmdc.sharding.pipeline
+    pm = spmdc.compile(model, ((x,), (y,)), mesh=None, plan=plan, train=True, loss_fn=lm_loss,
+                       optimizer=("adamw", {"lr": 1e-3}))   # a PipelineModule
+    loss = pm.step(x, y)      # every rank: the global batch; the loss of the step on every rank
+    print(pm.schedule_ir)     # this rank's schedule (pipe dialect), as it runs
+    print(pm.timeline())      # every rank's schedule as a time grid
+
+How it runs. The model and its loss are cut into stages by module (:mod:`spmdc.frontend.stages`).
+Each stage is compiled on its device group with its own plan into two programs: the *forward*
+(the stage's inputs → the values later stages read) and the *backward*, a training program whose
+loss is ``sum(output · gradient)`` over the stage's differentiable outputs and whose boundary
+inputs require grad, so it returns the parameters' gradients *and* its inputs' gradients
+(``grad_input:k`` results). The backward recomputes the stage's forward from the inputs stashed at
+forward time — GPipe's re-materialization: between a micro-batch's forward and backward a stage
+holds only its inputs. The last stage runs one program per micro-batch (loss, gradients).
+
+The per-rank programs are ``func.func @rank<r>`` of a pipeline module (:mod:`spmdc.dialects.pipe`,
+made by :mod:`spmdc.passes.pipeline_schedule` from the stages' layouts) and this runtime executes
+that function op by op. Boundary values move by the finest-slice table between the producer's
+result layout and the consumer's argument layout (batched send/recv; a partial source's terms are
+summed on arrival); sends are asynchronous, receives wait. The batch is split into micro-batches
+along dim 0; the step's loss is their mean and each micro-batch's gradients are scaled by
+``1/microbatches`` (one big batch, for a loss that is a mean over equal-sized micro-batches).
+Parameters several stages read (tied embeddings) get the sum of the stages' gradients before
+the optimizer step.
+
+Refused: random ops in a stage (dropout with p > 0: the recomputed forward would draw new masks),
+a boundary value read by two stages, ``inputs="local"``, checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from spmdc.sharding.pipeline import PipelinePlan
+
+
+@dataclass
+class _Programs:
+    forward: Any   # RankRunner or None (the last stage)
+    backward: Any
+
+
+def _chunks(values: Sequence[Any], n: int, names: Sequence[str]) -> list[list[Any]]:
+    for v, name in zip(values, names):
+        if v.dim() == 0 or v.shape[0] % n:
+            raise ValueError(f"{n} micro-batches split every input along dim 0, but input '{name}' has shape "
+                             f"{tuple(v.shape)}")
+    pieces = [v.chunk(n, dim=0) for v in values]
+    return [[p[k] for p in pieces] for k in range(n)]
+
+
+class PipelineModule:
+    """A model pipelined over device groups (see the module doc); every rank of the job builds one."""
+
+    def __init__(self, model: Any, example_inputs: Any, *, plan: PipelinePlan, loss_fn: Callable | None = None,
+                 loss_inputs: Sequence[Any] = (), optimizer: Any = None, example_kwargs: dict | None = None,
+                 device: str | None = None, target: str | None = None, dump: Any = None,
+                 schedule: str | None = None, microbatches: int | None = None):
+        import torch.distributed as dist
+
+        from spmdc.compiler import default_target, split_example_inputs
+        from spmdc.frontend.stages import auto_stages, split_stages
+        from spmdc.runtime.collectives import Collectives
+        from spmdc.runtime.hetero import group_meshes
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("a pipeline needs an initialized torch.distributed job (torchrun)")
+        plan = plan.with_schedule(schedule, microbatches)
+        if dist.get_world_size() != plan.world:
+            raise ValueError(f"pipeline plan '{plan.name}' has {plan.world} ranks in its stages but the job has "
+                             f"{dist.get_world_size()}")
+        self.plan, self.rank = plan, dist.get_rank()
+        self.stage = plan.stage_of(self.rank)
+        self.n_stages, self.micro = len(plan.stages), plan.microbatches
+        self.device = torch.device(device or ("cuda" if dist.get_backend() == "nccl" else "cpu"))
+        self.target = target or default_target()
+        spec = self.plan.stages[self.stage]
+        self.meshes = group_meshes(_Groups(plan.stages), self.device.type)   # every rank builds every stage's
+        self.device_mesh = self.meshes[self.stage]
+        self.members = list(spec.ranks)
+        self.index = self.members.index(self.rank)       # this rank's place on its stage's mesh
+        self.comm = Collectives(self.device_mesh)
+        model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
+        kwargs = dict(example_kwargs or {})
+        self._kw_names = list(kwargs)
+        self._n_model, self._n_loss = len(model_args), len(loss_args)
+        names = [f"input #{i}" for i in range(len(model_args) + len(loss_args))] + self._kw_names
+        every = list(model_args) + list(loss_args) + list(kwargs.values())
+        mb0 = _chunks(every, self.micro, names)[0]
+        modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
+                                                                                                  self.n_stages)
+        n_in = len(model_args)
+        self.split = split_stages(model, mb0[:n_in], stages=modules, loss_fn=loss_fn,
+                                  loss_inputs=mb0[n_in:n_in + len(loss_args)],
+                                  kwargs=dict(zip(self._kw_names, mb0[n_in + len(loss_args):])))
+        self.mine = self.split.stages[self.stage]
+        self._check()
+        self._programs = self._compile(mb0, dump)
+        self._layouts = self._exchange_layouts()
+        self.schedule_module = self._schedule_module()
+        self.schedule_ir = _print(self._rank_function(self.rank))
+        self._install(optimizer)
+        self._shared_groups = self._tie_groups()
+        self.peak_stash_bytes = 0
+        self.last_messages = 0
+        self.last_bytes_sent = 0
+
+    # -- building ---------------------------------------------------------------------------------
+    def _check(self) -> None:
+        from spmdc.frontend.stages import random_ops
+
+        for s in self.split.stages:
+            bad = random_ops(s.module)
+            if bad:
+                raise NotImplementedError(
+                    f"stage {s.index} draws random numbers ({bad[0]}): a pipeline stage recomputes its forward in "
+                    "its backward and does not replay random draws yet, so the two would differ; run this model "
+                    "without a pipeline plan")
+        for v in self.split.values.values():
+            if len(v.consumers) > 1:
+                raise NotImplementedError(f"value '{v.name}' of stage {v.producer} is read by stages "
+                                          f"{list(v.consumers)}: a boundary value with several consumer stages is "
+                                          "not supported yet (cut the stages elsewhere)")
+
+    def _diff_outputs(self, stage: Any) -> list[int]:
+        return [v for v in stage.outputs if self.split.values[v].differentiable]
+
+    def _examples(self, stage: Any, mb: list[Any]) -> tuple[list[Any], list[Any]]:
+        """(inputs, gradient inputs) of ``stage``'s programs for one micro-batch, from the split's shapes."""
+        ins = []
+        for kind, i in stage.inputs:
+            if kind == "input":
+                ins.append(mb[i])
+            else:
+                v = self.split.values[i]
+                t = torch.zeros(v.shape, dtype=v.dtype)
+                ins.append(t.requires_grad_() if v.differentiable else t)
+        grads = [torch.zeros(self.split.values[v].shape, dtype=self.split.values[v].dtype)
+                 for v in self._diff_outputs(stage)]
+        return ins, grads
+
+    def _compile(self, mb: list[Any], dump: Any) -> _Programs:
+        from spmdc.compiler import compile_rank
+        from spmdc.runtime.compile_shared import compile_shared
+        from spmdc.runtime.executor import RankRunner
+
+        spec, stage = self.plan.stages[self.stage], self.mine
+        last = self.stage == self.n_stages - 1
+        ins, grads = self._examples(stage, mb)
+        plain = [t.detach() for t in ins]
+        jobs = []
+        if not last:
+            jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}))
+
+        def surrogate(outs: Any, *gs: Any) -> Any:
+            outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+            diff = [o for o, v in zip(outs, stage.outputs) if self.split.values[v].differentiable]
+            return sum((o * g).sum() for o, g in zip(diff, gs))
+
+        jobs.append(dict(inputs=ins, train=True, dump=dump, kwargs={}, loss_fn=None if last else surrogate,
+                         loss_inputs=[] if last else grads))
+        group = None
+        if len(self.members) > 1:
+            import torch.distributed as dist
+
+            group = dist.new_group(self.members, use_local_synchronization=True)
+        steps = compile_shared(stage.module, jobs, spec.mesh, spec.plan, group, self.members)
+        runners = [RankRunner(compile_rank(s, self.index, self.target, dump), self.comm, device=self.device)
+                   for s in steps]
+        return _Programs(None if last else runners[0], runners[-1])
+
+    def _exchange_layouts(self) -> dict[int, dict[str, Any]]:
+        """Every stage's programs' layouts and kinds (each rank gives its own stage's)."""
+        import torch.distributed as dist
+
+        mine = {}
+        for key, run in (("F", self._programs.forward), ("B", self._programs.backward)):
+            if run is not None:
+                p = run.program
+                mine[key] = (list(p.arg_layouts), list(p.res_layouts), list(p.step.arg_kinds),
+                             list(p.step.result_kinds))
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, (self.stage, mine))
+        return {s: d for s, d in reversed(out)}
+
+    def _user_arg(self, stage: int, prog: str, k: int) -> Any:
+        """The layout of user input ``k`` of ``stage``'s program ``prog`` ("F" / "B")."""
+        args, _, kinds, _ = self._layouts[stage][prog]
+        pos = [i for i, kind in enumerate(kinds) if kind.startswith("input:")]
+        return args[pos[k]]
+
+    def _schedule_module(self) -> Any:
+        from spmdc.dialects.pipe import BoundaryOp
+        from spmdc.dialects.shard import MeshOp, ShardingAttr
+        from spmdc.ir.module import ModuleOp
+        from spmdc.passes.pipeline_schedule import PipelineSchedule, pipeline_layout
+
+        module = ModuleOp.build_empty()
+        names = [f"stage{k}" for k in range(self.n_stages)]
+        for k, s in enumerate(self.plan.stages):
+            module.body.append(MeshOp.build(names[k], s.mesh.axis_names, s.mesh.shape, devices=list(s.ranks)))
+        last = self.n_stages - 1
+        for v in sorted(self.split.values.values(), key=lambda v: v.index):
+            src, dst = self.split.stages[v.producer], self.split.stages[v.consumers[0]]
+            out_pos = src.outputs.index(v.index)
+            in_pos = dst.inputs.index(("value", v.index))
+            attrs: dict[str, Any] = {
+                "id": v.index, "shape": list(v.shape),
+                "from": ShardingAttr(names[src.index], tuple(self._layouts[src.index]["F"][1][out_pos])),
+                "to": ShardingAttr(names[dst.index], tuple(self._user_arg(dst.index, "F" if dst.index < last
+                                                                          else "B", in_pos))),
+            }
+            if v.differentiable:
+                _, res, _, rkinds = self._layouts[dst.index]["B"]
+                key = f"grad_input:{in_pos}"
+                if key not in rkinds:
+                    raise NotImplementedError(f"stage {dst.index}'s backward has no gradient for its input "
+                                              f"'{v.name}' (a floating value it does not differentiate through)")
+                g_pos = self._diff_outputs(src).index(v.index)
+                n_in = len(src.inputs)
+                attrs["grad_from"] = ShardingAttr(names[dst.index], tuple(res[rkinds.index(key)]))
+                attrs["grad_to"] = ShardingAttr(names[src.index], tuple(self._user_arg(src.index, "B", n_in + g_pos)))
+            module.body.append(BoundaryOp.create(attributes=attrs, result_types=[]))
+        self._layout = pipeline_layout(module)
+        PipelineSchedule(self.plan.schedule, self.micro).run(module)
+        return module
+
+    def _rank_function(self, rank: int) -> Any:
+        from spmdc.dialects.func import FuncOp
+
+        return next(op for op in self.schedule_module.body.ops if isinstance(op, FuncOp)
+                    and op.sym_name == f"rank{rank}")
+
+    def _install(self, optimizer: Any) -> None:
+        """This stage's parameters, cut to this rank's pieces (DTensors on the stage's mesh)."""
+        from torch.distributed.tensor import DTensor
+
+        from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
+        from spmdc.runtime.executor import local_piece
+        from spmdc.runtime.optimizers import make_optimizer
+
+        prog = self._programs.backward.program
+        module = self.mine.module
+        self.params: dict[str, torch.nn.Parameter] = {}
+        self.buffers: dict[int, Any] = {}
+        self._storage: dict[str, Any] = {}
+        mesh = self.plan.stages[self.stage].mesh
+        for i, kind in enumerate(prog.step.arg_kinds):
+            if not kind.startswith("param:"):
+                continue
+            name = kind[6:]
+            full = module.get_parameter(name) if i not in prog.step.buffers else module.get_buffer(name)
+            local = local_piece(full.detach(), prog.arg_layouts[i], mesh, self.index).to(self.device).clone()
+            if i in prog.step.buffers:
+                self.buffers[i] = local
+                continue
+            self._storage[name] = prog.arg_layouts[i]
+            dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(prog.arg_layouts[i]),
+                                    run_check=False, shape=tuple(full.shape), stride=contiguous_stride(full.shape))
+            self.params[name] = torch.nn.Parameter(dt, requires_grad=full.requires_grad)
+        fwd = self._programs.forward
+        if fwd is not None:
+            for i, kind in enumerate(fwd.program.step.arg_kinds):
+                if kind.startswith("param:") and kind[6:] in self._storage \
+                        and tuple(fwd.program.arg_layouts[i]) != tuple(self._storage[kind[6:]]):
+                    raise NotImplementedError(f"parameter '{kind[6:]}' is laid out differently in stage "
+                                              f"{self.stage}'s forward and backward programs")
+        self.optimizer = make_optimizer(optimizer, list(self.params.values())) if optimizer is not None else None
+
+    def _tie_groups(self) -> dict[str, Any]:
+        """A process group over the ranks of every stage that holds a shared parameter."""
+        import torch.distributed as dist
+
+        out = {}
+        for name, stages in sorted(self.split.shared.items()):
+            ranks = sorted(r for k in stages for r in self.plan.stages[k].ranks)
+            out[name] = (stages, dist.new_group(ranks))   # every rank of the job calls new_group
+        return out
+
+    # -- running ------------------------------------------------------------------------------------
+    def _args(self, run: Any, values: list[Any]) -> list[Any]:
+        """The program's arguments: parameters and buffers (this rank's pieces), then ``values``."""
+        from spmdc.runtime.dtensors import dtensor_placements
+
+        prog, out, it = run.program, [], iter(values)
+        for i, kind in enumerate(prog.step.arg_kinds):
+            if kind.startswith("input:"):
+                out.append(next(it))
+            elif i in prog.step.buffers:
+                out.append(self.buffers[i] if run is self._programs.backward else self._buffer(run, i))
+            else:
+                p = self.params[kind[6:]]
+                local = p.to_local()
+                if tuple(prog.arg_layouts[i]) != tuple(self._storage[kind[6:]]):
+                    local = p.redistribute(self.device_mesh, dtensor_placements(prog.arg_layouts[i])).to_local()
+                out.append(local)
+        return out
+
+    def _buffer(self, run: Any, i: int) -> Any:
+        from spmdc.runtime.executor import local_piece
+
+        name = run.program.step.arg_kinds[i][6:]
+        full = self.mine.module.get_buffer(name)
+        return local_piece(full, run.program.arg_layouts[i], self.plan.stages[self.stage].mesh,
+                           self.index).to(self.device)
+
+    def _cut(self, full: Any, layout: Any) -> Any:
+        from spmdc.runtime.executor import local_piece
+
+        return local_piece(full, layout, self.plan.stages[self.stage].mesh, self.index).to(self.device)
+
+    def _relayout(self, local: Any, src: Any, dst: Any, shape: tuple[int, ...]) -> Any:
+        if tuple(src) == tuple(dst):
+            return local
+        from torch.distributed.tensor import DTensor
+
+        from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
+
+        dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(src), run_check=False,
+                                shape=tuple(shape), stride=contiguous_stride(shape))
+        return dt.redistribute(self.device_mesh, dtensor_placements(dst)).to_local()
+
+    def step(self, *batch: Any, **kwargs: Any) -> Any:
+        """One training step on the global batch (model inputs, loss inputs, keyword inputs — the
+        same on every rank): every micro-batch through the schedule, one optimizer update.
+        Returns the loss (the mean over micro-batches) on every rank."""
+        if len(batch) == 2 and all(isinstance(b, (tuple, list)) for b in batch):
+            batch = tuple(batch[0]) + tuple(batch[1])
+        missing = [k for k in self._kw_names if k not in kwargs]
+        if missing or len(batch) != self._n_model + self._n_loss:
+            raise TypeError(f"step() takes {self._n_model + self._n_loss} tensors"
+                            + (f" and keywords {', '.join(self._kw_names)}" if self._kw_names else "")
+                            + f", got {len(batch)}" + (f" (missing {', '.join(missing)})" if missing else ""))
+        values = list(batch) + [kwargs[k] for k in self._kw_names]
+        names = [f"input #{i}" for i in range(len(batch))] + self._kw_names
+        micro = _chunks(values, self.micro, names)
+        loss = self._run_schedule(micro)
+        if self.optimizer is not None:
+            self.optimizer.step()
+            for p in self.params.values():
+                p.grad = None
+        return loss
+
+    def _run_schedule(self, micro: list[list[Any]]) -> Any:
+        import time
+
+        import torch.distributed as dist
+
+        from spmdc.dialects.pipe import BackwardOp, ForwardBackwardOp, ForwardOp, RecvOp, SendOp, StepOp
+
+        st = _StepState(self)
+        self.last_timeline: list[tuple[str, float, float]] = []
+        for op in self._rank_function(self.rank).body.ops:
+            t0 = time.perf_counter()
+            if isinstance(op, RecvOp):
+                st.recv(op)
+            elif isinstance(op, SendOp):
+                st.send(op)
+            elif isinstance(op, (ForwardOp, ForwardBackwardOp)):
+                st.forward(op, micro[op.mb], backward=isinstance(op, ForwardBackwardOp))
+            elif isinstance(op, BackwardOp):
+                st.backward(op, micro[op.mb])
+            elif isinstance(op, StepOp):
+                st.finish()
+            else:
+                continue
+            label = {"pipe.forward": "F", "pipe.backward": "B", "pipe.forward_backward": "FB"}.get(op.name)
+            if label:
+                self.last_timeline.append((f"{label}{op.mb}", t0, time.perf_counter()))
+        self.peak_stash_bytes = max(self.peak_stash_bytes, st.peak)
+        self.last_messages, self.last_bytes_sent = st.messages, st.bytes_sent
+        loss = st.loss if st.loss is not None else torch.zeros((), device=self.device)
+        last_rank = self.plan.stages[-1].ranks[0]
+        dist.broadcast(loss, src=last_rank)
+        self.comm.stats.add("broadcast", loss.numel() * loss.element_size())
+        return loss
+
+    # -- state and reports --------------------------------------------------------------------------
+    def full_state_dict(self) -> dict[str, Any]:
+        """Every parameter as a full tensor (CPU), under the model's names; a collective."""
+        import torch.distributed as dist
+
+        mine = {}
+        for name, p in self.params.items():
+            full = p.full_tensor().detach().cpu().clone()
+            for alias in self._aliases(name):
+                mine[alias] = full
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, mine if self.index == 0 else {})
+        merged: dict[str, Any] = {}
+        for d in out:
+            for k, v in d.items():
+                merged.setdefault(k, v)
+        return merged
+
+    def _aliases(self, name: str) -> list[str]:
+        t = self.mine.module.get_parameter(name)
+        return self.split.aliases.get(id(t), [name])
+
+    def named_parameters(self) -> Any:
+        return iter(self.params.items())
+
+    def parameters(self) -> Any:
+        return iter(self.params.values())
+
+    def timeline(self, width: int = 6) -> str:
+        """Every rank's schedule as a time grid (unit time per forward, two per backward or per
+        last-stage forward+backward, messages taking no time): where the bubbles are."""
+        from spmdc.runtime.pipeline_timeline import simulate
+
+        return simulate(self.schedule_module, width)
+
+
+class _Groups:
+    def __init__(self, stages: Sequence[Any]):
+        self.groups = stages
+
+
+class _StepState:
+    """One step's live values on this rank: stashed inputs, outputs waiting to go, gradients."""
+
+    def __init__(self, pm: PipelineModule):
+        self.pm = pm
+        self.inbox: dict[tuple[int, int, bool], Any] = {}     # received: (value, mb, grad) -> local piece
+        self.outbox: dict[tuple[int, int, bool], Any] = {}    # to send
+        self.stash: dict[int, list[Any]] = {}                 # mb -> the forward's inputs (for the backward)
+        self.grads: dict[str, Any] = {}
+        self.sends: list[Any] = []
+        self.loss: Any = None
+        self.peak = 0
+        self.messages = 0
+        self.bytes_sent = 0
+
+    def _account(self) -> None:
+        live = sum(t.numel() * t.element_size() for ts in self.stash.values() for t in ts)
+        live += sum(t.numel() * t.element_size() for t in self.inbox.values())
+        live += sum(t.numel() * t.element_size() for t in self.outbox.values())
+        self.peak = max(self.peak, live)
+
+    def _tag(self, value: int, mb: int, grad: bool) -> int:
+        return 1 + (mb * 2 + int(grad)) * max(1, len(self.pm.split.values)) + value
+
+    def send(self, op: Any) -> None:
+        import torch.distributed as dist
+
+        from spmdc.sharding.slices import box_view
+
+        plan = self.pm._layout.plans[(op.value, op.grad)]
+        local = self.outbox.pop((op.value, op.mb, op.grad))
+        for (s, d), cells in sorted(plan.sends.items()):
+            if s != self.pm.rank:
+                continue
+            buf = torch.cat([box_view(local, cell, sbox).reshape(-1) for cell, sbox, _ in cells]).contiguous()
+            self.sends.append((dist.isend(buf, d, tag=self._tag(op.value, op.mb, op.grad)), buf))
+            self.messages += 1
+            self.bytes_sent += buf.numel() * buf.element_size()
+            self.pm.comm.stats.add("send", buf.numel() * buf.element_size())
+
+    def recv(self, op: Any) -> None:
+        import torch.distributed as dist
+
+        from spmdc.sharding.slices import box_numel, box_view
+
+        plan = self.pm._layout.plans[(op.value, op.grad)]
+        v = self.pm.split.values[op.value]
+        mine = next(p for p in plan.dst if p.device == self.pm.rank)
+        out = torch.zeros(tuple(e - s for s, e in mine.box), dtype=v.dtype, device=self.pm.device)
+        for (s, d), cells in sorted(plan.sends.items()):
+            if d != self.pm.rank:
+                continue
+            buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=v.dtype, device=self.pm.device)
+            dist.irecv(buf, s, tag=self._tag(op.value, op.mb, op.grad)).wait()
+            self.pm.comm.stats.add("recv", buf.numel() * buf.element_size())
+            at = 0
+            for cell, _, dbox in cells:
+                n = box_numel(cell)
+                view = box_view(out, cell, dbox)
+                view.add_(buf[at:at + n].view(view.shape))
+                at += n
+        self.inbox[(op.value, op.mb, op.grad)] = out
+        self._account()
+
+    def _inputs(self, run: Any, mb: int, micro: list[Any], stage_is: str) -> list[Any]:
+        """The stage's inputs for ``run`` (user inputs cut from the micro-batch, received values)."""
+        pm = self.pm
+        prog = run.program
+        pos = [i for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
+        out = []
+        for k, (kind, i) in enumerate(pm.mine.inputs):
+            lay = prog.arg_layouts[pos[k]]
+            if kind == "input":
+                out.append(pm._cut(micro[i], lay))
+            else:
+                out.append(self.inbox.pop((i, mb, False)))
+        return out
+
+    def forward(self, op: Any, micro: list[Any], backward: bool) -> None:
+        pm = self.pm
+        if backward:   # the last stage: loss, gradients, input gradients at once
+            run = pm._programs.backward
+            ins = self._inputs(run, op.mb, micro, "B")
+            self._account()
+            self._run_backward(run, ins, [], op.mb, scale=1.0 / pm.micro)
+            return
+        run = pm._programs.forward
+        ins = self._inputs(run, op.mb, micro, "F")
+        self.stash[op.mb] = ins
+        outs = run(pm._args(run, ins))
+        for v, out in zip(pm.mine.outputs, outs):
+            self.outbox[(v, op.mb, False)] = out
+        self._account()
+
+    def backward(self, op: Any, micro: list[Any]) -> None:
+        pm = self.pm
+        run, fwd = pm._programs.backward, pm._programs.forward
+        ins = self.stash.pop(op.mb)
+        fpos = [i for i, k in enumerate(fwd.program.step.arg_kinds) if k.startswith("input:")]
+        bpos = [i for i, k in enumerate(run.program.step.arg_kinds) if k.startswith("input:")]
+        moved = []
+        for k, x in enumerate(ins):
+            src, dst = fwd.program.arg_layouts[fpos[k]], run.program.arg_layouts[bpos[k]]
+            moved.append(pm._relayout(x, src, dst, fwd.program.step.arg_shapes[fpos[k]]))
+        gs = [self.inbox.pop((v, op.mb, True)) for v in pm._diff_outputs(pm.mine)]
+        self._run_backward(run, moved, gs, op.mb, scale=1.0)
+
+    def _run_backward(self, run: Any, ins: list[Any], gs: list[Any], mb: int, scale: float) -> None:
+        pm = self.pm
+        outs = run(pm._args(run, ins + gs))
+        prog = run.program
+        for i, (kind, out) in enumerate(zip(prog.step.result_kinds, outs)):
+            if kind == "loss" and pm.stage == pm.n_stages - 1:
+                self.loss = out * scale if self.loss is None else self.loss + out * scale
+            elif kind.startswith("grad:"):
+                g = out * scale if scale != 1.0 else out
+                name = kind[5:]
+                if tuple(prog.res_layouts[i]) != tuple(pm._storage[name]):
+                    g = pm._relayout(g, prog.res_layouts[i], pm._storage[name], prog.step.res_shapes[i])
+                self.grads[name] = g if name not in self.grads else self.grads[name] + g
+            elif kind.startswith("grad_input:"):
+                k = int(kind.split(":", 1)[1])
+                what, v = pm.mine.inputs[k]
+                if what == "value" and pm.split.values[v].differentiable:
+                    self.outbox[(v, mb, True)] = out * scale if scale != 1.0 else out
+        self._account()
+
+    def finish(self) -> None:
+        """Wait for the sends, sum shared parameters' gradients across stages, set ``p.grad``."""
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+
+        from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
+
+        for work, _ in self.sends:
+            work.wait()
+        pm = self.pm
+        for name, (stages, group) in pm._shared_groups.items():
+            if pm.stage not in stages or name not in pm.params:
+                continue
+            p = pm.params[name]
+            g = self.grads.get(name, torch.zeros_like(p.to_local()))
+            lay = pm._storage[name]
+            full = DTensor.from_local(g, pm.device_mesh, dtensor_placements(lay), run_check=False,
+                                      shape=tuple(p.shape), stride=contiguous_stride(p.shape)).full_tensor()
+            if pm.index != 0:
+                full = torch.zeros_like(full)
+            dist.all_reduce(full, group=group)
+            pm.comm.stats.add("all_reduce", full.numel() * full.element_size())
+            self.grads[name] = pm._cut(full, lay)
+        for name, p in pm.params.items():
+            if name in self.grads and p.requires_grad:
+                p.grad = DTensor.from_local(self.grads[name], pm.device_mesh, p.placements, run_check=False,
+                                            shape=tuple(p.shape), stride=contiguous_stride(p.shape))
+
+
+def _print(op: Any) -> str:
+    from spmdc.ir.printer import op_to_string
+
+    return op_to_string(op)
