@@ -210,9 +210,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     from spmdc.sharding.hetero import HeteroPlan
     from spmdc.sharding.mesh import Mesh
-    from spmdc.sharding.plan import Plan
-
     from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.plan import Plan
 
     loaded = Plan.load(cfg.plan) if cfg.plan.endswith((".json", ".yaml", ".yml")) else None
     if isinstance(loaded, PipelinePlan):
@@ -479,7 +478,8 @@ def report_pipeline(console: Any, plan: Any, results: dict[int, Any], steps: int
     for r in sorted(results):
         res = results[r]
         c, b = res["counts"], res["bytes"]
-        t.add_row(str(r), str(res.get("stage", "")), f"{c.get('send', 0) / steps:g}", f"{b.get('send', 0) / steps:,.0f}",
+        t.add_row(str(r), str(res.get("stage", "")), f"{c.get('send', 0) / steps:g}",
+                  f"{b.get('send', 0) / steps:,.0f}",
                   f"{c.get('recv', 0) / steps:g}", f"{res.get('peak_stash', 0):,}")
     console.print(t)
 

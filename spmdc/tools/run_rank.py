@@ -136,8 +136,9 @@ def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, 
         times.append(time.perf_counter() - start)
         say(f"[rank 0] step {k + 1}/{job['steps']}: loss {losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
     state = pm.full_state_dict() if job["check"] else None
-    return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": dict(pm.comm.stats.counts),
-            "bytes": dict(pm.comm.stats.bytes), "peak_bytes": None, "measured_peak": None,
+    return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s,
+            "counts": dict(pm.comm.stats.counts), "bytes": dict(pm.comm.stats.bytes),
+            "peak_bytes": None, "measured_peak": None,
             "state": state if rank == 0 else None, "target": pm.target, "kernels": None, "start_step": 0,
             "stage": pm.stage, "schedule_ir": pm.schedule_ir, "timeline": pm.timeline() if rank == 0 else None,
             "peak_stash": pm.peak_stash_bytes, "stages": pm.split.table() if rank == 0 else None}
