@@ -102,6 +102,11 @@ class PipelineModule:
                                   kwargs=dict(zip(self._kw_names, mb0[n_in + len(loss_args):])))
         self.mine = self.split.stages[self.stage]
         self._check()
+        if dump is not None:   # each stage's programs under <dir>/stage<k>/
+            from spmdc.compiler import Dump
+
+            at = f"stage{self.stage}"
+            dump = Dump(dump.ir_dir and f"{dump.ir_dir}/{at}", dump.code_dir and f"{dump.code_dir}/{at}")
         self._programs = self._compile(mb0, dump)
         self._layouts = self._exchange_layouts()
         self.schedule_module = self._schedule_module()
@@ -381,6 +386,30 @@ class PipelineModule:
         dist.broadcast(loss, src=last_rank)
         self.comm.stats.add("broadcast", loss.numel() * loss.element_size())
         return loss
+
+    def set_schedule(self, schedule: str) -> None:
+        """Run the same stage programs under another schedule (``gpipe`` / ``1f1b``): only the
+        per-rank programs change; every rank calls it."""
+        from spmdc.runtime.pipeline_timeline import schedule_times
+
+        self.plan = self.plan.with_schedule(schedule, None)
+        self.schedule_module = self._schedule_module()
+        schedule_times(self.schedule_module)   # refuses a schedule that would deadlock
+        self.schedule_ir = _print(self._rank_function(self.rank))
+
+    def load_full_state(self, state: dict[str, Any], optimizer: Any = None) -> None:
+        """Set this stage's parameters from full tensors under the model's names (as
+        :meth:`full_state_dict` gives) and, when given, start a fresh optimizer."""
+        from spmdc.runtime.optimizers import make_optimizer
+
+        with torch.no_grad():
+            for name, p in self.params.items():
+                full = next((state[a] for a in self._aliases(name) if a in state), None)
+                if full is None:
+                    raise KeyError(f"no value for parameter '{name}' (or its aliases {self._aliases(name)})")
+                p.to_local().copy_(self._cut(full, self._storage[name]))
+        if optimizer is not None:
+            self.optimizer = make_optimizer(optimizer, list(self.params.values()))
 
     # -- state and reports --------------------------------------------------------------------------
     def full_state_dict(self) -> dict[str, Any]:

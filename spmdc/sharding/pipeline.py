@@ -109,7 +109,8 @@ class PipelinePlan:
             h = HeteroPlan.from_dict({"groups": groups})
         except PlanError as e:
             raise PlanError(str(e).replace("heterogeneous plan: group", "pipeline plan: stage")
-                            .replace("heterogeneous plan", "pipeline plan").replace("groups", "stages")) from None
+                            .replace("heterogeneous plan", "pipeline plan").replace("groups", "stages")
+                            .replace("in group", "in stage").replace("the group has", "the stage has")) from None
         schedule = str(d.get("schedule", "1f1b")).lower()
         if schedule not in SCHEDULES:
             near = difflib.get_close_matches(schedule, SCHEDULES, n=1)

@@ -293,8 +293,7 @@ def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
                         ("--save", cfg.save), ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even"),
                         ("--clip-grad-norm", cfg.clip_grad_norm), ("--checkpoint", cfg.checkpoint),
                         ("--mixed-precision", cfg.mixed_precision), ("--rng philox", cfg.rng != "eager"),
-                        ("--forward (a pipeline trains)", not cfg.train),
-                        ("--target triton", cfg.target == "triton"), ("--dump-codegen", cfg.dump_codegen)):
+                        ("--forward (a pipeline trains)", not cfg.train)):
         if bad:
             raise UserError(f"{option} is not supported with a pipeline plan yet")
     try:

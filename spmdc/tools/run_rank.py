@@ -120,12 +120,14 @@ def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, 
     t0 = time.perf_counter()
     pm = PipelineModule(w.model, tuple(w.inputs), plan=job["plan"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                         optimizer=Optimizer(job["optimizer"], lr=job["lr"]), example_kwargs=w.kwargs,
-                        dump=Dump(job.get("dump_ir"), None), target=job.get("target"))
+                        dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), target=job.get("target"))
     compile_s = time.perf_counter() - t0
     say(f"[rank 0] compiled {pm.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})", flush=True)
-    if job.get("dump_ir"):
-        with open(os.path.join(job["dump_ir"], f"pipeline.rank{rank}.mlir"), "w") as f:
-            f.write(pm.schedule_ir + "\n")
+    if job.get("dump_ir") and rank == 0:   # the pipeline module: stage meshes, boundaries, every rank's schedule
+        from spmdc.ir.printer import print_module
+
+        with open(os.path.join(job["dump_ir"], "pipeline.mlir"), "w") as f:
+            f.write(print_module(pm.schedule_module))
     pm.comm.stats.counts.clear()
     pm.comm.stats.bytes.clear()
     torch.manual_seed(job.get("seed", 0))
