@@ -6,8 +6,9 @@
 
 The model and its loss are exported once with ``torch.export`` (training IR, before
 decomposition); every op is assigned to the stage whose modules contain it (by the op's
-``nn_module_stack``), an op outside every listed module to the stage of its first reader but
-never before its operands' (the loss and the targets' reshapes go to the last stage), and the graph is cut into one
+``nn_module_stack``); an op outside every listed module runs in the latest stage among its
+operands' (GPT-2's ``tok + pos`` with the embeddings), or, when it reads only model inputs and
+parameters, with its first reader (the targets' reshape goes to the loss in the last stage), and the graph is cut into one
 fx graph per stage. Each stage is an ``nn.Module`` whose parameters keep the
 model's names (``h.1.attn.c_proj.weight``), whose inputs are the user inputs it reads and the
 *boundary values* earlier stages computed, and whose outputs are the boundary values later
@@ -243,7 +244,8 @@ def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Se
             raise StageError(f"stage {own} (module '{_module_path(node)}', op {node.target}) reads a value that "
                              f"stage {before} computes (module '{_module_path(producer) or '<root>'}'): stages must "
                              "follow the order in which the model runs its modules")
-        where[node] = own if own is not None else max(before, late[node])
+        reads_ops = any(a in where for a in node.all_input_nodes)
+        where[node] = own if own is not None else before if reads_ops else max(before, late[node])
     loss = gm.graph.output_node().args[0][0]
     if where.get(loss, 0) != last:
         raise StageError(f"the loss is computed in stage {where.get(loss, 0)}, not the last stage ({last}): the last "
