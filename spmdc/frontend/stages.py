@@ -8,8 +8,8 @@ The model and its loss are exported once with ``torch.export`` (training IR, bef
 decomposition); every op is assigned to the stage whose modules contain it (by the op's
 ``nn_module_stack``); an op outside every listed module runs in the latest stage among its
 operands' (GPT-2's ``tok + pos`` with the embeddings), or, when it reads only model inputs and
-parameters, with its first reader (the targets' reshape goes to the loss in the last stage), and the graph is cut into one
-fx graph per stage. Each stage is an ``nn.Module`` whose parameters keep the
+parameters, with its first reader (the targets' reshape goes to the loss in the last stage);
+and the graph is cut into one fx graph per stage. Each stage is an ``nn.Module`` whose parameters keep the
 model's names (``h.1.attn.c_proj.weight``), whose inputs are the user inputs it reads and the
 *boundary values* earlier stages computed, and whose outputs are the boundary values later
 stages read (the last stage returns the loss). A parameter several stages read (GPT-2's tied
