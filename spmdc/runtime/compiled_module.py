@@ -61,7 +61,8 @@ class CompiledModule(nn.Module):
                  checkpoint: str | None = None, clip_grad_norm: float | None = None, grad_accum: int = 1,
                  inputs: str = "global", init: Callable[[Any], Any] | None = None, overlap: bool = True,
                  memory_cap: int = 0, mixed_precision: Any = None, fuse_collectives: bool = True,
-                 execution: str = "compiled", eager_hints: bool = True, eager_trace: bool = False):
+                 execution: str = "compiled", eager_hints: bool = True, eager_trace: bool = False,
+                 group: Any = None):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -94,7 +95,9 @@ class CompiledModule(nn.Module):
             raise ValueError(f"rank {dist.get_rank()} is not in the device mesh (ranks {members}): compile on "
                              "the ranks of its group only")
         self.members = members
-        self.group = None if members == list(range(world)) else dist.new_group(members, use_local_synchronization=True)
+        # (``group``: a process group over ``members`` the caller made, e.g. spmdc.runtime.switch)
+        self.group = None if members == list(range(world)) else group if group is not None else \
+            dist.new_group(members, use_local_synchronization=True)
         if execution not in ("compiled", "eager"):
             raise ValueError(f"execution must be 'compiled' or 'eager', got {execution!r}")
         if inputs not in ("global", "local"):
@@ -130,6 +133,8 @@ class CompiledModule(nn.Module):
         self._tape = _init_tape(model, init)       # a meta model: how to initialize it
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
         kwargs = dict(example_kwargs or {})
+        self._example = (tuple(model_args), tuple(loss_args), kwargs)   # what switch() compiles again from
+        self._optimizer_spec = optimizer
         self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
         self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), bucket=bucket, dump=dump, rng=rng,
                               checkpoint=checkpoint, clip=clip_grad_norm, accum=int(grad_accum), inputs=inputs,
@@ -642,6 +647,16 @@ class CompiledModule(nn.Module):
 
         self._no_hetero("checkpoints (load)")
         return load(self, path, optimizer if optimizer is not None else self.optimizer)
+
+    def switch(self, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None, lost: Sequence[int] = (),
+               **options: Any) -> Any:
+        """This module's training state (parameters, optimizer state) moved to a new plan and mesh —
+        or a pipeline plan — by one batched send/recv, without a checkpoint; every rank of the job
+        calls it. Returns the new module (None on ranks outside ``ranks``, which then leave); see
+        :mod:`spmdc.runtime.switch`."""
+        from spmdc.runtime.switch import switch
+
+        return switch(self, plan, mesh=mesh, ranks=ranks, lost=lost, **options)
 
     def _no_hetero(self, what: str) -> None:
         if self._hetero is not None:

@@ -411,6 +411,55 @@ class PipelineModule:
         if optimizer is not None:
             self.optimizer = make_optimizer(optimizer, list(self.params.values()))
 
+    def load(self, path: str) -> dict[str, Any]:
+        """Read a checkpoint of ``cm.save`` (any plan and mesh: DCP reshards) into this stage's
+        parameters and optimizer state; every rank calls it. Returns the saved ``extra`` dict."""
+        import io
+        import pickle
+
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.tensor import DTensor
+
+        from spmdc.runtime.dtensors import contiguous_stride
+
+        saved = FileSystemReader(path).read_metadata().state_dict_metadata
+        model: dict[str, Any] = {}
+        optim: dict[str, dict[str, Any]] = {}
+        for name, p in self.params.items():
+            fqn = self._aliases(name)[0]
+            if f"model.{fqn}" not in saved:
+                raise ValueError(f"checkpoint '{path}' has no parameter '{fqn}': it was saved from another model")
+            model[fqn] = p.detach()
+            if self.optimizer is None:
+                continue
+            stats = {}
+            prefix = f"optim.state.{fqn}."
+            for key, meta in saved.items():
+                if key.startswith(prefix) and "." not in key[len(prefix):]:
+                    size = tuple(getattr(meta, "size", ()))
+                    if size == tuple(p.shape) and size:
+                        stats[key[len(prefix):]] = DTensor.from_local(
+                            torch.zeros_like(p.to_local()), self.device_mesh, p.placements, run_check=False,
+                            shape=tuple(p.shape), stride=contiguous_stride(p.shape))
+                    else:
+                        stats[key[len(prefix):]] = torch.zeros(size, dtype=getattr(
+                            getattr(meta, "properties", None), "dtype", torch.float32))
+            optim[fqn] = stats
+        state: dict[str, Any] = {"model": model, "spmdc": io.BytesIO()}
+        if optim:
+            state["optim"] = {"state": optim}
+        dcp.load(state, checkpoint_id=path)
+        for name, p in self.params.items():
+            fqn = self._aliases(name)[0]
+            if self.optimizer is not None and optim.get(fqn):
+                self.optimizer.state[p] = optim[fqn]
+        buf = state["spmdc"]
+        buf.seek(0)
+        meta = pickle.loads(buf.read())
+        torch.set_rng_state(meta["rng"])
+        return meta.get("extra", {})
+
     # -- state and reports --------------------------------------------------------------------------
     def full_state_dict(self) -> dict[str, Any]:
         """Every parameter as a full tensor (CPU), under the model's names; a collective."""

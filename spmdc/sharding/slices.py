@@ -163,13 +163,17 @@ def _strided_pieces(shape: tuple[int, ...], lay: tuple, mesh: MeshSpec) -> list[
     return out
 
 
-def bsr_plan(shape: Sequence[int], src: Any, dst: Any, meshes: dict[str, MeshSpec]) -> BsrPlan:
+def bsr_plan(shape: Sequence[int], src: Any, dst: Any, meshes: dict[str, MeshSpec],
+             lost: frozenset[int] = frozenset()) -> BsrPlan:
     """The finest-slice table from ``src`` to ``dst`` (see the module doc). Each destination
     slice takes one source per partial term: the destination rank itself when it holds that
     term, else a holder already sending to that rank (no new message), else the holder that
-    has sent the fewest bytes so far (then the lowest rank)."""
+    has sent the fewest bytes so far (then the lowest rank). ``lost``: ranks whose pieces are gone
+    (failed devices): never a source; a slice only they held is an error."""
     shape = tuple(int(s) for s in shape)
     sp, dp = pieces(shape, src, meshes), pieces(shape, dst, meshes)
+    if lost:
+        sp = [p for p in sp if p.device not in lost]
     if any(p.term is not None for p in dp):
         raise ValueError("BSR delivers whole values: a Partial destination is not supported")
     ops = {p.op for p in sp if p.op is not None}
@@ -189,7 +193,8 @@ def bsr_plan(shape: Sequence[int], src: Any, dst: Any, meshes: dict[str, MeshSpe
                 holders = [p for p in sp if p.term == term and box_inside(cell, p.box)]
                 if not holders:
                     if term is None:
-                        raise ValueError(f"no rank holds slice {cell} of the source layout")
+                        raise ValueError(f"no rank holds slice {cell} of the source layout"
+                                         + (f" (it lived only on lost ranks {sorted(lost)})" if lost else ""))
                     continue   # this term is zero there (no rank of it holds the slice)
                 mine = [p for p in holders if p.device == want.device]
                 # a holder already sending to this rank adds no message; then the least loaded
