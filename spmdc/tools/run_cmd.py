@@ -60,6 +60,7 @@ class RunConfig:
     batch: int | None = None
     pp_schedule: str | None = None
     microbatches: int | None = None
+    switch: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -127,6 +128,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="pipeline schedule of a plan with 'stages' (default: the plan's, else 1f1b)")
     ap.add_argument("--microbatches", type=positive(int), default=None, metavar="N",
                     help="micro-batches per step of a pipeline plan (default: the plan's)")
+    ap.add_argument("--switch", action="append", default=[], metavar="STEP:PLAN[:MESH]",
+                    help="after STEP steps, move the training state to PLAN (a preset or plan file) on MESH with one "
+                         "batched send/recv and go on; a smaller MESH drops the last ranks (repeatable)")
     ap.add_argument("--train", dest="train", action="store_true", default=True,
                     help="run training steps (forward, backward, optimizer) — the default")
     ap.add_argument("--forward", dest="train", action="store_false", help="run the forward only")
@@ -204,7 +208,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      overlap=args.overlap, memory_cap=args.memory_cap,
                      mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision,
                      fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace, batch=args.batch,
-                     pp_schedule=args.pp_schedule, microbatches=args.microbatches)
+                     pp_schedule=args.pp_schedule, microbatches=args.microbatches, switch=list(args.switch))
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -329,6 +333,62 @@ def check_pipeline(cfg: RunConfig, plan: Any) -> None:
         if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % plan.microbatches:
             raise UserError(f"{plan.microbatches} micro-batches split every input along dim 0, but input #{i} of "
                             f"workload '{cfg.workload}' has shape {tuple(t.shape)} (--microbatches, or --batch)")
+
+
+def parse_switches(cfg: RunConfig, mesh: Any, plan: Any) -> list[dict[str, Any]]:
+    """``--switch STEP:PLAN[:MESH]`` options, checked before ranks start."""
+    from spmdc.sharding.mesh import Mesh
+    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.plan import Plan, PlanError, preset
+
+    out: list[dict[str, Any]] = []
+    if cfg.switch and (mesh is None or not isinstance(plan, (str, Plan))):
+        raise UserError("--switch moves the state of a single-mesh plan; this run's plan has device groups or "
+                        "pipeline stages")
+    if cfg.switch and (not cfg.train or cfg.eager):
+        raise UserError("--switch moves training state: drop " + ("--forward" if not cfg.train else "--eager"))
+    size = mesh.size if mesh is not None else 0
+    last = 0
+    for text in cfg.switch:
+        parts = text.split(":")
+        if len(parts) not in (2, 3) or not parts[0].strip().isdigit():
+            raise UserError(f"--switch '{text}': expected STEP:PLAN[:MESH], e.g. 2:megatron:tp=4")
+        step, name = int(parts[0]), parts[1].strip()
+        if not 1 <= step < cfg.steps or step <= last:
+            raise UserError(f"--switch '{text}': STEP must be after the previous switch and in 1..{cfg.steps - 1} "
+                            f"(the run has --steps {cfg.steps})")
+        last = step
+        try:
+            new_plan: Any = Plan.load(name) if name.endswith((".json", ".yaml", ".yml")) else name
+        except PlanError as e:
+            raise UserError(f"--switch '{text}': {e}") from None
+        new_mesh = None
+        if isinstance(new_plan, PipelinePlan):
+            if cfg.save:
+                raise UserError(f"--switch '{text}' with --save: a pipeline module cannot be saved yet")
+            if len(parts) == 3:
+                raise UserError(f"--switch '{text}': pipeline plan '{name}' has its own stage meshes; drop ':MESH'")
+            if new_plan.world != size:
+                raise UserError(f"--switch '{text}': pipeline plan '{name}' has {new_plan.world} ranks, the run {size}")
+            new_plan = new_plan.with_schedule(cfg.pp_schedule, cfg.microbatches)
+            check_pipeline(cfg, new_plan)
+        else:
+            try:
+                new_mesh = Mesh.parse(parts[2]) if len(parts) == 3 else Mesh.parse(str(mesh))
+            except ValueError as e:
+                raise UserError(f"--switch '{text}': mesh: {e}") from None
+            if new_mesh.size > size:
+                raise UserError(f"--switch '{text}': mesh {new_mesh} has {new_mesh.size} devices but the job has "
+                                f"{size} ranks (a switch can drop ranks, not add them)")
+            base = new_plan if isinstance(new_plan, str) else new_plan.preset
+            try:
+                if base:
+                    preset(base, new_mesh, {})
+            except PlanError as e:
+                raise UserError(f"--switch '{text}': {e}") from None
+        out.append({"step": step, "plan": new_plan, "mesh": new_mesh, "text": name + (f" on {new_mesh}"
+                                                                                        if new_mesh else "")})
+    return out
 
 
 def workload_args(cfg: RunConfig) -> dict[str, Any]:
@@ -518,7 +578,8 @@ def run_main(cfg: RunConfig) -> int:
            "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint, "save": cfg.save, "load": cfg.load,
            "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum, "settings": cfg.settings.as_dict(),
            "overlap": cfg.overlap, "memory_cap": cfg.memory_cap, "mixed_precision": cfg.mixed_precision,
-           "eager": cfg.eager, "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg)}
+           "eager": cfg.eager, "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg),
+           "switch": parse_switches(cfg, mesh, plan)}
     plan_name = plan if isinstance(plan, str) else plan.name
     if mesh is None:
         mesh = f"per group ({plan.describe()})"
@@ -537,6 +598,13 @@ def run_main(cfg: RunConfig) -> int:
         results = launch(run_rank, cfg.nproc, (job,), timeout_s=cfg.timeout, verbose=cfg.verbose)
         console.print(f"ranks finished in {time.perf_counter() - start:.1f} s")
     r0 = results[min(results)]
+    for sw in r0.get("switched", []):
+        left = sorted(r for r, res in results.items() if res.get("left") and res["switched"][-1]["step"] == sw["step"])
+        console.print(f"switched to {sw['plan']} after step {sw['step']}: {sw['seconds']:.2f} s (compile "
+                      f"{sw['compile']:.2f} s, transfer {1000 * sw['transfer']:.1f} ms), {sw['tensors']} tensors, "
+                      f"{sw['bytes_total']:,} bytes sent by all ranks in one batched send/recv"
+                      + (f"; ranks {left} left the job" if left else ""))
+    results = {r: res for r, res in results.items() if not res.get("left")}
     table = Table(title="steps")
     for col in ("step", "loss" if cfg.train else "|output|", "step ms (slowest rank)"):
         table.add_column(col, justify="right")
@@ -548,7 +616,9 @@ def run_main(cfg: RunConfig) -> int:
     comm = Table(title="collectives per step (rank 0)")
     for col in ("op", "count", "bytes"):
         comm.add_column(col, justify="right" if col != "op" else "left")
-    steps = max(cfg.steps, 1)
+    steps = max(r0.get("steps_here", cfg.steps), 1)
+    if r0.get("switched"):
+        comm.title = "collectives per step (rank 0, on the last plan)"
     for name in sorted(r0["counts"]):
         comm.add_row(name, f"{r0['counts'][name] / steps:g}", f"{r0['bytes'].get(name, 0) / steps:,.0f}")
     comm.add_row("total", f"{sum(r0['counts'].values()) / steps:g}",
@@ -568,8 +638,10 @@ def run_main(cfg: RunConfig) -> int:
         console.print(by_group)
     from spmdc.sharding.pipeline import PipelinePlan
 
-    if isinstance(plan, PipelinePlan):
-        report_pipeline(console, plan, results, steps)
+    last_plan = next((s["plan"] for s in reversed(job["switch"]) if isinstance(s["plan"], PipelinePlan)), None) \
+        if job["switch"] and isinstance(job["switch"][-1]["plan"], PipelinePlan) else plan
+    if isinstance(last_plan, PipelinePlan):
+        report_pipeline(console, last_plan, results, steps)
     if r0.get("kernels"):
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     if r0.get("peak_bytes") is not None:

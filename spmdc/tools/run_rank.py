@@ -72,7 +72,27 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         start_step = resumed.get("step", 0)
         measured = None
         profiled = min(1, job["steps"] - 1)   # the second step (the first one allocates optimizer state)
+        switches = {s["step"]: s for s in job.get("switch") or []}
+        switched: list[dict[str, Any]] = []
+        steps_here = job["steps"]   # steps run on the module whose collectives are reported
         for k in range(job["steps"]):
+            if k in switches:   # --switch STEP:PLAN[:MESH]: after STEP steps, the state moves to the new plan
+                sw = switches[k]
+                new = cm.switch(sw["plan"], mesh=sw["mesh"])
+                rep = __import__("spmdc.runtime.switch", fromlist=["last_report"]).last_report
+                switched.append({"step": k, "plan": sw["text"], "seconds": rep.seconds, "compile": rep.compile_seconds,
+                                 "transfer": rep.transfer_seconds, "bytes_total": rep.bytes_total,
+                                 "messages": rep.messages, "tensors": rep.tensors, "left": new is None})
+                if new is None:   # this rank is not in the new mesh: it leaves the job
+                    say(f"[rank {rank}] left at step {k}")
+                    return {"rank": rank, "losses": losses, "times": times, "left": True, "switched": switched}
+                cm = new
+                cm.comm.stats.counts.clear()
+                cm.comm.stats.bytes.clear()
+                steps_here = job["steps"] - k
+                say(f"[rank 0] switched to {sw['text']} after step {start_step + k} in {rep.seconds:.2f} s "
+                    f"(compile {rep.compile_seconds:.2f} s, moving {rep.bytes_total:,} bytes "
+                    f"{rep.transfer_seconds * 1000:.1f} ms)", flush=True)
             start = time.perf_counter()
             call = measure_peak if k == profiled else _plain
             if job["train"]:
@@ -88,6 +108,11 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             what = "loss" if job["train"] else "|output|"
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
                 f"({1000 * times[-1]:.1f} ms)", flush=True)
+        from spmdc.runtime.pipeline import PipelineModule
+
+        if isinstance(cm, PipelineModule):   # switched to a pipeline plan
+            return {**_pipeline_result(cm, job, rank, losses, times, compile_s), "switched": switched,
+                    "steps_here": steps_here}
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
         if job.get("eager_trace") and rank == 0:
             with open(job["eager_trace"], "w") as f:
@@ -102,7 +127,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
                 "peak_bytes": None if job.get("eager") else prog.peak_bytes, "measured_peak": measured,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
-                "start_step": start_step, **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
+                "start_step": start_step, "switched": switched, "steps_here": steps_here,
+                **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
                                              if resumed else {})}
     finally:
         if own_group:
@@ -137,6 +163,11 @@ def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, 
         losses.append(float(pm.step(*w.inputs, *w.loss_inputs, **w.kwargs)))
         times.append(time.perf_counter() - start)
         say(f"[rank 0] step {k + 1}/{job['steps']}: loss {losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
+    return _pipeline_result(pm, job, rank, losses, times, compile_s)
+
+
+def _pipeline_result(pm: Any, job: dict[str, Any], rank: int, losses: list[float], times: list[float],
+                     compile_s: float) -> dict[str, Any]:
     state = pm.full_state_dict() if job["check"] else None
     return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s,
             "counts": dict(pm.comm.stats.counts), "bytes": dict(pm.comm.stats.bytes),
