@@ -23,6 +23,7 @@ import pytest
 from spmdc.tools import cli, opt
 
 HERE = Path(__file__).parent
+EXAMPLES = HERE.parents[2] / "examples"
 WORKLOADS = HERE / "workloads"
 MLIR_OK = "func.func @f() {\n  func.return\n}\n"
 
@@ -125,11 +126,44 @@ CASES = [
          "spmdc run: error: workload file '{d}/data[/tmp]/x.py' does not exist"),
     Case("run-plan-name-with-markup", "spmdc", ["run", "mlp", "--nproc", "2", "--mesh", "dp=2", "--plan", "[bold]x"],
          1, "spmdc run: error: unknown plan preset '[bold]x'"),
+    # -- pipelines and switching (issue 16) ---------------------------------------------------
+    Case("run-pp-schedule-without-stages", "spmdc", ["run", "gpt2-tiny", "--pp-schedule", "gpipe"], 1,
+         "spmdc run: error: --pp-schedule is for a pipeline plan (a plan file with 'stages', see docs/plans.md); "
+         "plan 'default' has none"),
+    Case("run-microbatches-without-stages", "spmdc", ["run", "gpt2-tiny", "--microbatches", "4"], 1,
+         "has none (micro-batches of one plan: --grad-accum)"),
+    Case("run-pipeline-with-mesh", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--mesh", "tp=4"], 1,
+         "spmdc run: error: --mesh tp=4: plan '{x}/pp2_tp2.yaml' has pipeline stages with their own meshes"),
+    Case("run-pipeline-microbatches-do-not-divide", "spmdc",
+         ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--microbatches", "3"], 1,
+         "spmdc run: error: 3 micro-batches split every input along dim 0, but input #0 of workload 'gpt2-tiny' has "
+         "shape (8, 8)"),
+    Case("run-pipeline-unknown-module", "spmdc", ["run", "gpt2-tiny", "--plan", "{d}/pp.yaml"], 1,
+         "spmdc run: error: plan '{d}/pp.yaml', stage 1 (stage1): workload 'gpt2-tiny' has no module 'h.2' "
+         "(did you mean",
+         {"pp.yaml": b"stages:\n  - {modules: [h.0], ranks: [0]}\n  - {modules: [h.2], ranks: [1]}\n"}),
+    Case("run-pipeline-grad-accum", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--grad-accum", "2"],
+         1, "spmdc run: error: --grad-accum (micro-batches are --microbatches) is not supported with a pipeline plan"),
+    Case("run-pipeline-misspelt-schedule", "spmdc", ["run", "gpt2-tiny", "--plan", "{d}/pp.yaml"], 1,
+         "unknown schedule '1f1f' (schedules: gpipe, 1f1b); did you mean '1f1b'?",
+         {"pp.yaml": b"schedule: 1f1f\nstages:\n  - {ranks: [0]}\n  - {ranks: [1]}\n"}),
+    Case("run-switch-format", "spmdc", ["run", "gpt2-tiny", "--switch", "megatron"], 1,
+         "spmdc run: error: --switch 'megatron': expected STEP:PLAN[:MESH], e.g. 2:megatron:tp=4"),
+    Case("run-switch-step-out-of-range", "spmdc", ["run", "gpt2-tiny", "--switch", "3:megatron:tp=4"], 1,
+         "spmdc run: error: --switch '3:megatron:tp=4': STEP must be after the previous switch and in 1..2"),
+    Case("run-switch-adds-ranks", "spmdc", ["run", "gpt2-tiny", "--switch", "1:megatron:tp=8"], 1,
+         "spmdc run: error: --switch '1:megatron:tp=8': mesh tp=8 has 8 devices but the job has 4 ranks"),
+    Case("run-switch-misspelt-preset", "spmdc", ["run", "gpt2-tiny", "--switch", "1:megatorn:tp=4"], 1,
+         "spmdc run: error: --switch '1:megatorn:tp=4': unknown plan preset 'megatorn'"),
+    Case("run-switch-from-pipeline", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--switch",
+                                               "1:fsdp:dp=4"], 1,
+         "spmdc run: error: --switch moves the state of a single-mesh plan; this run's plan has device groups or "
+         "pipeline stages"),
 ]
 
 
 def _fill(text: str, d: Path) -> str:
-    return text.replace("{d}", str(d))
+    return text.replace("{d}", str(d)).replace("{x}", str(EXAMPLES))
 
 
 def call(tool: str, args: list[str], env: dict[str, str]) -> tuple[int, str]:
