@@ -39,7 +39,13 @@ from spmdc.ir.registry import Dialect
 
 
 class BoundaryOp(Operation):
-    """A value stage ``stage`` computes and stage ``to_stage`` reads (see the module doc)."""
+    """A value one stage computes and a later one reads: its global shape, the producer's result
+    layout ``from``, the consumer's argument layout ``to`` and, for a differentiable value, the
+    layouts its gradient leaves the consumer with and reaches the producer in::
+
+        pipe.boundary {from = #shard<@stage0, [P(sum)]>, grad_from = #shard<@stage1, [R]>,
+                       grad_to = #shard<@stage0, [R]>, id = 0, shape = [2, 8, 32], to = #shard<@stage1, [R]>}
+    """
 
     name = "pipe.boundary"
     num_operands = 0

@@ -119,4 +119,20 @@ module @all attributes {spmdc.version = 1} {
     %ip = tensor.index_put %w, %ids, %idx {accumulate = true} : (tensor<64x32xf32>, tensor<2x8xi64>, tensor<2x8x32xf32>) -> tensor<64x32xf32>
     func.return %sc, %ip : tensor<2x8xf32>, tensor<64x32xf32>
   }
+  pipe.boundary {from = #shard<@g0, [S(0)]>, grad_from = #shard<@g1, [R]>, grad_to = #shard<@g0, [S(0)]>, id = 0, shape = [8, 8], to = #shard<@g1, [R]>}
+  func.func @rank0() attributes {spmdc.rank = 0, spmdc.schedule = "1f1b", spmdc.stage = 0} {
+    pipe.forward {mb = 0, stage = 0}
+    pipe.send {mb = 0, to = [4], value = 0}
+    pipe.recv {from = [4], grad, mb = 0, value = 0}
+    pipe.backward {mb = 0, stage = 0}
+    pipe.step
+    func.return
+  }
+  func.func @rank4() attributes {spmdc.rank = 4, spmdc.schedule = "1f1b", spmdc.stage = 1} {
+    pipe.recv {from = [0, 1, 2, 3], mb = 0, value = 0}
+    pipe.forward_backward {mb = 0, stage = 1}
+    pipe.send {grad, mb = 0, to = [0], value = 0}
+    pipe.step
+    func.return
+  }
 }
