@@ -22,7 +22,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check spmdc tests bench
 	$(BIN)/lit -sv tests/lit
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q --durations=15 tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check spmdc tests bench
@@ -31,7 +31,7 @@ lit: $(STAMP)
 	$(BIN)/lit -sv tests/lit
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q --durations=15 tests/unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/ir_scale.py

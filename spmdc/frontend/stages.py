@@ -35,8 +35,8 @@ import torch.nn as nn
 from spmdc.frontend import torch_compat
 from spmdc.frontend.program import ExportError
 
-__all__ = ["BoundaryValue", "Stage", "StageError", "StageSplit", "auto_stages", "expand_pattern", "random_ops",
-           "split_stages"]
+__all__ = ["BoundaryValue", "Stage", "StageError", "StageSplit", "auto_stages", "buffer_updates", "expand_pattern",
+           "random_ops", "split_stages"]
 
 
 class StageError(ValueError):
@@ -154,6 +154,24 @@ def random_ops(module: torch.fx.GraphModule) -> list[str]:
             if not train or p == 0:
                 continue
         out.append(f"aten.{full} in module '{_module_path(node) or '<root>'}'")
+    return out
+
+
+def buffer_updates(module: torch.fx.GraphModule) -> list[str]:
+    """``op (module path)`` of every op in ``module`` that updates a buffer in place (a BatchNorm's
+    running statistics in training, ``num_batches_tracked``)."""
+    out = []
+    for node in module.graph.nodes:
+        namer = getattr(node.target, "name", None)
+        if node.op != "call_function" or not callable(namer):
+            continue
+        full = str(namer()).split("::")[-1]
+        name = full.split(".")[0]
+        inplace = name.endswith("_") and node.args and getattr(node.args[0], "op", None) == "get_attr"
+        bn_training = name in ("batch_norm", "native_batch_norm", "_native_batch_norm_legit") and \
+            len(node.args) > 5 and node.args[5] is True
+        if inplace or bn_training:
+            out.append(f"aten.{full} in module '{_module_path(node) or '<root>'}'")
     return out
 
 

@@ -119,7 +119,7 @@ class PipelineModule:
 
     # -- building ---------------------------------------------------------------------------------
     def _check(self) -> None:
-        from spmdc.frontend.stages import random_ops
+        from spmdc.frontend.stages import buffer_updates, random_ops
 
         for s in self.split.stages:
             bad = random_ops(s.module)
@@ -128,6 +128,12 @@ class PipelineModule:
                     f"stage {s.index} draws random numbers ({bad[0]}): a pipeline stage recomputes its forward in "
                     "its backward and does not replay random draws yet, so the two would differ; run this model "
                     "without a pipeline plan")
+            upd = buffer_updates(s.module)
+            if upd:
+                raise NotImplementedError(
+                    f"stage {s.index} updates a buffer in place ({upd[0]}, e.g. BatchNorm's running statistics in "
+                    "training): a pipeline stage runs its forward twice per micro-batch and would update it twice; "
+                    "not supported yet (run this model without a pipeline plan, or with the module in eval mode)")
         for v in self.split.values.values():
             if len(v.consumers) > 1:
                 raise NotImplementedError(f"value '{v.name}' of stage {v.producer} is read by stages "

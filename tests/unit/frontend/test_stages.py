@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from spmdc.frontend.stages import StageError, auto_stages, expand_pattern, random_ops, split_stages
+from spmdc.frontend.stages import StageError, auto_stages, buffer_updates, expand_pattern, random_ops, split_stages
 from spmdc.frontend.workloads import load_workload
 
 
@@ -102,3 +102,15 @@ def test_random_ops_are_found():
     assert random_ops(split.stages[1].module) == ["aten.dropout in module 'drop'"]
     quiet = split_stages(Drop(0.0), (x,), stages=[["a"], ["drop", "b"]], loss_fn=loss, loss_inputs=(y,))
     assert random_ops(quiet.stages[1].module) == []    # p = 0 draws nothing
+
+
+def test_buffer_updates_are_found():
+    m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 4))
+    x, y = torch.randn(8, 4), torch.randn(8, 4)
+    split = split_stages(m, (x,), stages=[["0"], ["1", "2"]], loss_fn=nn.functional.mse_loss, loss_inputs=(y,))
+    assert buffer_updates(split.stages[0].module) == []
+    found = buffer_updates(split.stages[1].module)
+    assert any("module '1'" in f for f in found) and len(found) == 2   # num_batches_tracked += 1, running stats
+    m.eval()
+    quiet = split_stages(m, (x,), stages=[["0"], ["1", "2"]], loss_fn=nn.functional.mse_loss, loss_inputs=(y,))
+    assert buffer_updates(quiet.stages[1].module) == []
