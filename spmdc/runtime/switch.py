@@ -125,6 +125,40 @@ def _new_side(new: Any) -> _Side:
     return side
 
 
+def _check_survivors(cm: Any, lost: frozenset[int]) -> None:
+    """Every parameter is whole on the ranks that are not lost (else: refused, naming it)."""
+    from spmdc.dialects.shard import ShardingAttr
+    from spmdc.sharding.slices import pieces
+
+    side, _ = _old_side(cm)
+    for fqn, (h,) in sorted(side.holdings.items()):
+        full = ((0, n) for n in h.shape)
+        box = tuple(full)
+        kept = [p for p in pieces(h.shape, ShardingAttr("old", h.layout), {"old": h.mesh}) if p.device not in lost]
+        covered = sum(_numel(p.box) for p in _distinct(kept))
+        if covered < _numel(box):
+            raise NotImplementedError(
+                f"parameter '{fqn}' ({h.layout} on {h.mesh.axes}) cannot be recovered: parts of it lived only on the "
+                f"lost ranks {sorted(lost)}: restore from a checkpoint instead")
+
+
+def _numel(box: Any) -> int:
+    n = 1
+    for s, e in box:
+        n *= max(0, e - s)
+    return n
+
+
+def _distinct(ps: list[Any]) -> list[Any]:
+    """Pieces of a plain layout either coincide or are disjoint: one of each box."""
+    seen, out = set(), []
+    for p in ps:
+        if p.box not in seen:
+            seen.add(p.box)
+            out.append(p)
+    return out
+
+
 def _plans(old: _Side, new: _Side, lost: frozenset[int] = frozenset()) -> dict[str, list[BsrPlan]]:
     from spmdc.dialects.shard import ShardingAttr
 
@@ -229,6 +263,9 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
                                   f"(it spans ranks {cm.members})")
     if isinstance(plan, str) and plan.endswith((".json", ".yaml", ".yml")):
         plan = Plan.load(plan)
+    lost_set = frozenset(int(r) for r in lost)
+    if lost_set:
+        _check_survivors(cm, lost_set)   # before compiling anything
     o = cm._opts
     model_args, loss_args, kwargs = cm._example
     example = (tuple(model_args), tuple(loss_args)) if loss_args else tuple(model_args)
@@ -275,7 +312,6 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
                 if h not in new_side.holdings.setdefault(fqn, []):
                     new_side.holdings[fqn].append(h)
     scalars, dtypes = every[0][1], every[0][2]
-    lost_set = frozenset(int(r) for r in lost)
     if lost_set & set(members):
         raise ValueError(f"lost ranks {sorted(lost_set & set(members))} cannot be in the new mesh (ranks {members})")
     try:

@@ -21,6 +21,7 @@ def _examples() -> dict[str, object]:
     from spmdc.frontend.loss import OutputLeftOutWarning
     from spmdc.frontend.mixed_precision import MixedPrecisionError
     from spmdc.frontend.program import ExportError
+    from spmdc.frontend.stages import StageError
     from spmdc.frontend.torch_compat import UnsupportedTorchError
     from spmdc.frontend.workloads import WorkloadError
     from spmdc.ir.core import InferError
@@ -44,6 +45,7 @@ def _examples() -> dict[str, object]:
         "PlanError": PlanError("parameter 'w': Partial is not a layout a parameter can have"),
         "WorkloadError": WorkloadError("unknown workload 'x'"),
         "ExportError": ExportError("torch.export.export failed: RuntimeError: boom"),
+        "StageError": StageError("stage 0: the model has no module 'h.O' (did you mean 'h.0'?)"),
         "MixedPrecisionError": MixedPrecisionError("unknown mixed precision 'bf17' (choices: bf16, fp16, none)"),
         "ReplayError": ReplayError("'fc.extra' is never initialized by the recorded construction"),
         "LaunchError": LaunchError("rank 1 failed: RuntimeError: boom\n  at m.py:3 in f"),

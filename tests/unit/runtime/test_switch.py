@@ -57,4 +57,4 @@ def test_one_batched_exchange(results, name):
 def test_lost_shards_are_refused(results):
     for r in range(6):
         msg = results[6][r]["refused"]
-        assert msg is not None and "lost ranks [4, 5]" in msg and "restore from a checkpoint" in msg
+        assert msg is not None and "lived only on the lost ranks [4, 5]" in msg and "restore from a checkpoint" in msg
