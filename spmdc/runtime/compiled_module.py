@@ -147,6 +147,11 @@ class CompiledModule(nn.Module):
         self.training = model.training
         self._runners: dict[tuple, RankRunner] = {}
         example = list(model_args) + list(loss_args) + list(kwargs.values())
+        if train and grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
+            from spmdc.runtime.pipeline import check_micro_batch_mean
+
+            check_micro_batch_mean(model, loss_fn, len(model_args), self._kw_names, example, self._micro(example),
+                                   first=members[0], group=self.group, eval_mode=True)
         if train:
             self._runner("train", example if grad_accum == 1 else self._micro(example)[0], compile_now=True,
                          forward_too=list(model_args) + list(kwargs.values()))

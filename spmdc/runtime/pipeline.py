@@ -47,6 +47,52 @@ class _Programs:
     backward: Any
 
 
+def check_micro_batch_mean(model: Any, loss_fn: Any, n_model: int, kw_names: Sequence[str], every: list[Any],
+                           micro: list[list[Any]], first: int = 0, group: Any = None, eval_mode: bool = False) -> None:
+    """A step over micro-batches takes the mean of their losses: refuse a model + loss for which
+    that is not the loss of the whole batch (samples coupled across the batch, as a contrastive
+    loss; a mean over unequal token counts). Checked once, on the example batch, by eager PyTorch
+    on job rank ``first`` (the model's own forward, no gradients), the verdict broadcast over
+    ``group`` (every rank calls it). ``eval_mode``: run the model in eval mode (a model whose random
+    ops stay on: its masks would differ between the two runs; batch statistics then go unchecked)."""
+    import torch.distributed as dist
+
+    from spmdc.frontend.loss import LossWrapper
+
+    verdict: list[Any] = [None]
+    if dist.get_rank() == first and len(micro) > 1:
+        wrapper = LossWrapper(model, loss_fn, n_model, False, None)
+        n_kw = len(kw_names)
+
+        def loss_of(values: list[Any]) -> Any:
+            pos, kw = values[:len(values) - n_kw], dict(zip(kw_names, values[len(values) - n_kw:]))
+            return wrapper(*pos, **kw)[0].detach().double()
+
+        was = model.training
+        model.train(not eval_mode and was)
+        failed = None
+        try:
+            with torch.no_grad(), torch.random.fork_rng():
+                whole = loss_of(list(every))
+                try:
+                    parts = torch.stack([loss_of(list(m)) for m in micro]).mean()
+                except Exception as e:  # noqa: BLE001 - the model and loss do not run on a micro-batch
+                    failed = f"{type(e).__name__}: {e}"
+        finally:
+            model.train(was)
+        if failed is not None:
+            verdict[0] = (f"the model and its loss fail on one of {len(micro)} micro-batches ({failed}): they need "
+                          "the whole batch; use one micro-batch")
+        elif not torch.allclose(whole, parts, rtol=1e-5, atol=1e-7):
+            verdict[0] = (f"the loss of the whole batch ({float(whole):.6g}) is not the mean of its {len(micro)} "
+                          f"micro-batches' losses ({float(parts):.6g}) for this model: its samples interact across "
+                          "the batch (a batch-wide loss, batch statistics) or its loss averages unequal counts; "
+                          "micro-batches would train on another loss. Use one micro-batch")
+    dist.broadcast_object_list(verdict, src=first, group=group)
+    if verdict[0] is not None:
+        raise ValueError(verdict[0])
+
+
 def _chunks(values: Sequence[Any], n: int, names: Sequence[str]) -> list[list[Any]]:
     for v, name in zip(values, names):
         if v.dim() == 0 or v.shape[0] % n:
@@ -93,7 +139,8 @@ class PipelineModule:
         self._n_model, self._n_loss = len(model_args), len(loss_args)
         names = [f"input #{i}" for i in range(len(model_args) + len(loss_args))] + self._kw_names
         every = list(model_args) + list(loss_args) + list(kwargs.values())
-        mb0 = _chunks(every, self.micro, names)[0]
+        micro = _chunks(every, self.micro, names)
+        mb0 = micro[0]
         modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
                                                                                                   self.n_stages)
         n_in = len(model_args)
@@ -102,6 +149,7 @@ class PipelineModule:
                                   kwargs=dict(zip(self._kw_names, mb0[n_in + len(loss_args):])))
         self.mine = self.split.stages[self.stage]
         self._check()
+        self._check_micro_batch_mean(model, loss_fn, len(model_args), every, micro)
         if dump is not None:   # each stage's programs under <dir>/stage<k>/
             from spmdc.compiler import Dump
 
@@ -139,6 +187,10 @@ class PipelineModule:
                 raise NotImplementedError(f"value '{v.name}' of stage {v.producer} is read by stages "
                                           f"{list(v.consumers)}: a boundary value with several consumer stages is "
                                           "not supported yet (cut the stages elsewhere)")
+
+    def _check_micro_batch_mean(self, model: Any, loss_fn: Any, n_model: int, every: list[Any],
+                                micro: list[list[Any]]) -> None:
+        check_micro_batch_mean(model, loss_fn, n_model, self._kw_names, every, micro, first=0)
 
     def _diff_outputs(self, stage: Any) -> list[int]:
         return [v for v in stage.outputs if self.split.values[v].differentiable]

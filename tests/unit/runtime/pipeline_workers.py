@@ -39,6 +39,41 @@ FOUR_RANKS = {
 SCHEDULES = ("gpipe", "1f1b")
 
 
+class Contrastive(torch.nn.Module):
+    """Scores of every sample against the whole batch: micro-batches would change the loss."""
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        self.enc = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(p), torch.nn.Linear(32, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.enc(x)
+        return z @ z.T
+
+
+def refusals() -> dict[str, str]:
+    """What a pipeline refuses, by name, on every rank (no hang)."""
+    import spmdc
+    from spmdc.sharding.pipeline import PipelinePlan
+
+    def loss(scores: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:   # InfoNCE over the batch
+        return ((torch.logsumexp(scores, -1) - scores.diagonal()) * weight).mean()
+
+    plan = PipelinePlan.from_dict({"microbatches": 2, "stages": [{"ranks": [0], "modules": ["enc.0"]},
+                                                                 {"ranks": [1], "modules": ["enc.1", "enc.2"]}]})
+    out = {}
+    for name, p in (("batch-coupled loss", 0.0), ("dropout", 0.1)):
+        torch.manual_seed(0)
+        x, y = torch.randn(8, 16), torch.ones(8)
+        try:
+            spmdc.compile(Contrastive(p), ((x,), (y,)), mesh=None, plan=plan, train=True, loss_fn=loss,
+                          optimizer="sgd")
+            out[name] = ""
+        except (ValueError, NotImplementedError) as e:
+            out[name] = str(e)
+    return out
+
+
 def run_cases(cases: dict[str, Any]) -> dict[str, Any]:
     import torch.distributed as dist
 
@@ -75,6 +110,8 @@ def run_cases(cases: dict[str, Any]) -> dict[str, Any]:
                                                                              "pipe.forward_backward")],
                     "peak": pm.peak_stash_bytes, "n_stages": pm.n_stages, "ir": pm.schedule_ir}
                 pm.peak_stash_bytes = 0
+        if dist.get_world_size() == 2:
+            out["refused"] = refusals()
         return out
     finally:
         dist.destroy_process_group()

@@ -86,3 +86,10 @@ def test_three_stage_middle_rank_program(results):
     assert lines == ["pipe.recv {from = [0], mb = 0, value = 0}", "pipe.forward {mb = 0, stage = 1}",
                      "pipe.send {mb = 0, to = [3], value = 1}", "pipe.recv {from = [0], mb = 1, value = 0}",
                      "pipe.forward {mb = 1, stage = 1}", "pipe.send {mb = 1, to = [3], value = 1}"], ir
+
+
+def test_refusals_name_the_reason_on_every_rank(results):
+    for r in range(2):
+        got = results[2][r]["refused"]
+        assert "is not the mean of its 2 micro-batches' losses" in got["batch-coupled loss"]
+        assert "draws random numbers (aten.dropout in module 'enc.1')" in got["dropout"]
