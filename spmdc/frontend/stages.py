@@ -208,15 +208,47 @@ def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, l
         raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e
     gm = ep.module()
     graph = gm.graph
+    holder = nn.Module()   # what the graph reads, under the model's names: the model's own tensors
+    persistent = set(model.state_dict(keep_vars=True))
     for node in list(graph.nodes):
         if node.op == "call_module" and node.target == "_guards_fn":
             graph.erase_node(node)
         elif node.op == "get_attr":
-            node.target = node.target[len("model."):] if node.target.startswith("model.") else node.target
+            original = node.target
+            node.target = original[len("model."):] if original.startswith("model.") else original
+            try:
+                value = _resolve(model, node.target)
+            except AttributeError:   # a constant torch.export lifted (lifted_tensor_0)
+                value = _resolve(gm, original)
+            _install(holder, node.target, value, persistent)
     torch_compat.plain_codegen(graph)   # positional inputs, in order (no pytree spec)
-    out = torch.fx.GraphModule(model, graph)
+    out = torch.fx.GraphModule(holder, graph)
     out.graph.lint()
     return out
+
+
+def _resolve(root: nn.Module, path: str) -> Any:
+    obj: Any = root
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _install(holder: nn.Module, path: str, value: Any, persistent: set[str]) -> None:
+    """``value`` at ``path`` in ``holder``: a parameter as a parameter, a model buffer as a buffer
+    (persistent as in the model), any other tensor as a non-persistent buffer."""
+    *mods, leaf = path.split(".")
+    owner = holder
+    for m in mods:
+        if m not in owner._modules:
+            owner._modules[m] = nn.Module()
+        owner = owner._modules[m]
+    if isinstance(value, nn.Parameter):
+        owner.register_parameter(leaf, value)
+    elif isinstance(value, torch.Tensor):
+        owner.register_buffer(leaf, value, persistent=path in persistent)
+    else:
+        setattr(owner, leaf, value)
 
 
 def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Sequence[str]],
@@ -273,7 +305,7 @@ def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Se
         empty = sorted(set(range(len(stages))) - set(used))
         raise StageError(f"stage {empty[0]} ({' '.join(listed[empty[0]])}) has no op: its modules do nothing in "
                          "this forward")
-    split = _cut(gm, model, where, listed)
+    split = _cut(gm, gm, where, listed)
     for name, p in model.named_parameters(remove_duplicate=False):
         split.aliases.setdefault(id(p), []).append(name)
     return split

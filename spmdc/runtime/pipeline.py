@@ -580,6 +580,11 @@ class _StepState:
         live += sum(t.numel() * t.element_size() for t in self.outbox.values())
         self.peak = max(self.peak, live)
 
+    def _keep(self, value: int, grad: bool) -> bool:
+        """Whether this rank sends any of ``value`` (or its gradient): another rank's copy goes otherwise."""
+        plan = self.pm._layout.plans.get((value, grad))
+        return plan is not None and any(s == self.pm.rank and d != s for (s, d) in plan.sends)
+
     def _tag(self, value: int, mb: int, grad: bool) -> int:
         return 1 + (mb * 2 + int(grad)) * max(1, len(self.pm.split.values)) + value
 
@@ -650,7 +655,8 @@ class _StepState:
         self.stash[op.mb] = ins
         outs = run(pm._args(run, ins))
         for v, out in zip(pm.mine.outputs, outs):
-            self.outbox[(v, op.mb, False)] = out
+            if self._keep(v, False):
+                self.outbox[(v, op.mb, False)] = out
         self._account()
 
     def backward(self, op: Any, micro: list[Any]) -> None:
@@ -682,7 +688,7 @@ class _StepState:
             elif kind.startswith("grad_input:"):
                 k = int(kind.split(":", 1)[1])
                 what, v = pm.mine.inputs[k]
-                if what == "value" and pm.split.values[v].differentiable:
+                if what == "value" and pm.split.values[v].differentiable and self._keep(v, True):
                     self.outbox[(v, mb, True)] = out * scale if scale != 1.0 else out
         self._account()
 
