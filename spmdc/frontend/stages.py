@@ -240,9 +240,11 @@ def _install(holder: nn.Module, path: str, value: Any, persistent: set[str]) -> 
     *mods, leaf = path.split(".")
     owner = holder
     for m in mods:
-        if m not in owner._modules:
-            owner._modules[m] = nn.Module()
-        owner = owner._modules[m]
+        child = getattr(owner, m, None)
+        if not isinstance(child, nn.Module):
+            child = nn.Module()
+            owner.add_module(m, child)
+        owner = child
     if isinstance(value, nn.Parameter):
         owner.register_parameter(leaf, value)
     elif isinstance(value, torch.Tensor):

@@ -42,13 +42,18 @@ def run_bsr(plan: BsrPlan, local: Any, rank: int, group: Any = None) -> Any:
         for w in dist.batch_isend_irecv(ops):
             w.wait()
     for buf, cells in recvs:
-        at = 0
-        for cell, _, dbox in cells:
-            n = box_numel(cell)
-            view = box_view(out, cell, dbox)
-            view.add_(buf[at:at + n].view(view.shape))
-            at += n
+        unpack_add(buf, cells, out)
     return out
 
 
-__all__ = ["BsrPlan", "MeshSpec", "Piece", "bsr_plan", "pieces", "run_bsr"]
+def unpack_add(buf: Any, cells: list[tuple[Any, Any, Any]], out: Any) -> None:
+    """Add a received buffer's slices (packed in ``cells`` order) into their boxes of ``out``."""
+    at = 0
+    for cell, _, dbox in cells:
+        n = box_numel(cell)
+        view = box_view(out, cell, dbox)
+        view.add_(buf[at:at + n].view(view.shape))
+        at += n
+
+
+__all__ = ["BsrPlan", "MeshSpec", "Piece", "bsr_plan", "pieces", "run_bsr", "unpack_add"]

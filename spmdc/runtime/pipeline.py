@@ -607,7 +607,8 @@ class _StepState:
     def recv(self, op: Any) -> None:
         import torch.distributed as dist
 
-        from spmdc.sharding.slices import box_numel, box_view
+        from spmdc.runtime.bsr import unpack_add
+        from spmdc.sharding.slices import box_numel
 
         plan = self.pm._layout.plans[(op.value, op.grad)]
         v = self.pm.split.values[op.value]
@@ -619,12 +620,7 @@ class _StepState:
             buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=v.dtype, device=self.pm.device)
             dist.irecv(buf, s, tag=self._tag(op.value, op.mb, op.grad)).wait()
             self.pm.comm.stats.add("recv", buf.numel() * buf.element_size())
-            at = 0
-            for cell, _, dbox in cells:
-                n = box_numel(cell)
-                view = box_view(out, cell, dbox)
-                view.add_(buf[at:at + n].view(view.shape))
-                at += n
+            unpack_add(buf, cells, out)
         self.inbox[(op.value, op.mb, op.grad)] = out
         self._account()
 

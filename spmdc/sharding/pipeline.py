@@ -73,11 +73,7 @@ class PipelinePlan:
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> PipelinePlan:
-        unknown = [k for k in d if k not in PLAN_KEYS]
-        if unknown:
-            near = difflib.get_close_matches(unknown[0], PLAN_KEYS, n=1)
-            raise PlanError(f"pipeline plan: unknown key '{unknown[0]}' (keys: {', '.join(PLAN_KEYS)})"
-                            + (f"; did you mean '{near[0]}'?" if near else ""))
+        _known_keys(d, PLAN_KEYS, "pipeline plan")
         raw = d.get("stages")
         if not isinstance(raw, list) or len(raw) < 2:
             raise PlanError("pipeline plan: 'stages' must list at least two stages")
@@ -85,11 +81,7 @@ class PipelinePlan:
         for i, sd in enumerate(raw):
             if not isinstance(sd, Mapping):
                 raise PlanError(f"pipeline plan: stage #{i}: expected a mapping with {', '.join(STAGE_KEYS[:4])}")
-            bad = [k for k in sd if k not in STAGE_KEYS]
-            if bad:
-                near = difflib.get_close_matches(bad[0], STAGE_KEYS, n=1)
-                raise PlanError(f"pipeline plan: stage #{i}: unknown key '{bad[0]}' (keys: {', '.join(STAGE_KEYS)})"
-                                + (f"; did you mean '{near[0]}'?" if near else ""))
+            _known_keys(sd, STAGE_KEYS, f"pipeline plan: stage #{i}")
             mods = sd.get("modules")
             if mods is not None:
                 if isinstance(mods, str):
@@ -154,6 +146,14 @@ class PipelinePlan:
         return (f"{self.schedule}, {self.microbatches} micro-batches; "
                 + "; ".join(f"{s.name}: ranks {list(s.ranks)} {s.mesh} {getattr(s.plan, 'name', s.plan)}"
                             + (f" [{' '.join(s.modules)}]" if s.modules else "") for s in self.stages))
+
+
+def _known_keys(d: Mapping[str, Any], keys: Sequence[str], where: str) -> None:
+    bad = [k for k in d if k not in keys]
+    if bad:
+        near = difflib.get_close_matches(str(bad[0]), keys, n=1)
+        raise PlanError(f"{where}: unknown key '{bad[0]}' (keys: {', '.join(keys)})"
+                        + (f"; did you mean '{near[0]}'?" if near else ""))
 
 
 def stage_actions(schedule: str, n_stages: int, microbatches: int, stage: int) -> list[tuple[str, int]]:

@@ -259,18 +259,28 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     return mesh, plan
 
 
-def resolve_hetero(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
-    """A plan with device groups: the ranks are its groups', each group's mesh its own."""
+def _own_meshes(cfg: RunConfig, plan: Any, what: str, parts: str) -> None:
+    """A plan whose groups or stages have their own meshes: no --mesh, --nproc is theirs."""
     if cfg.mesh:
-        raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' has device groups with their own meshes "
+        raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' has {what} with their own meshes "
                         f"({plan.describe()}); drop --mesh")
     if cfg.nproc and cfg.nproc != plan.world:
-        raise UserError(f"--nproc {cfg.nproc}: plan '{cfg.plan}' has {plan.world} ranks in its groups")
+        raise UserError(f"--nproc {cfg.nproc}: plan '{cfg.plan}' has {plan.world} ranks in its {parts}")
     cfg.nproc = plan.world
+
+
+def resolve_hetero(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
+    """A plan with device groups: the ranks are its groups', each group's mesh its own."""
+    _own_meshes(cfg, plan, "device groups", "groups")
     for option, bad in (("--eager", cfg.eager), ("--grad-accum", cfg.grad_accum > 1), ("--save", cfg.save),
                         ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even")):
         if bad:
             raise UserError(f"{option} is not supported with a heterogeneous plan (device groups) yet")
+    return None, _presets_checked(cfg, plan)
+
+
+def _presets_checked(cfg: RunConfig, plan: Any) -> Any:
+    """Each group's or stage's preset fits its mesh; the plan's ``batch`` unless ``--batch``."""
     from spmdc.sharding.plan import PlanError
 
     try:
@@ -279,7 +289,7 @@ def resolve_hetero(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
         raise UserError(f"plan '{cfg.plan}': {e}") from None
     if cfg.batch is None and plan.batch is not None:
         cfg.batch = plan.batch
-    return None, plan
+    return plan
 
 
 def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
@@ -287,12 +297,7 @@ def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
     override the plan's."""
     from spmdc.sharding.plan import PlanError
 
-    if cfg.mesh:
-        raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' has pipeline stages with their own meshes "
-                        f"({plan.describe()}); drop --mesh")
-    if cfg.nproc and cfg.nproc != plan.world:
-        raise UserError(f"--nproc {cfg.nproc}: plan '{cfg.plan}' has {plan.world} ranks in its stages")
-    cfg.nproc = plan.world
+    _own_meshes(cfg, plan, "pipeline stages", "stages")
     for option, bad in (("--eager", cfg.eager), ("--grad-accum (micro-batches are --microbatches)", cfg.grad_accum > 1),
                         ("--save", cfg.save), ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even"),
                         ("--clip-grad-norm", cfg.clip_grad_norm), ("--checkpoint", cfg.checkpoint),
@@ -302,12 +307,9 @@ def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
             raise UserError(f"{option} is not supported with a pipeline plan yet")
     try:
         plan = plan.with_schedule(cfg.pp_schedule, cfg.microbatches)
-        plan.check_presets()
     except PlanError as e:
         raise UserError(f"plan '{cfg.plan}': {e}") from None
-    if cfg.batch is None and plan.batch is not None:
-        cfg.batch = plan.batch
-    return None, plan
+    return None, _presets_checked(cfg, plan)
 
 
 def check_pipeline(cfg: RunConfig, plan: Any) -> None:
