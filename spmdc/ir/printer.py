@@ -10,6 +10,12 @@ The default custom form of an op is
 every operand and result has it, the operand types for an op without results, and
 a function type otherwise. ``func.func``, ``shard.mesh`` and ``builtin.module``
 print their own forms (see their classes).
+
+The generic form is also text that upstream MLIR parses (docs/ir.md, "Generic form and
+upstream MLIR"): attributes print in their generic form (:meth:`Attribute.generic`), an
+empty block keeps its ``^bb0:`` label, and a region that spmdc knows to be isolated from
+above (``kernel.fused``) gets names that shadow no name of the enclosing regions, since
+upstream, not knowing the op, reads every region as seeing the values around it.
 """
 
 from __future__ import annotations
@@ -17,19 +23,20 @@ from __future__ import annotations
 import io
 import re
 
-from spmdc.ir.attributes import Attribute, format_attr_dict, format_symbol
+from spmdc.ir.attributes import Attribute, format_attr_dict, format_symbol, quote
 from spmdc.ir.core import Block, Operation, Region, Value
 from spmdc.ir.types import FunctionType
 
-_HINT_OK = re.compile(r"^[A-Za-z_$.][\w$.-]*$")
+_HINT_OK = re.compile(r"^[A-Za-z_$.][\w$.-]*$", re.ASCII)  # MLIR's suffix-id, ASCII only
 
 
 class Namer:
-    """Gives every value a unique printed name within one isolated scope."""
+    """Gives every value a unique printed name within one isolated scope; ``reserved``: names it
+    must not take (those an isolated region would shadow in the generic form)."""
 
-    def __init__(self, parent: Namer | None = None):
+    def __init__(self, parent: Namer | None = None, reserved: set[str] | None = None):
         self.names: dict[int, str] = {}
-        self.used: set[str] = set(parent.used) if parent else set()
+        self.used: set[str] = set(parent.used) if parent else set(reserved or ())
         self.parent = parent
         self.next_id = 0
         self.next_arg = 0
@@ -96,9 +103,13 @@ class Printer:
         return "%" + self.namer.assign(v, is_arg)
 
     def push_scope(self, isolated: bool) -> None:
-        """Enter a region: isolated regions restart numbering, others continue it."""
+        """Enter a region: isolated regions restart numbering, others continue it. In the
+        generic form an isolated region still avoids the names visible around it."""
         self._stack.append(self.namer)
-        self.namer = Namer() if isolated else _ChildNamer(self.namer)
+        if not isolated:
+            self.namer = _ChildNamer(self.namer)
+        else:
+            self.namer = Namer(reserved=self.namer.used if self.generic else None)
 
     def pop_scope(self) -> None:
         inner, self.namer = self.namer, self._stack.pop()
@@ -133,7 +144,7 @@ class Printer:
         return ", ".join(self.use(v) for v in op.operands)
 
     def print_generic(self, op: Operation) -> None:
-        self.write(f'"{op.name}"({self.operand_list(op)})')
+        self.write(f"{quote(op.name)}({self.operand_list(op)})")
         if op.regions:
             self.write(" (")
             for i, r in enumerate(op.regions):
@@ -142,7 +153,7 @@ class Printer:
                 self.print_region(r, op, print_entry_label=True)
             self.write(")")
         if op.attributes:
-            self.write(" " + format_attr_dict(op.attributes))
+            self.write(" " + format_attr_dict(op.attributes, generic=self.generic))
         fn = FunctionType(tuple(v.type for v in op.operands), tuple(r.type for r in op.results))
         self.write(f" : {fn}")
 
@@ -183,8 +194,9 @@ class Printer:
         for i, block in enumerate(region.blocks):
             if entry_args_printed and i == 0:
                 pass
-            elif print_entry_label and (block.args or i > 0 or len(region.blocks) > 1):
-                self.print_block_label(block, i)
+            elif print_entry_label and (block.args or i > 0 or len(region.blocks) > 1
+                                        or (self.generic and not block.ops)):
+                self.print_block_label(block, i)  # upstream reads '{ }' as a region of no block
             for op in block.ops:
                 self.print_op(op)
         self.indent -= self.indent_width

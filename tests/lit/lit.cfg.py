@@ -2,7 +2,8 @@
 
 Substitutions:
   %spmdc-opt   the spmdc-opt of this environment
-  %roundtrip   spmdc-opt --verify-roundtrip (custom and generic form must re-print identically)
+  %roundtrip   spmdc-opt --verify-roundtrip (custom and generic form must re-print identically,
+               and the generic form read back must be the same IR, values numbered)
   FileCheck    the PyPI filecheck
 """
 
