@@ -26,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,9 +63,63 @@ __all__ = [
     "OutputInfo",
     "NodeInfo",
     "ExportError",
+    "ModuleModes",
     "default_decomposition_table",
     "export_program",
+    "kept_modes",
+    "module_flags",
 ]
+
+
+@dataclass(frozen=True)
+class ModuleModes:
+    """Every module's own ``training`` flag, in ``named_modules()`` order (``""``: the root).
+
+    A model in training mode may hold submodules in eval mode (a frozen BatchNorm, a frozen
+    encoder with dropout, a HuggingFace model ``from_pretrained`` left in eval inside a wrapper):
+    capture traces each module in its own mode, so these flags, not the root's alone, say
+    which program a capture gives.
+    """
+
+    paths: tuple[str, ...]
+    flags: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> ModuleModes:
+        named = list(model.named_modules())
+        return cls(tuple(p for p, _ in named), tuple(bool(m.training) for _, m in named))
+
+    def describe(self) -> str:
+        """The root's mode and every submodule whose mode differs from its parent's
+        (``train; enc=eval, bn=eval``)."""
+        flag = dict(zip(self.paths, self.flags))
+        name = {True: "train", False: "eval"}
+        flips = [f"{p}={name[f]}" for p, f in zip(self.paths[1:], self.flags[1:])
+                 if f != flag.get(p.rpartition(".")[0], self.flags[0])]
+        return "; ".join([name[self.flags[0]], *([", ".join(flips)] if flips else [])])
+
+
+def module_flags(model: nn.Module) -> tuple[bool, ...]:
+    """Every module's ``training`` flag, depth first (a module reached twice counts twice): the
+    cheap key a compiled module looks its programs up by on every call."""
+    flags, stack = [], [model]
+    while stack:
+        m = stack.pop()
+        flags.append(m.training)
+        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+    return tuple(flags)
+
+
+@contextlib.contextmanager
+def kept_modes(model: nn.Module) -> Iterator[ModuleModes]:
+    """Run the body, then give every module of ``model`` its own ``training`` flag back, also when
+    the body raises (``model.train(flag)`` would set one flag on every submodule)."""
+    saved = [(m, m.training) for m in model.modules()]
+    try:
+        yield ModuleModes.of(model)
+    finally:
+        for m, flag in saved:
+            m.training = flag
 
 
 def _export(root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ExportedProgram:
@@ -121,7 +176,8 @@ def export_program(
     """Export ``model`` with torch.export and decompose it to (near-)core ATen.
 
     Args:
-      model: the module.  Not modified.
+      model: the module.  Not modified: each module is traced in its own mode (``training``
+        flag) and keeps it, also when the capture fails.
       example_inputs: positional model inputs (tensors), static shapes.
       train: capture a joint forward+backward graph returning the loss and the gradient
         of every trainable parameter.
@@ -163,10 +219,9 @@ def export_program(
         args = example_inputs + loss_inputs
     else:
         root, args = OutputWrapper(model, policy), example_inputs
-    was_training = model.training
     t0 = time.perf_counter()
     marking = marking_checkpoints(model, blocks=checkpoint == "blocks") if train else contextlib.nullcontext()
-    try:
+    with kept_modes(model):   # traced in every module's own mode, and each flag kept as it was
         with marking:
             ep = _export(root, args, kwargs)
             timings["export"] = time.perf_counter() - t0
@@ -176,8 +231,6 @@ def export_program(
         if train and rematerialize(ep.graph_module.graph):
             ep.graph_module.recompile()
         timings["decompose"] = time.perf_counter() - t1
-    finally:
-        model.train(was_training)
     if isinstance(root, OutputWrapper) and root.left_out:
         warnings.warn(f"spmdc: model outputs {', '.join(root.left_out)} are not tensors and are left out of the "
                       "captured program", OutputLeftOutWarning, stacklevel=3)

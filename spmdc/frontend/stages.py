@@ -199,11 +199,13 @@ def _owner(path: str, owners: Mapping[str, int]) -> int | None:
 def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, loss_inputs: tuple,
                     kwargs: Mapping[str, Any]) -> torch.fx.GraphModule:
     """The model + loss as one fx graph over aten ops, parameters read by their model names."""
+    from spmdc.frontend.export import kept_modes
     from spmdc.frontend.loss import LossWrapper
 
     root = LossWrapper(model, loss_fn, len(inputs), False, None)
-    try:
-        ep = torch.export.export(root, inputs + loss_inputs, dict(kwargs), strict=False)
+    try:   # every module traced in its own mode (a frozen submodule in eval), each flag kept
+        with kept_modes(model):
+            ep = torch.export.export(root, inputs + loss_inputs, dict(kwargs), strict=False)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e
     gm = ep.module()

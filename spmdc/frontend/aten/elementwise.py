@@ -45,6 +45,13 @@ def _rsub(e: Emitter):
     return [e.create(T.SubOp, [other, x])]
 
 
+@handles(A + "reciprocal")
+def _reciprocal(e: Emitter):
+    # reciprocal(x) = 1 / x (BatchNorm in eval mode: 1 / sqrt(running_var + eps))
+    elt = e.out_type().element_type
+    return [e.create(T.DivOp, [e.scalar(1, elt), e.cast(e.tensor(0), elt)])]
+
+
 @handles(A + "div.Tensor_mode", A + "div.Scalar_mode")
 def _div_mode(e: Emitter):
     if e.const(2) is not None:
