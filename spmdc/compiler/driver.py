@@ -28,7 +28,7 @@ from spmdc.ir.printer import print_module
 from spmdc.passes.manager import PassManager
 from spmdc.passes.registry import parse_pipeline
 from spmdc.sharding.mesh import Mesh
-from spmdc.sharding.plan import Plan, check_fsdp_shard, preset
+from spmdc.sharding.plan import Plan, axes_sharded_by, check_axes_used, check_fsdp_shard, preset
 
 
 def default_target() -> str:
@@ -152,7 +152,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     ``fuse-collectives`` on each rank's program. ``eager``: also keep the program as sharding
     propagation left it (``propagated_ir``), which :mod:`spmdc.runtime.eager` runs op by op."""
     from spmdc.frontend.capture import capture_program
-    from spmdc.sharding.apply import apply_plan
+    from spmdc.sharding.apply import apply_plan, planned_layouts
 
     kwargs = dict(kwargs or {})
     if checkpoint is None and isinstance(plan, Plan):
@@ -175,6 +175,8 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
         from spmdc.ir.attributes import IntegerAttr
 
         func.set_attr("spmdc.group_index", IntegerAttr(plan.index))
+    else:   # a mesh axis no planned layout uses would make ranks repeat each other (PlanError)
+        check_axes_used(mesh, axes_sharded_by(planned_layouts(func), mesh), resolved.name)
     if clip_grad_norm is not None and train:
         from spmdc.compiler.clipping import add_gradient_clipping
 

@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -31,17 +32,37 @@ class LaunchError(RuntimeError):
     """A rank failed; the message names the rank, its error and where it came from."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is (every rank ended, the launch's files removed), exit 143."""
+
+
+def raise_on_sigterm(signum: int, frame: Any) -> None:
+    """A SIGTERM handler: end the run as Ctrl-C does, by raising :class:`Terminated`."""
+    raise Terminated()
+
+
 def launch(fn: Callable[..., Any], nproc: int, args: tuple = (), timeout_s: float = 300.0,
            verbose: bool = False) -> dict[int, Any]:
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    run_id = f"spmdc-{uuid.uuid4().hex[:8]}"
+    saved = tempfile.tempdir
+    work = tempfile.mkdtemp(prefix="spmdc-launch-")
+    try:   # from here on, whatever ends the launch (a signal included) removes ``work``
+        return _run(fn, nproc, args, timeout_s, verbose, work, run_id)
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verbose: bool, work: str,
+         run_id: str) -> dict[int, Any]:
+    """The launch itself, its temporary files in ``work`` (removed by :func:`launch`)."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if nproc < 1:
-        raise ValueError(f"nproc must be at least 1, got {nproc}")
-    work = tempfile.mkdtemp(prefix="spmdc-launch-")
-    run_id = f"spmdc-{uuid.uuid4().hex[:8]}"
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=run_id,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0, monitor_interval=0.1,
@@ -50,7 +71,6 @@ def launch(fn: Callable[..., Any], nproc: int, args: tuple = (), timeout_s: floa
                                     redirects=Std.NONE if verbose else Std.ERR),
     )
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    saved = tempfile.tempdir
     # the agent's temporary files (torchelastic_* run directories, pytorch-errorfile-* pickles) go
     # into ``work``; the ranks keep the user's TMPDIR (AF_UNIX socket paths there must stay short)
     tempfile.tempdir = work
@@ -62,12 +82,10 @@ def launch(fn: Callable[..., Any], nproc: int, args: tuple = (), timeout_s: floa
         rank, failure = e.get_first_failure()
         log = None if verbose else _collect_logs(work, run_id, {r: _stack(f) for r, f in e.failures.items()})
         raise LaunchError(_describe(rank, failure, log)) from None
-    except SignalException:
-        raise KeyboardInterrupt from None
+    except SignalException as e:
+        raise (Terminated() if e.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     finally:
         restore_logs()
-        tempfile.tempdir = saved
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _stack(failure: Any) -> str:

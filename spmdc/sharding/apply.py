@@ -166,6 +166,14 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
     return resolved
 
 
+def planned_layouts(func: FuncOp) -> list[tuple]:
+    """Every layout the plan wrote on ``func``: its arguments', results' and ``shard.annotate``s'."""
+    attrs = [func.arg_attrs(i).get(SHARDING) for i in range(len(func.args))]
+    attrs += [func.res_attrs(i).get(SHARDING) for i in range(len(func.return_op.operands))]
+    attrs += [op.get_attr("sharding") for op in func.walk() if isinstance(op, AnnotateOp)]
+    return [a.placements for a in attrs if isinstance(a, ShardingAttr)]
+
+
 def is_model_output(func: FuncOp, i: int) -> bool:
     attrs = func.res_attrs(i)
     return not any(k in attrs for k in ("spmdc.grad_of", "spmdc.loss", "spmdc.kind", "spmdc.grad_norm",

@@ -26,7 +26,6 @@ coordinate on the virtual mesh (``grp`` = its group).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import Any
 
 from spmdc.dialects.shard import RaggedShard, Replicate
 from spmdc.sharding.mesh import Mesh
-from spmdc.sharding.plan import Plan, PlanError
+from spmdc.sharding.plan import Places, Plan, PlanError, check_keys
 
 GROUP_AXIS = "grp"
 GROUP_KEYS = ("ranks", "mesh", "plan", "share", "name")
@@ -97,12 +96,12 @@ class HeteroPlan:
         return isinstance(d, Mapping) and "groups" in d
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> HeteroPlan:
-        unknown = [k for k in d if k not in ("groups", "name", "batch")]
-        if unknown:
-            near = difflib.get_close_matches(unknown[0], ["groups", "name", "batch"], n=1)
-            raise PlanError(f"heterogeneous plan: unknown key '{unknown[0]}' (keys: groups, name, batch)"
-                            + (f"; did you mean '{near[0]}'?" if near else ""))
+    def from_dict(d: Mapping[str, Any], places: Places | None = None, list_key: str = "groups") -> HeteroPlan:
+        """Device groups from a plan mapping; every key is checked (the plan's, each group's, a
+        group plan's), an unknown one refused with its place (see :class:`~spmdc.sharding.plan.Places`).
+        ``list_key``: where the groups were written (``stages`` for a pipeline plan's)."""
+        places = places or Places()
+        check_keys(d, ("groups", "name", "batch"), places, (), "a heterogeneous plan")
         raw = d.get("groups")
         if not isinstance(raw, list) or len(raw) < 2:
             raise PlanError("heterogeneous plan: 'groups' must list at least two device groups "
@@ -113,11 +112,7 @@ class HeteroPlan:
             where = f"heterogeneous plan: group #{i}"
             if not isinstance(gd, Mapping):
                 raise PlanError(f"{where}: expected a mapping with {', '.join(GROUP_KEYS[:4])}")
-            bad = [k for k in gd if k not in GROUP_KEYS]
-            if bad:
-                near = difflib.get_close_matches(bad[0], GROUP_KEYS, n=1)
-                raise PlanError(f"{where}: unknown key '{bad[0]}' (keys: {', '.join(GROUP_KEYS)})"
-                                + (f"; did you mean '{near[0]}'?" if near else ""))
+            check_keys(gd, GROUP_KEYS, places, (list_key, i), f"group #{i} of a heterogeneous plan")
             name = str(gd.get("name", f"g{i}"))
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name == "mesh":
                 raise PlanError(f"{where}: name '{name}' must be an identifier other than 'mesh' (it names the "
@@ -141,7 +136,7 @@ class HeteroPlan:
                                 f"{len(ranks)} ranks")
             plan = gd.get("plan", "dp" if mesh.axis_names == ("dp",) else None)
             if isinstance(plan, Mapping):
-                plan = Plan.from_dict(plan)
+                plan = Plan.from_dict(plan, places.at(list_key, i, "plan"))
                 if plan.preset is None:
                     raise PlanError(f"{where} ({name}): a group's plan is a preset or refines one ('preset: ...'); "
                                     "per-parameter layouts inside groups are not supported yet")

@@ -8,6 +8,7 @@ Ranks are laid out row-major over the axes, as in torch's DeviceMesh.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,11 +56,7 @@ class Mesh:
             raise TypeError(f"a mesh is given as {{'dp': 2, 'tp': 2}}, [('dp', 2)], 'dp=2,tp=2' (Mesh.of) or a "
                             f"torch DeviceMesh with dim names, got {axes!r}")
         for axis, size in items:
-            if not isinstance(size, int) or size <= 0:
-                raise ValueError(f"mesh axis '{axis}' has size {size}; sizes must be positive integers")
-        names = [a for a, _ in items]
-        if len(set(names)) != len(names):
-            raise ValueError(f"mesh axis names must be unique, got {names}")
+            _check_axis(axis, size, items)
         devices = 1
         for _, size in items:
             devices *= size
@@ -81,16 +78,28 @@ class Mesh:
 
     @staticmethod
     def parse(text: str) -> Mesh:
-        """``"dp=2,tp=2"`` → Mesh."""
+        """``"dp=2,tp=2"`` → Mesh; an empty text, an empty part, a missing name or a size that is
+        not a positive integer is refused naming the part."""
+        if not text.strip():
+            raise ValueError(f"invalid mesh {text!r}: it is empty; expected name=size pairs like dp=2,tp=2")
         axes = []
         for part in text.split(","):
+            k, eq, v = part.partition("=")
             if not part.strip():
-                continue
-            k, _, v = part.partition("=")
-            if not v.strip().isdigit():
-                raise ValueError(f"invalid mesh '{text}': expected name=size pairs like dp=2,tp=2")
+                raise ValueError(f"invalid mesh '{text}': an empty axis (an extra comma); expected name=size pairs "
+                                 "like dp=2,tp=2")
+            if not eq:
+                raise ValueError(f"invalid mesh '{text}': axis '{part.strip()}' has no size; expected name=size "
+                                 "pairs like dp=2,tp=2")
+            v = v.strip()
+            if not re.fullmatch(r"[+-]?[0-9]+", v):
+                raise ValueError(f"invalid mesh '{text}': mesh axis '{k.strip()}' has size '{v}'; sizes must be "
+                                 "positive integers (expected name=size pairs like dp=2,tp=2)")
             axes.append((k.strip(), int(v)))
-        return Mesh(axes)
+        try:
+            return Mesh(axes)
+        except ValueError as e:
+            raise ValueError(f"invalid mesh '{text}': {e}") from None
 
     @property
     def axis_names(self) -> tuple[str, ...]:
@@ -120,6 +129,21 @@ class Mesh:
 
     def __str__(self) -> str:
         return ",".join(f"{a}={s}" for a, s in self.axes)
+
+
+AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_axis(axis: str, size: Any, items: tuple[tuple[str, Any], ...]) -> None:
+    """One mesh axis: an identifier name (it is spelt in plans and the IR), given once, with a
+    positive integer size."""
+    if not AXIS_NAME.fullmatch(axis):
+        why = "is empty" if not axis.strip() else "is not an identifier (letters, digits, '_'; no spaces)"
+        raise ValueError(f"mesh axis name {axis!r} {why}")
+    if sum(a == axis for a, _ in items) > 1:
+        raise ValueError(f"mesh axis '{axis}' is given twice; axis names must be unique")
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ValueError(f"mesh axis '{axis}' has size {size!r}; sizes must be positive integers")
 
 
 def to_placement(p: Any) -> Placement:

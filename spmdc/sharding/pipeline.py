@@ -31,7 +31,7 @@ from typing import Any
 
 from spmdc.sharding.hetero import HeteroPlan
 from spmdc.sharding.mesh import Mesh
-from spmdc.sharding.plan import PlanError
+from spmdc.sharding.plan import Places, PlanError, check_keys
 
 SCHEDULES = ("gpipe", "1f1b")
 PLAN_KEYS = ("stages", "name", "schedule", "microbatches", "batch")
@@ -72,8 +72,11 @@ class PipelinePlan:
         return isinstance(d, Mapping) and "stages" in d
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> PipelinePlan:
-        _known_keys(d, PLAN_KEYS, "pipeline plan")
+    def from_dict(d: Mapping[str, Any], places: Places | None = None) -> PipelinePlan:
+        """A pipeline plan from its mapping; every key (the plan's, each stage's, a stage plan's)
+        is checked, an unknown one refused with its place and near match."""
+        places = places or Places()
+        check_keys(d, PLAN_KEYS, places, (), "a pipeline plan")
         raw = d.get("stages")
         if not isinstance(raw, list) or len(raw) < 2:
             raise PlanError("pipeline plan: 'stages' must list at least two stages")
@@ -81,7 +84,7 @@ class PipelinePlan:
         for i, sd in enumerate(raw):
             if not isinstance(sd, Mapping):
                 raise PlanError(f"pipeline plan: stage #{i}: expected a mapping with {', '.join(STAGE_KEYS[:4])}")
-            _known_keys(sd, STAGE_KEYS, f"pipeline plan: stage #{i}")
+            check_keys(sd, STAGE_KEYS, places, ("stages", i), f"stage #{i} of a pipeline plan")
             mods = sd.get("modules")
             if mods is not None:
                 if isinstance(mods, str):
@@ -98,7 +101,7 @@ class PipelinePlan:
             raise PlanError(f"pipeline plan: stage #{k} has no 'modules' but others do: name every stage's modules, "
                             "or none (the repeated blocks are then cut evenly)")
         try:
-            h = HeteroPlan.from_dict({"groups": groups})
+            h = HeteroPlan.from_dict({"groups": groups}, places, list_key="stages")
         except PlanError as e:
             raise PlanError(str(e).replace("heterogeneous plan: group", "pipeline plan: stage")
                             .replace("heterogeneous plan", "pipeline plan").replace("groups", "stages")
@@ -146,14 +149,6 @@ class PipelinePlan:
         return (f"{self.schedule}, {self.microbatches} micro-batches; "
                 + "; ".join(f"{s.name}: ranks {list(s.ranks)} {s.mesh} {getattr(s.plan, 'name', s.plan)}"
                             + (f" [{' '.join(s.modules)}]" if s.modules else "") for s in self.stages))
-
-
-def _known_keys(d: Mapping[str, Any], keys: Sequence[str], where: str) -> None:
-    bad = [k for k in d if k not in keys]
-    if bad:
-        near = difflib.get_close_matches(str(bad[0]), keys, n=1)
-        raise PlanError(f"{where}: unknown key '{bad[0]}' (keys: {', '.join(keys)})"
-                        + (f"; did you mean '{near[0]}'?" if near else ""))
 
 
 def stage_actions(schedule: str, n_stages: int, microbatches: int, stage: int) -> list[tuple[str, int]]:

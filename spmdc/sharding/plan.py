@@ -41,6 +41,78 @@ class PlanError(ValueError):
     """An invalid plan: names the parameter (or pattern) and the reason."""
 
 
+PLAN_KEYS = ("params", "inputs", "outputs", "reshard_after_forward", "name", "checkpoint", "buckets",
+             "fsdp_shard", "preset")
+LAYOUT_KEYS = ("storage", "compute")
+KeyPath = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where the keys of a plan were written: ``file:line:col`` from a plan file's node marks,
+    else the key path of a Python mapping (``plan['params']['h.0.x']``). ``prefix``: the path of
+    this (nested) mapping inside the whole plan, e.g. ``('groups', 0, 'plan')``."""
+
+    file: str | None = None
+    marks: Mapping[KeyPath, tuple[int, int]] = field(default_factory=dict)
+    prefix: KeyPath = ()
+
+    def at(self, *keys: Any) -> Places:
+        """The places of the mapping under ``keys``."""
+        return Places(self.file, self.marks, self.prefix + keys)
+
+    def where(self, keys: KeyPath) -> str:
+        """``file:line:col`` of the key path (its nearest written ancestor), or ``plan[...]``."""
+        full = self.prefix + tuple(keys)
+        if self.file is None:
+            return "plan" + "".join(f"[{k!r}]" for k in full)
+        for n in range(len(full), -1, -1):
+            if full[:n] in self.marks:
+                line, col = self.marks[full[:n]]
+                return f"{self.file}:{line}:{col}"
+        return self.file
+
+    def error(self, keys: KeyPath, message: str) -> PlanError:
+        """A located plan error: ``file:line:col: error: ...`` or ``plan['a']['b']: ...``."""
+        where = self.where(keys)
+        return PlanError(f"{where}: error: {message}" if self.file is not None else f"{where}: {message}")
+
+
+def check_keys(d: Mapping[str, Any], known: Sequence[str], places: Places, keys: KeyPath, what: str) -> None:
+    """Every key of ``d`` (at ``keys``) is one of ``known``; else a located error with the near match."""
+    for k in d:
+        if k not in known:
+            near = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
+            raise places.error((*keys, k), f"unknown key '{k}' in {what} (keys: {', '.join(known)})"
+                                           + (f"; did you mean '{near[0]}'?" if near else ""))
+
+
+def _key_marks(text: str) -> dict[KeyPath, tuple[int, int]]:
+    """Key path → (line, column) of every mapping key and sequence item of a YAML (or JSON) text;
+    empty when the text does not compose as YAML."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    out: dict[KeyPath, tuple[int, int]] = {}
+
+    def walk(node: Any, path: KeyPath) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for knode, vnode in node.value:
+                key = path + (knode.value,)
+                out.setdefault(key, (knode.start_mark.line + 1, knode.start_mark.column + 1))
+                walk(vnode, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                out.setdefault(path + (i,), (item.start_mark.line + 1, item.start_mark.column + 1))
+                walk(item, path + (i,))
+    if root is not None:
+        walk(root, ())
+    return out
+
+
 @dataclass
 class ParamLayout:
     storage: Any
@@ -84,10 +156,22 @@ class Plan:
     plan's ``buckets``, ``reshard_after_forward`` and ``checkpoint`` (``params`` must be empty)."""
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> Plan:
+    def from_dict(d: Mapping[str, Any], places: Places | None = None) -> Plan:
+        """A plan from its mapping; every key is checked (top level and each parameter's layout):
+        an unknown one is refused naming its place (``places``: a file's lines, else the key path
+        ``plan['params']['h.0.x']``) and the near match."""
+        places = places or Places()
+        check_keys(d, PLAN_KEYS, places, (), "a plan")
+        raw = d.get("params") or {}
+        if not isinstance(raw, Mapping):
+            raise places.error(("params",), f"'params' must map parameter patterns to layouts, got {raw!r}")
         params = {}
-        for pat, spec in (d.get("params") or {}).items():
+        for pat, spec in raw.items():
             if isinstance(spec, Mapping):
+                check_keys(spec, LAYOUT_KEYS, places, ("params", pat), f"the layout of plan pattern '{pat}'")
+                if "storage" not in spec:
+                    raise places.error(("params", pat), f"the layout of plan pattern '{pat}' has no 'storage' "
+                                                        "(how the parameter is kept; 'compute' is optional)")
                 params[pat] = ParamLayout(spec.get("storage"), spec.get("compute"))
             else:
                 params[pat] = spec
@@ -143,15 +227,16 @@ class Plan:
                 raise PlanError(f"{path}:{e.lineno}:{e.colno}: error: invalid JSON plan: {e.msg}") from None
         if not isinstance(data, Mapping):
             raise PlanError(f"{path}: a plan file must hold a mapping with 'params', 'inputs', 'outputs'")
+        places = Places(path, _key_marks(text))
         if "groups" in data:   # device groups with their own plans (spmdc.sharding.hetero)
             from spmdc.sharding.hetero import HeteroPlan
 
-            return HeteroPlan.from_dict(data)  # type: ignore[return-value]
+            return HeteroPlan.from_dict(data, places)  # type: ignore[return-value]
         if "stages" in data:   # pipeline stages over device groups (spmdc.sharding.pipeline)
             from spmdc.sharding.pipeline import PipelinePlan
 
-            return PipelinePlan.from_dict(data)  # type: ignore[return-value]
-        return Plan.from_dict(data)
+            return PipelinePlan.from_dict(data, places)  # type: ignore[return-value]
+        return Plan.from_dict(data, places)
 
     # -- resolution --------------------------------------------------------------------------
     def reshards(self, fqn: str, fqns: Iterable[str]) -> bool:
@@ -185,9 +270,7 @@ class Plan:
         for pattern, spec in self.params.items():
             hits = [fqn for fqn in params if fnmatch.fnmatchcase(fqn, pattern)]
             if not hits:
-                near = difflib.get_close_matches(pattern, list(params), n=3, cutoff=0.4)
-                hint = f"; near matches: {', '.join(near)}" if near else ""
-                raise PlanError(f"plan pattern '{pattern}' matches no parameter{hint}")
+                raise _matches_nothing(pattern, list(params))
             layout = spec if isinstance(spec, ParamLayout) else ParamLayout(spec)
             try:
                 storage = to_placements(layout.storage, mesh)
@@ -248,6 +331,59 @@ class Plan:
                 _check_dims(f"output #{i}", shape, lay, mesh, "layout")
             out.append(lay)
         return out
+
+
+def axes_sharded_by(layouts: Iterable[Layout], mesh: Mesh) -> set[str]:
+    """The mesh axes over which some layout shards (``S``/``SS``/``RS``) or is partial."""
+    used: set[str] = set()
+    for lay in layouts:
+        used.update(a for a, p in zip(mesh.axis_names, lay) if not isinstance(p, Replicate))
+    return used
+
+
+def check_axes_used(mesh: Mesh, used: Collection[str], plan_name: str) -> None:
+    """Every mesh axis of size > 1 is used by some layout of the plan: an axis no layout shards
+    (or is partial over) replicates everything over it, and its ranks would repeat each other."""
+    unused = [(a, n) for a, n in mesh.axes if n > 1 and a not in used]
+    if not unused:
+        return
+    copies = 1
+    for _, n in unused:
+        copies *= n
+    names = " and ".join(f"'{a}' (size {n})" for a, n in unused)
+    what = f"mesh axis {names} is" if len(unused) == 1 else f"mesh axes {names} are"
+    raise PlanError(f"{what} used by no layout of plan '{plan_name}': {mesh.size - mesh.size // copies} of the "
+                    f"{mesh.size} ranks would duplicate the others' work; drop the "
+                    f"{'axis' if len(unused) == 1 else 'axes'}, or use a plan that shards over "
+                    f"{'it' if len(unused) == 1 else 'them'}")
+
+
+def written_layouts(plan: Plan, mesh: Mesh) -> list[Layout] | None:
+    """The layouts a plan without a preset writes (parameters' storage and compute, inputs,
+    outputs) on ``mesh``; None when one of them does not parse (compiling reports it)."""
+    specs: list[Any] = []
+    for spec in plan.params.values():
+        layout = spec if isinstance(spec, ParamLayout) else ParamLayout(spec)
+        specs += [layout.storage] + ([layout.compute] if layout.compute is not None else [])
+    specs += list(plan.inputs.values()) if isinstance(plan.inputs, Mapping) else list(plan.inputs)
+    specs += list(plan.outputs)
+    try:
+        return [to_placements(x, mesh) for x in specs if x is not None]
+    except (ValueError, TypeError):
+        return None
+
+
+def check_patterns(plan: Plan, fqns: Sequence[str]) -> None:
+    """Every parameter pattern of ``plan`` matches a parameter (else refused with near matches)."""
+    for pattern in plan.params:
+        if not any(fnmatch.fnmatchcase(f, pattern) for f in fqns):
+            raise _matches_nothing(pattern, fqns)
+
+
+def _matches_nothing(pattern: str, fqns: Sequence[str]) -> PlanError:
+    near = difflib.get_close_matches(pattern, list(fqns), n=3, cutoff=0.4)
+    hint = f"; near matches: {', '.join(near)}" if near else ""
+    return PlanError(f"plan pattern '{pattern}' matches no parameter{hint}")
 
 
 FSDP_SHARDS = ("even", "whole")
@@ -315,8 +451,8 @@ def _check_dims(what: str, shape: tuple[int, ...], lay: Layout, mesh: Mesh, kind
 # -- presets ------------------------------------------------------------------------------------
 
 COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "fc1", "c_fc", "w1", "w3",
-                   "query", "key", "value", "fc_in")
-ROW_PARALLEL = ("o_proj", "out_proj", "down_proj", "fc2", "c_proj", "w2", "fc_out", "proj")
+                   "query", "key", "value", "fc_in", "dense_h_to_4h")
+ROW_PARALLEL = ("o_proj", "out_proj", "down_proj", "fc2", "c_proj", "w2", "fc_out", "proj", "dense_4h_to_h")
 KV_PROJECTIONS = ("k_proj", "v_proj", "key", "value")
 # fused q|k|v projections (three equal parts along the output features): GPT-2's c_attn, a ViT's
 # packed qkv. nn.MultiheadAttention's in_proj_weight is not among them: its functional form folds

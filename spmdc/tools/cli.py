@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from spmdc.tools.errors import EXIT_INTERRUPTED, guard
+from spmdc.tools.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, guard, sigterm_interrupts
 
 
 def version_text(prog: str) -> str:
@@ -26,6 +26,19 @@ def version_text(prog: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    undo = sigterm_interrupts()   # SIGTERM, even before ranks exist: cleaned up, "interrupted", exit 143
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:   # while the options are parsed, before a command's guard
+        from spmdc.runtime.launcher import Terminated
+
+        sys.stderr.write("spmdc: interrupted\n")
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+    finally:
+        undo()
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="spmdc", description="spmdc — sharding compiler for PyTorch")
     ap.add_argument("--version", action="version", version=version_text("spmdc"))
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -53,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from spmdc.tools.run_cmd import config_from_args, run_main
 
         rc = guard(prog, lambda: run_main(config_from_args(args)), verbose=args.verbose)
-        if rc == EXIT_INTERRUPTED:
+        if rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             # torch's rendezvous store may still run a thread in this process, which a normal
             # interpreter exit would destroy mid-run (std::terminate, "Fatal Python error"). The
             # ranks are gone and the launcher has removed its files: leave now, with the code.

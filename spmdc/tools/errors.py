@@ -23,6 +23,7 @@ from typing import TextIO
 EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143   # 128 + SIGTERM, as the shell reports a process SIGTERM ended
 
 
 class UserError(Exception):
@@ -46,6 +47,21 @@ def user_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover - torch missing
         pass
     return tuple(errors)
+
+
+def sigterm_interrupts() -> Callable[[], None]:
+    """From now on SIGTERM ends the tool as Ctrl-C does (``finally`` blocks run: the launch's
+    temporary files are removed, ranks stopped; :func:`guard` prints ``interrupted``, exit 143)
+    instead of killing it on the spot. Returns the undo (a no-op off the main thread)."""
+    import signal
+    import threading
+
+    from spmdc.runtime.launcher import raise_on_sigterm
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def read_text(path: str, what: str = "") -> str:
@@ -103,13 +119,16 @@ def render(e: BaseException, sources: object | None = None) -> str:
 
 def guard(prog: str, body: Callable[[], int], verbose: bool = False, err: TextIO | None = None) -> int:
     """Run ``body``; a user error prints ``prog: error: ...`` (or a located diagnostic) and
-    returns 1, an interruption 130, anything else an internal-error line and 2."""
+    returns 1, an interruption 130 (Ctrl-C) or 143 (SIGTERM: see :func:`sigterm_interrupts`),
+    anything else an internal-error line and 2."""
+    from spmdc.runtime.launcher import Terminated
+
     err = err or sys.stderr
     try:
         return body()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         err.write(f"{prog}: interrupted\n")
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     except user_errors() as e:
         text = render(e)
         located = text.split("\n", 1)[0].count(": error: ") > 0

@@ -86,7 +86,8 @@ class SplitAllReduceOp(CrossGroupOp):
         return max((len(g) for g in self.holder_sets), default=1)
 
     def torch_expr(self, ins: Sequence[str]) -> str:
-        return f"comm.split_all_reduce([{', '.join(ins)}], {self.seq}, {literal(str(self.attr_value('op')))})"
+        call = f"comm.split_all_reduce([{', '.join(ins)}], {self.seq}, {literal(str(self.attr_value('op')))})"
+        return call + "[0]" if len(self.results) == 1 else call   # one result binds a tensor, not a list
 
     def verify_(self) -> None:
         from spmdc.dialects.shard import CrossPartial, UnionShardingAttr

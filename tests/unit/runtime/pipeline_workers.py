@@ -31,10 +31,11 @@ FOUR_RANKS = {
     "llama-tiny pp2xtp2": ("llama-tiny", {"microbatches": 4, "stages": [stage([0, 1], None, "tp=2", "megatron"),
                                                                         stage([2, 3], None, "tp=2", "megatron")]},
                            8, ("sgd", {"lr": 0.1})),
-    # three heterogeneous stages: tp=2, one rank, one rank (the middle one holds hidden states)
+    # three heterogeneous stages: tp=2, one rank, one rank (the middle one holds hidden states; the
+    # tp=2 stage holds a block, which megatron shards: embeddings alone would leave tp unused, refused)
     "gpt2-tiny pp3 hetero": ("gpt2-tiny", {"microbatches": 4, "stages": [
-        stage([0, 1], ["wte", "wpe"], "tp=2", "megatron"), stage([2], ["h.0"]),
-        stage([3], ["h.1", "ln_f", "lm_head"])]}, 8, ("sgd", {"lr": 0.1})),
+        stage([0, 1], ["wte", "wpe", "h.0"], "tp=2", "megatron"), stage([2], ["h.1"]),
+        stage([3], ["ln_f", "lm_head"])]}, 8, ("sgd", {"lr": 0.1})),
 }
 SCHEDULES = ("gpipe", "1f1b")
 

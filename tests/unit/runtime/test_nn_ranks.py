@@ -6,6 +6,7 @@ gradients rtol 1e-4, atol 1e-5."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -24,7 +25,8 @@ from spmdc.sharding.mesh import Mesh  # noqa: E402
 SEED = 9
 MODELS = ["encoder", "vit", "conv1d"]
 PLANS = [("megatron", Mesh({"tp": 4})), ("fsdp", Mesh({"dp": 4})), ("fsdp+tp", Mesh({"dp": 2, "tp": 2}))]
-CASES = [(m, p, mesh) for m in MODELS for p, mesh in PLANS]
+# a grouped Conv1d stack has nothing megatron shards: its tp axis would only repeat work (refused below)
+CASES = [(m, p, mesh) for m in MODELS for p, mesh in PLANS if not (m == "conv1d" and "tp" in mesh.axis_names)]
 
 
 def _eager(name):
@@ -57,3 +59,13 @@ def test_convolution_is_captured_as_conv_ops(runs):
     steps, _ = runs
     ir = steps[MODELS.index("vit") * len(PLANS)].global_ir
     assert "tensor.conv " in ir and "tensor.conv_weight_grad" in ir
+
+
+@pytest.mark.parametrize("plan,mesh", [p for p in PLANS if "tp" in p[1].axis_names], ids=lambda p: str(p))
+def test_a_plan_with_nothing_to_shard_over_tp_is_refused(plan, mesh):
+    from spmdc.sharding.plan import PlanError
+
+    model, ((x,), (y,)), loss_fn = nn_models.conv1d()
+    with pytest.raises(PlanError, match=f"mesh axis 'tp' \\(size {mesh.axis_size('tp')}\\) is used by no layout of "
+                                        f"plan '{re.escape(plan)}'"):
+        compile_step(model, (x,), mesh=mesh, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,))
