@@ -7,9 +7,26 @@
 What is saved: the model state (DTensors under the model's own keys, from
 ``get_state_dict(cm, optimizer)``), the optimizer state keyed by parameter name (DTensors laid out
 like their parameters, plus step counts and hyper-parameters), torch's generator state (random
-ops draw on from where they stopped) and a small ``extra`` dict of the caller's (pickled). DCP
-maps saved shards onto the loading job's layout, so a checkpoint of fsdp on 4 ranks loads into
-megatron on 2; the values are bitwise what was saved.
+ops draw on from where they stopped), the optimizer's class (or that there was none) and a small
+``extra`` dict of the caller's (pickled). DCP maps saved shards onto the loading job's layout, so
+a checkpoint of fsdp on 4 ranks loads into megatron on 2; the values are bitwise what was saved.
+
+Nothing is lost and nothing is silently wrong:
+
+* a save writes into a sibling directory (``.<name>.saving``) and renames it into place once
+  every file and DCP's ``.metadata`` are written, so a save that is interrupted leaves the
+  previous checkpoint whole (between the two renames it sits in ``.<name>.replaced``, where
+  :func:`located` finds it; the next save tidies both up);
+* the optimizer saved is the one given, else ``cm.optimizer``, else the one live optimizer over
+  the module's parameters; loading a checkpoint with optimizer state into a training module
+  without one, an optimizer of another class, or asking for optimizer state a checkpoint does
+  not hold is refused (``model_only=True`` saves or loads the model alone);
+* loading keeps the optimizer's own settings (lr, betas, weight_decay, ...) and warns, in one
+  line, about each one that differs from the saved value; a learning rate an LR scheduler
+  drives (the group has ``initial_lr``) is schedule state and comes from the checkpoint;
+* a damaged checkpoint (a file missing or cut short, an unreadable ``.metadata``), another
+  model (a parameter missing, extra or of another shape) and DCP's own failures (a
+  ``BaseException`` in torch) are one :class:`CheckpointError` naming the file or parameter.
 
 DCP describes each rank's shard as one box of the global tensor, which a strided shard
 (``SS(d, k)``: a piece of each of k parts) is not: those tensors travel through DCP in the
@@ -20,9 +37,582 @@ and their optimizer state travel the same way, as ``S(d)`` DTensors of the globa
 
 from __future__ import annotations
 
+import difflib
 import io
+import os
 import pickle
+import re
+import shutil
+import warnings
+from dataclasses import dataclass
 from typing import Any
+
+STOP_ENV = "SPMDC_TEST_SAVE_STOP"   # test hook: end a save at a point (see _reached)
+_DCP_FILE = re.compile(r"^(\.metadata(\.tmp)?|__\d+_\d+\.distcp|__\d+\.metadata(\.tmp)?)$")
+# param_group entries that choose an implementation, not the update: the caller's, unreported
+_IMPLEMENTATION = frozenset({"params", "initial_lr", "foreach", "fused", "capturable", "differentiable"})
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be written or read as asked; the message names the checkpoint,
+    the file or parameter, and the reason."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint loaded with a difference the caller should know of (an optimizer setting)."""
+
+
+# -- where a checkpoint is --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Places:
+    """A checkpoint directory and its two siblings: the save being written, the checkpoint it replaces."""
+
+    path: str
+    saving: str
+    replaced: str
+
+    @staticmethod
+    def of(path: str) -> _Places:
+        full = os.path.abspath(path)
+        parent, name = os.path.split(full)
+        return _Places(full, os.path.join(parent, f".{name}.saving"), os.path.join(parent, f".{name}.replaced"))
+
+
+def _is_checkpoint(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, ".metadata"))
+
+
+def located(path: str) -> str:
+    """The directory that holds the checkpoint saved to ``path``: ``path`` itself, or the previous
+    checkpoint a save moved aside when it was interrupted between its two renames."""
+    places = _Places.of(path)
+    if _vacant(places.path) and _is_checkpoint(places.replaced):
+        return places.replaced
+    return path
+
+
+def _vacant(path: str) -> bool:
+    """Nothing at ``path``, or an empty directory (``spmdc run --save`` makes one before ranks start)."""
+    return not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path))
+
+
+def _reached(point: str) -> None:
+    """Test hook: with ``SPMDC_TEST_SAVE_STOP=<point>`` the process ends here at once, as if
+    killed (``<point>:raise``: a :class:`CheckpointError` instead, for a job that goes on).
+    Points: ``shards`` (every rank, its files written), ``metadata`` (``.metadata`` written),
+    ``aside`` (the previous checkpoint moved aside), ``renamed`` (the new one in place)."""
+    want = os.environ.get(STOP_ENV, "")
+    if want.split(":")[0] != point:
+        return
+    if want.endswith(":raise"):
+        raise CheckpointError(f"save stopped at '{point}' ({STOP_ENV})")
+    os._exit(75)
+
+
+def _replaceable(places: _Places, shown: str) -> str | None:
+    """Why ``path`` may not be replaced by a checkpoint (a file; a directory holding what DCP
+    does not write), or None."""
+    if os.path.isfile(places.path):
+        return f"cannot save checkpoint '{shown}': it is a file"
+    if not os.path.isdir(places.path):
+        return None
+    others = sorted(n for n in os.listdir(places.path) if not _DCP_FILE.match(n))
+    if others:
+        return (f"cannot save checkpoint '{shown}': the directory holds {len(others)} file(s) a checkpoint does "
+                f"not ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); spmdc replaces only "
+                "checkpoints: give a new or empty directory")
+    return None
+
+
+def unreplaceable(path: str) -> str | None:
+    """Why a save may not replace what is at ``path`` (a file; a directory holding files a
+    checkpoint does not), or None: for checking ``spmdc run --save`` before ranks start."""
+    return _replaceable(_Places.of(path), path)
+
+
+def _tidy(places: _Places) -> None:
+    """Before a save (one rank): drop a save an earlier crash left half-written; put back a
+    checkpoint moved aside by a save that stopped between its renames, or drop it when the new
+    one made it into place."""
+    if os.path.exists(places.saving):
+        shutil.rmtree(places.saving)
+    if os.path.isdir(places.replaced):
+        if _vacant(places.path):
+            if os.path.isdir(places.path):
+                os.rmdir(places.path)
+            os.rename(places.replaced, places.path)
+        elif _is_checkpoint(places.path):
+            shutil.rmtree(places.replaced)
+
+
+def _commit(places: _Places) -> None:
+    """After every rank wrote into ``saving`` (one rank): ``path`` moved aside, ``saving``
+    renamed into its place, the old one removed."""
+    if os.path.isdir(places.replaced):
+        shutil.rmtree(places.replaced)
+    if os.path.exists(places.path):
+        os.rename(places.path, places.replaced)
+        _reached("aside")
+    os.rename(places.saving, places.path)
+    _sync_dir(os.path.dirname(places.path))
+    _reached("renamed")
+    if os.path.isdir(places.replaced):
+        shutil.rmtree(places.replaced)
+
+
+def _sync_dir(path: str) -> None:
+    """Make the renames in ``path`` durable (where the platform can)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _writer(path: str) -> Any:
+    """DCP's file writer with the test hook's points after the shard files and ``.metadata``."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    class _Writer(FileSystemWriter):
+        def write_data(self, plan: Any, planner: Any) -> Any:
+            fut = super().write_data(plan, planner)
+            fut.wait()
+            _reached("shards")
+            return fut
+
+        def finish(self, metadata: Any, results: Any) -> None:
+            super().finish(metadata, results)
+            _reached("metadata")
+
+    return _Writer(path)
+
+
+def _agreed(cm: Any, error: str | None) -> None:
+    """Every rank of ``cm`` learns every rank's error (a collective); all raise the first one."""
+    import torch.distributed as dist
+
+    errors: list[Any] = [None] * (len(cm.members) if cm.group is not None else dist.get_world_size())
+    dist.all_gather_object(errors, error, group=cm.group)
+    first = next((e for e in errors if e), None)
+    if first:
+        raise CheckpointError(first)
+
+
+def _leader(cm: Any) -> bool:
+    import torch.distributed as dist
+
+    return dist.get_rank(cm.group) == 0 if cm.group is not None else dist.get_rank() == 0
+
+
+def _dcp(what: str, path: str, fn: Any, md: Any = None) -> Any:
+    """Run a DCP call; its ``CheckpointException`` (a ``BaseException``, which would end a rank
+    without a Python error) becomes one CheckpointError naming the damaged file (when reading:
+    ``md`` is the checkpoint's metadata) or the checkpoint and the first failure."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        return fn()
+    except CheckpointException as e:
+        rank, (exc, _trace) = next(iter(sorted(e.failures.items(), key=lambda kv: kv[0])))
+        if isinstance(exc, CheckpointError):
+            raise CheckpointError(str(exc)) from None
+        damaged = _probe(path, md) if md is not None else None
+        if damaged:
+            raise CheckpointError(damaged) from None
+        raise CheckpointError(f"checkpoint '{path}': {what} failed on rank {rank}: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """``Type: first line of the message``."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = text if len(text) <= 120 else text[:117] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _probe(path: str, md: Any) -> str | None:
+    """After a failed read: the first entry whose bytes do not unpickle, as "checkpoint FILE is
+    damaged (ENTRY: reason)"; None when every entry reads (the failure was elsewhere)."""
+    import torch
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    where = located(path)
+    items = sorted(md.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset))
+    for index, info in items:
+        if getattr(info, "transform_descriptors", None):
+            continue   # compressed or otherwise transformed: not readable as it lies
+        try:
+            with open(os.path.join(where, info.relative_path), "rb") as f:
+                f.seek(info.offset)
+                data = f.read(info.length)
+            tensor = not isinstance(md.state_dict_metadata.get(index.fqn), BytesStorageMetadata)
+            torch.load(io.BytesIO(data), map_location="cpu", weights_only=tensor)
+        except Exception as e:  # noqa: BLE001 - whatever it is, this entry is what cannot be read
+            return f"checkpoint {_shown(path, info.relative_path)} is damaged ({index.fqn}: {_reason(e)})"
+    return None
+
+
+# -- what a checkpoint holds, and whether it is whole ------------------------------------------------
+
+def _shown(path: str, name: str = "") -> str:
+    """``path`` as the user wrote it, with ``name`` inside it."""
+    return os.path.join(path, name) if name else path
+
+
+def read_metadata(path: str) -> Any:
+    """DCP's ``.metadata`` of the checkpoint at ``path`` (see :func:`located`), with every file it
+    names present and long enough; else a CheckpointError naming the damaged file."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    where = located(path)
+    if not os.path.isdir(where):
+        raise CheckpointError(f"checkpoint '{path}': no such directory")
+    if not _is_checkpoint(where):
+        raise CheckpointError(f"checkpoint '{path}' has no .metadata file: it is not a checkpoint, or its save "
+                              "did not finish")
+    try:
+        md = FileSystemReader(where).read_metadata()
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the same: damaged
+        raise CheckpointError(f"checkpoint {_shown(path, '.metadata')} is damaged ({_reason(e)})") from None
+    if not isinstance(getattr(md, "storage_data", None), dict):
+        raise CheckpointError(f"checkpoint {_shown(path, '.metadata')} is damaged (no table of its files)")
+    _check_files(path, where, md)
+    return md
+
+
+def _check_files(path: str, where: str, md: Any) -> None:
+    """Every file ``.metadata`` names exists and reaches the last byte it reads from it."""
+    need: dict[str, int] = {}
+    for info in md.storage_data.values():
+        end = int(getattr(info, "offset", 0)) + int(getattr(info, "length", 0))
+        need[info.relative_path] = max(need.get(info.relative_path, 0), end)
+    for name in sorted(need):
+        file = os.path.join(where, name)
+        if not os.path.isfile(file):
+            raise CheckpointError(f"checkpoint {_shown(path, name)} is missing (.metadata names it)")
+        size = os.path.getsize(file)
+        if size < need[name]:
+            raise CheckpointError(f"checkpoint {_shown(path, name)} is damaged (truncated: {size:,} of at least "
+                                  f"{need[name]:,} bytes)")
+
+
+def _read_spmdc(path: str) -> dict[str, Any]:
+    """What :func:`save` pickled beside the tensors, read in this process alone."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {"spmdc": io.BytesIO()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "assuming the intent is to load in a single process"
+        _dcp("reading", path, lambda: dcp.load(state, checkpoint_id=located(path), no_dist=True),
+             read_metadata(path))
+    state["spmdc"].seek(0)
+    try:
+        return pickle.loads(state["spmdc"].read())
+    except Exception as e:  # noqa: BLE001 - damaged bytes
+        raise CheckpointError(f"checkpoint '{path}': its spmdc record is damaged ({_reason(e)})") from None
+
+
+def read_meta(path: str) -> dict[str, Any]:
+    """What :func:`save` wrote beside the tensors (``extra``, plan, mesh, optimizer), read in this
+    process alone (no ranks needed): for checking a checkpoint before starting a job on it. A
+    damaged checkpoint raises CheckpointError naming the file."""
+    md = read_metadata(path)
+    if "spmdc" not in md.state_dict_metadata:
+        raise CheckpointError(f"checkpoint '{path}' was not written by spmdc (no 'spmdc' entry)")
+    return _read_spmdc(path)
+
+
+# -- the optimizer a checkpoint is written from and read into ----------------------------------------
+
+def _class_name(opt: Any) -> str:
+    from spmdc.runtime.optimizers import class_name
+
+    return class_name(type(opt))
+
+
+def _record(opt: Any) -> dict[str, Any] | None:
+    """The saved optimizer: its class (None: saved without optimizer state)."""
+    return None if opt is None else {"class": _class_name(opt), "groups": len(opt.param_groups)}
+
+
+def live_optimizers(cm: Any) -> list[Any]:
+    """The live ``torch.optim`` optimizers other than ``cm.optimizer`` over any of ``cm``'s parameters."""
+    import gc
+
+    import torch
+
+    mine = {id(p) for p in cm.parameters()}
+    gc.collect()   # an optimizer dropped but caught in a reference cycle is not live
+    return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer) and o is not cm.optimizer
+            and any(id(p) in mine for g in o.param_groups for p in g["params"])]
+
+
+def _found(cm: Any, doing: str, path: str) -> Any:
+    """The one live optimizer over ``cm``'s parameters (None without one); several: refused."""
+    found = live_optimizers(cm)
+    if len(found) > 1:
+        names = ", ".join(sorted(type(o).__name__ for o in found))
+        raise CheckpointError(f"{doing}('{path}'): {len(found)} optimizers ({names}) are over this module's "
+                              f"parameters; pass the one to {doing.split('.')[-1]} (cm.{doing.split('.')[-1]}"
+                              "(path, opt))")
+    return found[0] if found else None
+
+
+def _save_optimizer(cm: Any, path: str, optimizer: Any, model_only: bool) -> Any:
+    """The optimizer whose state a save writes: the one given, ``cm.optimizer``, or the live one
+    over the module's parameters."""
+    if model_only:
+        return None
+    if optimizer is not None:
+        return optimizer
+    if cm.optimizer is not None:
+        return cm.optimizer
+    return _found(cm, "cm.save", path) if cm._opts.can_train else None
+
+
+def _saved_optimizer(md: Any, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of the optimizer a checkpoint holds state of (class None: saved before spmdc
+    recorded it), or None when it holds none."""
+    if "optimizer" in meta:
+        return meta["optimizer"]
+    return {"class": None} if any(k.startswith("optim.") for k in md.state_dict_metadata) else None
+
+
+def _load_optimizer(cm: Any, path: str, optimizer: Any, model_only: bool, md: Any, meta: dict[str, Any]) -> Any:
+    """The optimizer a load reads state into (None: the model alone); refuses a checkpoint with
+    optimizer state and nowhere to put it (in a training module)."""
+    if model_only:
+        return None
+    opt = optimizer if optimizer is not None else cm.optimizer
+    if opt is None and cm._opts.can_train:
+        opt = _found(cm, "cm.load", path)
+    saved = _saved_optimizer(md, meta)
+    if opt is None:
+        if saved is not None and cm._opts.can_train:
+            what = f"optimizer {_short(saved['class'])}" if saved.get("class") else "an optimizer"
+            raise CheckpointError(f"checkpoint '{path}' holds the state of {what}, and this module has no "
+                                  "optimizer to load it into: pass it (cm.load(path, opt)), or model_only=True to "
+                                  "load the model alone")
+        return None
+    check_optimizer(path, opt, md, meta)
+    return opt
+
+
+def check_optimizer(path: str, opt: Any, md: Any, meta: dict[str, Any]) -> None:
+    """``opt`` can take the optimizer state of the checkpoint at ``path`` (metadata ``md``, spmdc
+    record ``meta``): the checkpoint holds some, of ``opt``'s class and number of groups."""
+    saved = _saved_optimizer(md, meta)
+    now = _class_name(opt)
+    if saved is None:
+        raise CheckpointError(f"checkpoint '{path}' holds no optimizer state (it was saved without an optimizer): "
+                              f"{_short(now)}'s state cannot come from it; pass model_only=True to load the model "
+                              f"alone and start {_short(now)} fresh")
+    if saved.get("class") and saved["class"] != now:
+        raise CheckpointError(f"checkpoint '{path}' holds the state of optimizer {_short(saved['class'])}, not "
+                              f"{_short(now)}: another optimizer's state cannot resume this one (build "
+                              f"{_short(saved['class'])}, or pass model_only=True to start {_short(now)} fresh)")
+    groups = {k.split(".")[2] for k in md.state_dict_metadata if k.startswith("optim.param_groups.")}
+    if groups and len(groups) != len(opt.param_groups):
+        raise CheckpointError(f"checkpoint '{path}' holds {len(groups)} parameter group(s) of optimizer "
+                              f"{_short(now)}; this one has {len(opt.param_groups)}")
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _settings(opt: Any) -> list[dict[str, Any]]:
+    """Each param_group's settings (everything but its parameters)."""
+    return [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+
+
+def _plain_value(v: Any) -> Any:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    return list(map(_plain_value, v)) if isinstance(v, (list, tuple)) else v
+
+
+def _keep_settings(path: str, opt: Any, mine: list[dict[str, Any]], saved: list[dict[str, Any]]) -> None:
+    """Put the caller's settings back into ``opt``'s groups (a load replaced them with the saved
+    ones) and warn once, naming every setting that differs; a learning rate an LR scheduler
+    drives stays the checkpoint's (schedule state)."""
+    diffs = []
+    for i, (group, own, old) in enumerate(zip(opt.param_groups, mine, saved)):
+        for key, value in own.items():
+            if key == "lr" and "initial_lr" in own:
+                continue   # the scheduler's current value: the checkpoint's
+            group[key] = value
+            if key in _IMPLEMENTATION or key not in old or _plain_value(old[key]) == _plain_value(value):
+                continue
+            where = f"group {i} " if len(mine) > 1 else ""
+            diffs.append(f"{where}{key} {old[key]!r} there, {value!r} now")
+    if diffs:
+        warnings.warn(f"checkpoint '{path}': optimizer {type(opt).__name__} keeps its own settings, which differ "
+                      f"from the saved ones: {'; '.join(diffs)}", CheckpointWarning, stacklevel=4)
+
+
+# -- the model a checkpoint is read into ---------------------------------------------------------------
+
+def _shape(cm: Any, key: str, value: Any) -> tuple[int, ...] | None:
+    """The global shape of model entry ``key`` (a ragged parameter's is its whole tensor's)."""
+    if cm._ragged_layout(key) is not None:
+        return tuple(cm._shapes[_fqn(cm, key)])
+    return tuple(value.shape) if hasattr(value, "shape") else None
+
+
+def _check_model(cm: Any, path: str, md: Any, model: dict[str, Any]) -> None:
+    """The checkpoint holds exactly this model's entries, each of this model's shape; else one
+    error naming the first difference (with the nearest names there)."""
+    saved = {k[len("model."):]: m for k, m in md.state_dict_metadata.items() if k.startswith("model.")}
+    missing = sorted(k for k in model if k not in saved)
+    if missing:
+        near = difflib.get_close_matches(missing[0], list(saved), n=1)
+        raise CheckpointError(
+            f"checkpoint '{path}' lacks {len(missing)} of the {len(model)} entries of this model "
+            f"({', '.join('model.' + k for k in missing[:3])}{', ...' if len(missing) > 3 else ''}"
+            f"{'; nearest there: ' + repr(near[0]) if near else ''}): it was saved from another model")
+    extra = [k for k in saved if k not in model]
+    if extra:
+        near = difflib.get_close_matches(extra[0], list(model), n=1)
+        raise CheckpointError(
+            f"checkpoint '{path}' holds {len(extra)} model entries this model does not have "
+            f"({', '.join(repr(k) for k in extra[:3])}{', ...' if len(extra) > 3 else ''}"
+            f"{'; nearest here: ' + repr(near[0]) if near else ''}): it was saved from another model")
+    for key, value in model.items():
+        there, here = getattr(saved[key], "size", None), _shape(cm, key, value)
+        if there is not None and here is not None and tuple(there) != here:
+            raise CheckpointError(f"checkpoint '{path}': parameter '{key}' has shape {tuple(there)} there, "
+                                  f"{here} in this model")
+
+
+def check_parameter(path: str, fqn: str, shape: tuple[int, ...], md: Any) -> None:
+    """Parameter ``fqn`` of global ``shape`` is in the checkpoint at ``path`` with that shape;
+    else one error naming it (with the nearest name there) or both shapes."""
+    saved = md.state_dict_metadata.get(f"model.{fqn}")
+    if saved is None:
+        names = [k[len("model."):] for k in md.state_dict_metadata if k.startswith("model.")]
+        near = difflib.get_close_matches(fqn, names, n=1)
+        hint = f" (nearest there: '{near[0]}')" if near else ""
+        raise CheckpointError(f"checkpoint '{path}' has no parameter '{fqn}'{hint}: it was saved from another model")
+    there = getattr(saved, "size", None)
+    if there is not None and tuple(there) != tuple(shape):
+        raise CheckpointError(f"checkpoint '{path}': parameter '{fqn}' has shape {tuple(there)} there, "
+                              f"{tuple(shape)} in this model")
+
+
+def read_state(path: str, md: Any, state: dict[str, Any], group: Any = None) -> None:
+    """DCP's load of ``state`` from the checkpoint at ``path`` (metadata ``md``), every rank of
+    ``group``; a failure is one CheckpointError naming the damaged file."""
+    import torch.distributed.checkpoint as dcp
+
+    _dcp("loading", path, lambda: dcp.load(state, checkpoint_id=located(path), process_group=group), md)
+
+
+def _check_optim_keys(path: str, md: Any, state: dict[str, Any]) -> None:
+    """Every optimizer entry this optimizer needs is in the checkpoint (another optimizer's are not)."""
+    saved = md.state_dict_metadata
+    wanted = [f"optim.state.{fqn}.{stat}" for fqn, stats in state.get("optim", {}).get("state", {}).items()
+              for stat in stats]
+    missing = [k for k in wanted if k not in saved]
+    if missing:
+        raise CheckpointError(f"checkpoint '{path}' lacks {len(missing)} of the {len(wanted)} entries this "
+                              f"optimizer needs ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): it "
+                              "was saved from another optimizer")
+
+
+# -- save and load -------------------------------------------------------------------------------------
+
+def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None,
+         model_only: bool = False) -> None:
+    """Write ``cm``'s state and its optimizer's (``optimizer``, else ``cm.optimizer``, else the one
+    live optimizer over its parameters; none with ``model_only``) to the directory ``path``,
+    atomically: every rank calls it, and until it returns the previous checkpoint there stays whole."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    places = _Places.of(path)
+    error = _replaceable(places, path)
+    opt = None
+    try:
+        opt = _save_optimizer(cm, path, optimizer, model_only)
+        if error is None and _leader(cm):
+            _tidy(places)
+    except (CheckpointError, OSError) as e:
+        error = error or (str(e) if isinstance(e, CheckpointError) else _os_error("save", path, e))
+    _agreed(cm, error)   # also the barrier: nothing is written before the leftovers are gone
+    state, _ = _state(cm, opt)
+    state = _containers_copied(state)   # entries are swapped below: never in the optimizer's own state
+    meta = {"extra": dict(extra or {}), "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if cm.device.type == "cuda" else None,
+            "plan": cm.plan_name, "mesh": str(cm.mesh), "optimizer": _record(opt)}
+    state["spmdc"] = io.BytesIO(pickle.dumps(meta))
+    for container, key, dt in _strided_entries(state):
+        container[key] = _plain(dt, dt.full_tensor())
+    for container, key, piece, layout, shape in _ragged_entries(cm, state):
+        container[key] = _as_shard(cm, layout, shape, cm._full(piece.detach(), layout, shape), piece)
+    _dcp("saving", path, lambda: dcp.save(state, storage_writer=_writer(places.saving), process_group=cm.group))
+    error = None
+    if _leader(cm):
+        try:
+            _commit(places)
+        except (CheckpointError, OSError) as e:
+            error = str(e) if isinstance(e, CheckpointError) else _os_error("save", path, e)
+    _agreed(cm, error)
+
+
+def _os_error(doing: str, path: str, e: OSError) -> str:
+    """``cannot save checkpoint 'ckpt': Permission denied ('ckpt/..')``."""
+    return f"cannot {doing} checkpoint '{path}': {e.strerror or e}" + (f" ('{e.filename}')" if e.filename else "")
+
+
+def load(cm: Any, path: str, optimizer: Any = None, model_only: bool = False) -> dict[str, Any]:
+    """Read a checkpoint of :func:`save` into ``cm`` and its optimizer (``optimizer``, else
+    ``cm.optimizer``, else the one live optimizer over its parameters; none with ``model_only``),
+    resharded to their current layouts; restores torch's generator; returns the saved ``extra``.
+    The optimizer keeps its own settings (a difference from the saved ones: a CheckpointWarning)."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    md = read_metadata(path)
+    if "spmdc" not in md.state_dict_metadata:
+        raise CheckpointError(f"checkpoint '{path}' was not written by spmdc (no 'spmdc' entry)")
+    opt = _load_optimizer(cm, path, optimizer, model_only, md, _read_spmdc(path))
+    mine = _settings(opt) if opt is not None else []
+    state, _ = _state(cm, opt)
+    _check_model(cm, path, md, state["model"])
+    _check_optim_keys(path, md, state)
+    for i, group in enumerate(state.get("optim", {}).get("param_groups", [])):
+        for key in [k for k in group if f"optim.param_groups.{i}.{k}" not in md.state_dict_metadata]:
+            del group[key]   # a setting the saved optimizer did not have (initial_lr): the caller's stays
+    state["spmdc"] = io.BytesIO()
+    swapped = []
+    for container, key, dt in _strided_entries(state):
+        container[key] = _plain(dt)
+        swapped.append((container, key, dt, container[key]))
+    ragged = []
+    for container, key, piece, layout, shape in _ragged_entries(cm, state):
+        container[key] = _as_shard(cm, layout, shape, None, piece)
+        ragged.append((container, key, piece, layout, container[key]))
+    read_state(path, md, state, cm.group)
+    _restore_strided(swapped, cm)
+    _restore_ragged(ragged, cm)
+    saved_groups = [dict(g) for g in state.get("optim", {}).get("param_groups", [])]
+    set_state_dict(cm, opt if opt is not None else [], model_state_dict=state["model"],
+                   optim_state_dict=state.get("optim", {}))
+    if opt is not None:
+        _keep_settings(path, opt, mine, saved_groups)
+    buf = state["spmdc"]
+    buf.seek(0)
+    meta = pickle.loads(buf.read())
+    torch.set_rng_state(meta["rng"])
+    if meta.get("cuda_rng") is not None and cm.device.type == "cuda":
+        torch.cuda.set_rng_state(meta["cuda_rng"])
+    return meta["extra"]
 
 
 def _state(cm: Any, optimizer: Any) -> tuple[dict[str, Any], Any]:
@@ -128,85 +718,3 @@ def _restore_ragged(swapped: list[tuple[Any, Any, Any, Any, Any]], cm: Any) -> N
     for container, key, piece, layout, loaded in swapped:
         piece.copy_(local_piece(loaded.full_tensor(), layout, cm.mesh, cm.rank))
         container[key] = piece
-
-
-def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None) -> None:
-    """Write ``cm``'s (and ``optimizer``'s) state to the directory ``path``; every rank calls it."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-
-    state, _ = _state(cm, optimizer)
-    state = _containers_copied(state)   # entries are swapped below: never in the optimizer's own state
-    meta = {"extra": dict(extra or {}), "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if cm.device.type == "cuda" else None,
-            "plan": cm.plan_name, "mesh": str(cm.mesh)}
-    state["spmdc"] = io.BytesIO(pickle.dumps(meta))
-    for container, key, dt in _strided_entries(state):
-        container[key] = _plain(dt, dt.full_tensor())
-    for container, key, piece, layout, shape in _ragged_entries(cm, state):
-        container[key] = _as_shard(cm, layout, shape, cm._full(piece.detach(), layout, shape), piece)
-    dcp.save(state, checkpoint_id=path, process_group=cm.group)
-
-
-def read_meta(path: str) -> dict[str, Any]:
-    """What :func:`save` wrote beside the tensors (``extra``, plan, mesh), read in this process
-    alone (no ranks needed): for checking a checkpoint before starting a job on it."""
-    import warnings
-
-    import torch.distributed.checkpoint as dcp
-
-    state = {"spmdc": io.BytesIO()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # "assuming the intent is to load in a single process"
-        dcp.load(state, checkpoint_id=path, no_dist=True)
-    state["spmdc"].seek(0)
-    return pickle.loads(state["spmdc"].read())
-
-
-def _check_keys(path: str, state: dict[str, Any]) -> None:
-    """Every tensor the loading module and optimizer need is in the checkpoint; else one error
-    naming what is missing (another model, another optimizer) instead of DCP's from inside a rank."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    saved = set(FileSystemReader(path).read_metadata().state_dict_metadata)
-    wanted = [f"model.{k}" for k in state["model"]]   # DCP's flattened keys: dict keys joined by "."
-    for fqn, stats in state.get("optim", {}).get("state", {}).items():
-        wanted += [f"optim.state.{fqn}.{stat}" for stat in stats]
-    missing = sorted(k for k in wanted if k not in saved)
-    if missing:
-        other = "model" if any(k.startswith("model.") for k in missing) else "optimizer"
-        raise ValueError(f"checkpoint '{path}' lacks {len(missing)} of the {len(wanted)} entries this module and "
-                         f"optimizer need ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): it was "
-                         f"saved from another {other}")
-
-
-def load(cm: Any, path: str, optimizer: Any = None) -> dict[str, Any]:
-    """Read a checkpoint of :func:`save` into ``cm`` (and ``optimizer``), resharded to their
-    current layouts; restores torch's generator; returns the saved ``extra`` dict."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-
-    state, _ = _state(cm, optimizer)
-    _check_keys(path, state)
-    state["spmdc"] = io.BytesIO()
-    swapped = []
-    for container, key, dt in _strided_entries(state):
-        container[key] = _plain(dt)
-        swapped.append((container, key, dt, container[key]))
-    ragged = []
-    for container, key, piece, layout, shape in _ragged_entries(cm, state):
-        container[key] = _as_shard(cm, layout, shape, None, piece)
-        ragged.append((container, key, piece, layout, container[key]))
-    dcp.load(state, checkpoint_id=path, process_group=cm.group)
-    _restore_strided(swapped, cm)
-    _restore_ragged(ragged, cm)
-    set_state_dict(cm, optimizer if optimizer is not None else [], model_state_dict=state["model"],
-                   optim_state_dict=state.get("optim", {}))
-    buf = state["spmdc"]
-    buf.seek(0)
-    meta = pickle.loads(buf.read())
-    torch.set_rng_state(meta["rng"])
-    if meta.get("cuda_rng") is not None and cm.device.type == "cuda":
-        torch.cuda.set_rng_state(meta["cuda_rng"])
-    return meta["extra"]

@@ -63,6 +63,12 @@ def optimizer_class(spec: Any) -> type | None:
     return type(probe)
 
 
+def class_name(cls: type) -> str:
+    """An optimizer class's name as checkpoints record it (``torch.optim.adamw.AdamW``): another
+    class is another optimizer, subclasses included (torch's AdamW is a subclass of Adam)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def is_elementwise(cls: type | None) -> bool:
     """Whether an optimizer class updates every element from that element alone (exactly the
     classes spmdc knows to be: torch's SGD, Adam(W), Adamax, NAdam, RAdam, RMSprop, Rprop,
