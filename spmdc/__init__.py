@@ -16,6 +16,7 @@ _LAZY = {
     "load_workload": ("spmdc.frontend.workloads", "load_workload"),
     "compile": ("spmdc.runtime.api", "compile"),
     "eager": ("spmdc.runtime.api", "eager"),
+    "sampler_args": ("spmdc.runtime.api", "sampler_args"),
     "CompiledModule": ("spmdc.runtime.api", "CompiledModule"),
     "Optimizer": ("spmdc.runtime.api", "Optimizer"),
     "Mesh": ("spmdc.sharding.mesh", "Mesh"),

@@ -25,7 +25,8 @@ from spmdc.runtime.dtensors import dtensor_placements
 from spmdc.runtime.optimizers import OPTIMIZERS, Optimizer, make_optimizer
 from spmdc.sharding.plan import Plan
 
-__all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_placements", "eager", "make_optimizer"]
+__all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_placements", "eager", "make_optimizer",
+           "sampler_args"]
 
 
 def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Plan = "fsdp", train: bool = False,
@@ -35,7 +36,7 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
             rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
             grad_accum: int = 1, inputs: str = "global", init: Callable[[Any], Any] | None = None,
             overlap: bool = True, memory_cap: int = 0, mixed_precision: Any = None,
-            fuse_collectives: bool = True) -> CompiledModule:
+            fuse_collectives: bool = True, check_inputs: bool = True) -> CompiledModule:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
@@ -67,8 +68,13 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     ``clip_grad_norm``: each step clips the gradients to that global norm (inside the program: one
     all-reduce of a scalar); ``cm.last_grad_norm`` is the norm before clipping. ``grad_accum=N``:
     each step splits its batch into N micro-batches along dim 0 and reduces the gradients once.
-    ``inputs="local"``: each rank passes its own piece of the batch (a DistributedSampler's),
-    laid out as the plan's inputs (even pieces); the default passes the global batch.
+    ``inputs="local"``: each rank passes its own piece of the batch (a DistributedSampler's with
+    ``num_replicas, rank = spmdc.sampler_args(cm)``), laid out as the plan's inputs (even pieces);
+    the default, ``inputs="global"``, passes the whole batch on every rank. ``check_inputs`` (default
+    on): the first call of every program (and after a shape change) checks, by one checksum
+    all-gather, that the ranks that must pass the same tensor do — all ranks for global inputs,
+    the ranks holding the same piece for local ones — and refuses on every rank otherwise
+    (:mod:`spmdc.runtime.input_check`); later calls cost nothing.
     A model on the meta device (``spmdc.deferred_init(cls, *args)``, or any meta model with
     ``init=fn`` run on it, e.g. ``init=lambda m: m.apply(m._init_weights)``) is captured from fake
     tensors and each rank materializes only its shards, bitwise equal to the single-device
@@ -81,13 +87,14 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
         return _pipeline(model, example_inputs, plan, mesh=mesh, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
                          optimizer=optimizer, device=device, target=target, dump=dump, example_kwargs=example_kwargs,
                          device_mesh=device_mesh, rng=rng, checkpoint=checkpoint, clip_grad_norm=clip_grad_norm,
-                         grad_accum=grad_accum, inputs=inputs, init=init, mixed_precision=mixed_precision)
+                         grad_accum=grad_accum, inputs=inputs, init=init, mixed_precision=mixed_precision,
+                         check_inputs=check_inputs)
     return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                           loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
                           target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
                           checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs,
                           init=init, overlap=overlap, memory_cap=memory_cap, mixed_precision=mixed_precision,
-                          fuse_collectives=fuse_collectives)
+                          fuse_collectives=fuse_collectives, check_inputs=check_inputs)
 
 
 def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, rng: str,
@@ -106,6 +113,16 @@ def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: b
         if bad:
             raise ValueError(f"pipeline plan '{plan.name}': {what} is not supported with a pipeline plan yet")
     return PipelineModule(model, example_inputs, plan=plan, **kw)
+
+
+def sampler_args(cm: Any) -> tuple[int, int]:
+    """``(num_replicas, rank)`` for this rank's ``torch.utils.data.DistributedSampler`` when ``cm``
+    takes local batches (``inputs="local"``): the data-parallel size and this rank's data-parallel
+    coordinate — the number of pieces the plan cuts the batch dim into and this rank's piece (on
+    ``dp=2,tp=2`` under fsdp+tp: ``(2, dp coordinate)``; both tp ranks of a pair get the same)."""
+    if not isinstance(cm, CompiledModule):
+        raise TypeError(f"spmdc.sampler_args takes the module spmdc.compile returned, got {type(cm).__name__}")
+    return cm.sampler_args()
 
 
 def eager(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", hints: bool = True,

@@ -16,8 +16,12 @@ schedulers, ``clip_grad_norm_`` and ``torch.distributed.checkpoint`` (``get_stat
 work on it unchanged, and an optimizer that is not elementwise (Adafactor, Muon) computes on the
 global tensors DTensor presents, never silently on shards.
 
-Programs are compiled per (forward | training step, ``cm.training``, input shapes): a new batch
-size or ``cm.eval()`` compiles (collectively, on every rank) instead of failing. Each rank cuts its
+Programs are compiled per (forward | training step, every module's mode, input shapes): a new batch
+size, ``cm.eval()`` or ``model.encoder.eval()`` compiles (collectively, on every rank) instead of failing
+or running a stale program. The modes are the user's model's own flags, each submodule's kept as it is
+(a frozen submodule in eval inside a model in training): ``cm.train(mode)`` / ``cm.eval()`` is
+``model.train(mode)`` / ``model.eval()``, and ``cm.training`` / ``cm.<path>.training`` read the model's
+flags. Each rank cuts its
 shard of every parameter out of its own copy of ``model`` (ranks build the model with the same
 initialization; see :mod:`spmdc.runtime.meta_init` for models too big for one device).
 """
@@ -34,6 +38,7 @@ import torch.nn as nn
 from spmdc.compiler import Dump, RankProgram, compile_rank, default_target, split_example_inputs
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate
 from spmdc.frontend.deferred_init import fake_parameters
+from spmdc.frontend.export import ModuleModes, module_flags
 from spmdc.runtime.collectives import CountingComm
 from spmdc.runtime.compile_shared import compile_shared
 from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements, mesh_of
@@ -62,7 +67,7 @@ class CompiledModule(nn.Module):
                  inputs: str = "global", init: Callable[[Any], Any] | None = None, overlap: bool = True,
                  memory_cap: int = 0, mixed_precision: Any = None, fuse_collectives: bool = True,
                  execution: str = "compiled", eager_hints: bool = True, eager_trace: bool = False,
-                 group: Any = None):
+                 group: Any = None, check_inputs: bool = True):
         if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
@@ -129,6 +134,7 @@ class CompiledModule(nn.Module):
             g = self._hetero.group_of(dist.get_rank())
             self.rank = self._hetero.virtual_rank(g, dist.get_rank())
             self.comm = HeteroComm(device_mesh, g, len(self._hetero.groups), dist.get_rank())
+        self._input_check = self._make_input_check(inputs, check_inputs, execution)
         object.__setattr__(self, "_model", model)   # compiles new programs from it; not a submodule
         self._tape = _init_tape(model, init)       # a meta model: how to initialize it
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
@@ -139,12 +145,11 @@ class CompiledModule(nn.Module):
         self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), bucket=bucket, dump=dump, rng=rng,
                               checkpoint=checkpoint, clip=clip_grad_norm, accum=int(grad_accum), inputs=inputs,
                               target=target or default_target(), can_train=train, execution=execution,
-                              eager_hints=eager_hints, eager_trace=eager_trace,
+                              eager_hints=eager_hints, eager_trace=eager_trace, check_inputs=check_inputs,
                               comm=dict(bucket=bucket, overlap=overlap, memory_cap=int(memory_cap),
                                         mixed_precision=mixed_precision, fuse=fuse_collectives,
                                         eager=execution == "eager"))
         self.target = self._opts.target
-        self.training = model.training
         self._runners: dict[tuple, RankRunner] = {}
         example = list(model_args) + list(loss_args) + list(kwargs.values())
         if train and grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
@@ -192,6 +197,22 @@ class CompiledModule(nn.Module):
         g = hplan.group_of(dist.get_rank())
         return hplan.virtual_mesh(g), meshes[g], device
 
+    def _make_input_check(self, inputs: str, enabled: bool, execution: str) -> Any:
+        """The inputs' consistency check (:mod:`spmdc.runtime.input_check`): over the module's
+        ranks on its mesh, or for device groups over every rank of the job (global batches)."""
+        import torch.distributed as dist
+
+        from spmdc.runtime.input_check import InputCheck
+
+        where = "spmdc.eager" if execution == "eager" else "spmdc.compile"
+        if self._hetero is not None:
+            return InputCheck.for_groups(self._hetero.groups, "grp", rank=dist.get_rank(), device=self.device,
+                                         enabled=enabled, where=where, hint=f"plan '{self._hetero.name}' has device "
+                                         "groups: every rank of the job passes the same global batch (each group "
+                                         "takes its share of it)")
+        return InputCheck.for_mesh(dict(zip(self.mesh.axis_names, self.mesh.shape)), self.members, mode=inputs,
+                                   me=self.rank, group=self.group, device=self.device, enabled=enabled, where=where)
+
     def _dt(self, layout: Sequence[Any]) -> tuple[Any, ...]:
         """DTensor placements of a layout on this module's DeviceMesh (a heterogeneous plan's
         group mesh has no ``grp`` axis: values there are whole per group)."""
@@ -218,9 +239,11 @@ class CompiledModule(nn.Module):
                 forward_too: Sequence[Any] | None = None) -> RankRunner:
         """The program for ``kind`` ("forward" / "train" / "train_partial") in the current mode at
         these global input shapes, compiled (on every rank together) the first time."""
-        key = (kind, self.training, self._signature(tensors))
+        flags = module_flags(self._model)   # every module's own mode
+        key = (kind, flags, self._signature(tensors))
         if key in self._runners:
             return self._runners[key]
+        self._same_modes_everywhere(ModuleModes.of(self._model))
         # a new shape: capture it from global tensors (local batches arrive as DTensors; every rank
         # is here together, as each program is compiled collectively)
         tensors = [t.full_tensor() if _is_dtensor(t) else t for t in tensors]
@@ -242,19 +265,14 @@ class CompiledModule(nn.Module):
                              rng=o.rng, checkpoint=o.checkpoint, loss_inputs=list(tensors[n_model:n_model + o.n_loss]),
                              clip_grad_norm=o.clip if kind == "train" else None,
                              partial_grads=kind == "train_partial"))
-        model = self._model
-        was = model.training
-        model.train(self.training)
-        try:
-            with fake_parameters(model) if self._tape is not None else nullcontext():
-                if self._hetero is not None:
-                    from spmdc.runtime.compile_shared import compile_groups_shared
+        model = self._model   # captured with every module in the mode the user set
+        with fake_parameters(model) if self._tape is not None else nullcontext():
+            if self._hetero is not None:
+                from spmdc.runtime.compile_shared import compile_groups_shared
 
-                    steps = compile_groups_shared(model, jobs, self._hetero)
-                else:
-                    steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
-        finally:
-            model.train(was)
+                steps = compile_groups_shared(model, jobs, self._hetero)
+            else:
+                steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
         for job, step in zip(jobs, steps):
             if o.execution == "eager":
                 from spmdc.runtime.eager import EagerRunner, eager_program
@@ -268,8 +286,43 @@ class CompiledModule(nn.Module):
                 runner = RankRunner(prog, self.comm, device=self.device)
             sig = self._signature(job["inputs"] + job.get("loss_inputs", []) + list(job["kwargs"].values()))
             name = "forward" if not job["train"] else kind
-            self._runners[(name, self.training, sig)] = runner
+            self._runners[(name, flags, sig)] = runner
         return self._runners[key]
+
+    def _same_modes_everywhere(self, modes: ModuleModes) -> None:
+        """Refuse to compile when the model's modes differ between the ranks compiling together (one
+        rank's capture serves them all)."""
+        import torch.distributed as dist
+
+        group = None if self._hetero is not None else self.group   # device groups compile job-wide
+        every: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(every, modes, group=group)
+        if any(m != modes for m in every):
+            ranks = dist.get_process_group_ranks(group) if group is not None else range(len(every))
+            seen = "; ".join(f"rank {r}: {m.describe()}" for r, m in zip(ranks, every) if m != every[0])
+            raise ValueError(f"the model's module modes differ between ranks (rank {list(ranks)[0]}: "
+                             f"{every[0].describe()}; {seen}): set them alike on every rank before calling")
+
+    # -- modes: the user's model's own flags ------------------------------------------------------------
+    @property
+    def training(self) -> bool:   # type: ignore[override]
+        """The user's model's ``training`` flag (its submodules keep their own)."""
+        model = self.__dict__.get("_model")
+        return True if model is None else model.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        model = self.__dict__.get("_model")
+        if model is not None:   # (nn.Module.__init__ sets it before the model is known: nothing to set)
+            model.training = mode
+
+    def train(self, mode: bool = True) -> CompiledModule:
+        """``model.train(mode)`` on the user's model, as ``nn.Module.train`` does: every module's flag
+        set to ``mode``; the next call runs the program compiled for the flags then (``cm.eval()`` too)."""
+        if not isinstance(mode, bool):
+            raise ValueError(f"training mode is expected to be boolean, got {mode!r}")
+        self._model.train(mode)
+        return self
 
     def _storage_layouts(self, prog: RankProgram) -> dict[str, tuple[Any, ...]]:
         out = {}
@@ -347,10 +400,10 @@ class CompiledModule(nn.Module):
     def _place(self, fqn: str, value: Any, kind: str, persistent: bool = True) -> None:
         *path, leaf = fqn.split(".")
         owner: nn.Module = self
-        for part in path:
+        for i, part in enumerate(path):
             child = owner._modules.get(part)
             if child is None:
-                child = nn.Module()
+                child = _Submodule(self._model.get_submodule(".".join(path[:i + 1])))
                 owner._modules[part] = child
             owner = child
         if kind == "param":
@@ -415,21 +468,55 @@ class CompiledModule(nn.Module):
         values = list(tensors) + [kwargs[n] for n in self._kw_names]
         for i, v in enumerate(values):
             self._global(v, f"input #{i}")
+        self._check_inputs(kind, values)
         if self._opts.inputs == "local":
             values = self._from_local(values, kind)
         return values
+
+    def _input_specs(self, kind: str, n: int | None = None) -> list[tuple[str, tuple[Any, ...]]]:
+        """(name, layout) of each input of ``kind``'s programs (any program of a kind has the same
+        plan layouts), after checking that ``n`` inputs were given (unless None)."""
+        runner = next((r for k, r in self._runners.items() if k[0].startswith(kind)), None) \
+            or next(iter(self._runners.values()))
+        prog = runner.program
+        at = [i for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
+        specs = [(f"input #{j} ('{prog.step.arg_kinds[i][6:]}')", tuple(prog.arg_layouts[i])) for j, i in enumerate(at)]
+        if n is not None and len(specs) != n:
+            raise TypeError(f"the compiled program takes {len(specs)} input tensors, got {n}")
+        return specs
+
+    def _check_inputs(self, kind: str, values: list[Any]) -> None:
+        """On the first call of each program (per kind, mode and input shapes): the inputs are the
+        same on the ranks that must pass the same tensor — one checksum collective, then nothing."""
+        check = self._input_check
+        if not check.enabled:
+            return
+        key = (kind, module_flags(self._model), tuple((tuple(v.shape), str(v.dtype), _is_dtensor(v))
+                                                       for v in values))
+        if key in check.seen:
+            return
+        specs = self._input_specs(kind, len(values))
+        check(key, values, [n for n, _ in specs], [lay for _, lay in specs])
+
+    def sampler_args(self) -> tuple[int, int]:
+        """``(num_replicas, rank)`` for this rank's ``DistributedSampler`` with ``inputs="local"``:
+        the number of pieces the plan cuts the batch (dim 0 of the first input) into and this
+        rank's piece — the data-parallel size and coordinate (e.g. ``(2, dp)`` on ``dp=2,tp=2``)."""
+        from spmdc.runtime.input_check import sampler_args
+
+        if self._hetero is not None:
+            raise ValueError(f"plan '{self._hetero.name}' has device groups: every rank passes the global batch "
+                             "(inputs='local' is not supported there), so no sampler is split per rank")
+        specs = self._input_specs("train" if self._opts.can_train else "forward")
+        axes = dict(zip(self.mesh.axis_names, self.mesh.shape))
+        return sampler_args(specs[0][1], axes, self.mesh.coords(self.rank)) if specs else (1, 0)
 
     def _from_local(self, values: list[Any], kind: str) -> list[Any]:
         """``inputs="local"``: each tensor is this rank's piece of the global input, split like the
         plan's input layout (a DistributedSampler's batch: even pieces along the batch dim)."""
         from torch.distributed.tensor import DTensor
 
-        # the layout of each input is the program's; any program of this kind has the same plan layouts
-        runner = next((r for k, r in self._runners.items() if k[0] == kind), None) or next(iter(self._runners.values()))
-        prog = runner.program
-        layouts = [prog.arg_layouts[i] for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
-        if len(layouts) != len(values):
-            raise TypeError(f"the compiled program takes {len(layouts)} input tensors, got {len(values)}")
+        layouts = [lay for _, lay in self._input_specs(kind, len(values))]
         return [v if isinstance(v, DTensor) else
                 DTensor.from_local(v.to(self.device), self.device_mesh, self._dt(lay), run_check=False)
                 for v, lay in zip(values, layouts)]
@@ -459,6 +546,11 @@ class CompiledModule(nn.Module):
         """Inputs as tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
         values = self._inputs(inputs, kwargs, "forward")
         run = self._runner("forward", values)
+        if self._hetero is not None and any(not isinstance(lay[0], Replicate) for lay in run.program.res_layouts):
+            raise NotImplementedError(f"cm(x) of a module on plan '{self._hetero.name}' (device groups): its "
+                                      "outputs are split across the groups, which no DTensor or full tensor "
+                                      "gathers yet; train with cm.step/cm.backward, or compile without groups "
+                                      "for inference")
         self._last_run = run
         outs = run(self._args(run, values))
         res = []
@@ -637,21 +729,25 @@ class CompiledModule(nn.Module):
 
         return _IncompatibleKeys(missing, unexpected)
 
-    def save(self, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None) -> None:
-        """Model and optimizer state (``cm.optimizer`` unless given) to ``path`` with
-        torch.distributed.checkpoint, sharded as they are; a collective."""
+    def save(self, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None, *,
+             model_only: bool = False) -> None:
+        """Model and optimizer state to the directory ``path`` with torch.distributed.checkpoint,
+        sharded as they are; a collective. The optimizer is ``optimizer``, else ``cm.optimizer``,
+        else the one live optimizer over the module's parameters (``model_only``: none). Atomic: an
+        interrupted save leaves the previous checkpoint at ``path`` whole."""
         from spmdc.runtime.checkpointing import save
 
         self._no_hetero("checkpoints (save)")
-        save(self, path, optimizer if optimizer is not None else self.optimizer, extra)
+        save(self, path, optimizer, extra, model_only=model_only)
 
-    def load(self, path: str, optimizer: Any = None) -> dict[str, Any]:
-        """Load what :meth:`save` wrote, under any plan and mesh (resharded by DCP); returns the
-        ``extra`` dict saved with it."""
+    def load(self, path: str, optimizer: Any = None, *, model_only: bool = False) -> dict[str, Any]:
+        """Load what :meth:`save` wrote, under any plan and mesh (resharded by DCP), into the module
+        and its optimizer (chosen as :meth:`save` does; ``model_only``: the model alone); the
+        optimizer keeps its own settings. Returns the ``extra`` dict saved with it."""
         from spmdc.runtime.checkpointing import load
 
         self._no_hetero("checkpoints (load)")
-        return load(self, path, optimizer if optimizer is not None else self.optimizer)
+        return load(self, path, optimizer, model_only=model_only)
 
     def switch(self, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None, lost: Sequence[int] = (),
                **options: Any) -> Any:
@@ -684,6 +780,32 @@ class CompiledModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"mesh={self.mesh}, plan={self.plan_name!r}, rank={self.rank}"
+
+
+class _Submodule(nn.Module):
+    """The parameters and buffers under one module path of the user's model; its mode is that
+    module's (``cm.encoder.eval()`` is ``model.encoder.eval()``, ``cm.encoder.training`` reads it)."""
+
+    def __init__(self, mirrored: nn.Module):
+        super().__init__()
+        object.__setattr__(self, "_mirrored", mirrored)
+
+    @property
+    def training(self) -> bool:   # type: ignore[override]
+        mirrored = self.__dict__.get("_mirrored")
+        return True if mirrored is None else mirrored.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        mirrored = self.__dict__.get("_mirrored")
+        if mirrored is not None:   # (not yet known in nn.Module.__init__)
+            mirrored.training = mode
+
+    def train(self, mode: bool = True) -> _Submodule:
+        if not isinstance(mode, bool):
+            raise ValueError(f"training mode is expected to be boolean, got {mode!r}")
+        self._mirrored.train(mode)
+        return self
 
 
 def _init_tape(model: Any, init: Callable[[Any], Any] | None) -> Any:

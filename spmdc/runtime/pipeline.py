@@ -26,7 +26,9 @@ along dim 0; the step's loss is their mean and each micro-batch's gradients are 
 Parameters several stages read (tied embeddings) get the sum of the stages' gradients before
 the optimizer step.
 
-Refused: random ops in a stage (dropout with p > 0: the recomputed forward would draw new masks),
+Every rank passes the same global batch: the first step at each input shape checks that it does,
+by one checksum ``all_gather`` over the job (:mod:`spmdc.runtime.input_check`; ``check_inputs=False``
+skips it). Refused: random ops in a stage (dropout with p > 0: the recomputed forward would draw new masks),
 a boundary value read by two stages, ``inputs="local"``, checkpoints.
 """
 
@@ -57,6 +59,7 @@ def check_micro_batch_mean(model: Any, loss_fn: Any, n_model: int, kw_names: Seq
     ops stay on: its masks would differ between the two runs; batch statistics then go unchecked)."""
     import torch.distributed as dist
 
+    from spmdc.frontend.export import kept_modes
     from spmdc.frontend.loss import LossWrapper
 
     verdict: list[Any] = [None]
@@ -68,18 +71,16 @@ def check_micro_batch_mean(model: Any, loss_fn: Any, n_model: int, kw_names: Seq
             pos, kw = values[:len(values) - n_kw], dict(zip(kw_names, values[len(values) - n_kw:]))
             return wrapper(*pos, **kw)[0].detach().double()
 
-        was = model.training
-        model.train(not eval_mode and was)
         failed = None
-        try:
+        with kept_modes(model):   # every module's own flag back afterwards (not the root's on all)
+            if eval_mode:
+                model.eval()
             with torch.no_grad(), torch.random.fork_rng():
                 whole = loss_of(list(every))
                 try:
                     parts = torch.stack([loss_of(list(m)) for m in micro]).mean()
                 except Exception as e:  # noqa: BLE001 - the model and loss do not run on a micro-batch
                     failed = f"{type(e).__name__}: {e}"
-        finally:
-            model.train(was)
         if failed is not None:
             verdict[0] = (f"the model and its loss fail on one of {len(micro)} micro-batches ({failed}): they need "
                           "the whole batch; use one micro-batch")
@@ -108,13 +109,14 @@ class PipelineModule:
     def __init__(self, model: Any, example_inputs: Any, *, plan: PipelinePlan, loss_fn: Callable | None = None,
                  loss_inputs: Sequence[Any] = (), optimizer: Any = None, example_kwargs: dict | None = None,
                  device: str | None = None, target: str | None = None, dump: Any = None,
-                 schedule: str | None = None, microbatches: int | None = None):
+                 schedule: str | None = None, microbatches: int | None = None, check_inputs: bool = True):
         import torch.distributed as dist
 
         from spmdc.compiler import default_target, split_example_inputs
         from spmdc.frontend.stages import auto_stages, split_stages
         from spmdc.runtime.collectives import Collectives
         from spmdc.runtime.hetero import group_meshes
+        from spmdc.runtime.input_check import InputCheck
 
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("a pipeline needs an initialized torch.distributed job (torchrun)")
@@ -133,6 +135,10 @@ class PipelineModule:
         self.members = list(spec.ranks)
         self.index = self.members.index(self.rank)       # this rank's place on its stage's mesh
         self.comm = Collectives(self.device_mesh)
+        self._input_check = InputCheck.for_groups(
+            plan.stages, "stage", rank=self.rank, device=self.device, enabled=check_inputs,
+            where=f"pipeline plan '{plan.name}'", hint="every rank of a pipeline passes the same global batch "
+            "(the first stage reads its inputs, the last its loss inputs)")
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
         kwargs = dict(example_kwargs or {})
         self._kw_names = list(kwargs)
@@ -144,6 +150,10 @@ class PipelineModule:
         modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
                                                                                                   self.n_stages)
         n_in = len(model_args)
+        from spmdc.frontend.export import ModuleModes, module_flags
+
+        self._model, self._modes = model, ModuleModes.of(model)   # the modes the stages are cut in
+        self._flags = module_flags(model)
         self.split = split_stages(model, mb0[:n_in], stages=modules, loss_fn=loss_fn,
                                   loss_inputs=mb0[n_in:n_in + len(loss_args)],
                                   kwargs=dict(zip(self._kw_names, mb0[n_in + len(loss_args):])))
@@ -390,6 +400,16 @@ class PipelineModule:
                                 shape=tuple(shape), stride=contiguous_stride(shape))
         return dt.redistribute(self.device_mesh, dtensor_placements(dst)).to_local()
 
+    def _same_modes(self) -> None:
+        """Refuse a step after the model's module modes changed: the stages were cut in the old ones."""
+        from spmdc.frontend.export import ModuleModes, module_flags
+
+        if module_flags(self._model) != self._flags:
+            now = ModuleModes.of(self._model)
+            raise ValueError(f"the model's module modes changed since the pipeline was built ({self._modes.describe()}"
+                             f" -> {now.describe()}): its stages were cut in the old modes; set them back or call "
+                             "spmdc.compile again")
+
     def step(self, *batch: Any, **kwargs: Any) -> Any:
         """One training step on the global batch (model inputs, loss inputs, keyword inputs — the
         same on every rank): every micro-batch through the schedule, one optimizer update.
@@ -401,8 +421,11 @@ class PipelineModule:
             raise TypeError(f"step() takes {self._n_model + self._n_loss} tensors"
                             + (f" and keywords {', '.join(self._kw_names)}" if self._kw_names else "")
                             + f", got {len(batch)}" + (f" (missing {', '.join(missing)})" if missing else ""))
+        self._same_modes()
         values = list(batch) + [kwargs[k] for k in self._kw_names]
         names = [f"input #{i}" for i in range(len(batch))] + self._kw_names
+        self._input_check(tuple((tuple(v.shape), str(v.dtype)) for v in values), values,
+                          [n if n.startswith("input #") else f"input '{n}'" for n in names])
         micro = _chunks(values, self.micro, names)
         loss = self._run_schedule(micro)
         if self.optimizer is not None:
@@ -475,19 +498,20 @@ class PipelineModule:
         import io
         import pickle
 
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.tensor import DTensor
 
+        from spmdc.runtime.checkpointing import check_optimizer, check_parameter, read_meta, read_metadata, read_state
         from spmdc.runtime.dtensors import contiguous_stride
 
-        saved = FileSystemReader(path).read_metadata().state_dict_metadata
+        md = read_metadata(path)   # a damaged checkpoint: one CheckpointError naming the file
+        saved = md.state_dict_metadata
+        if self.optimizer is not None:   # of this class, with optimizer state
+            check_optimizer(path, self.optimizer, md, read_meta(path))
         model: dict[str, Any] = {}
         optim: dict[str, dict[str, Any]] = {}
         for name, p in self.params.items():
             fqn = self._aliases(name)[0]
-            if f"model.{fqn}" not in saved:
-                raise ValueError(f"checkpoint '{path}' has no parameter '{fqn}': it was saved from another model")
+            check_parameter(path, fqn, tuple(p.shape), md)
             model[fqn] = p.detach()
             if self.optimizer is None:
                 continue
@@ -507,7 +531,7 @@ class PipelineModule:
         state: dict[str, Any] = {"model": model, "spmdc": io.BytesIO()}
         if optim:
             state["optim"] = {"state": optim}
-        dcp.load(state, checkpoint_id=path)
+        read_state(path, md, state)
         for name, p in self.params.items():
             fqn = self._aliases(name)[0]
             if self.optimizer is not None and optim.get(fqn):

@@ -295,7 +295,7 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
         if rank in members:
             kw = dict(train=o.can_train, loss_fn=o.loss_fn, optimizer=cm._optimizer_spec, device=cm.device.type,
                       target=o.target, bucket=o.bucket, example_kwargs=kwargs, rng=o.rng, checkpoint=o.checkpoint,
-                      clip_grad_norm=o.clip, grad_accum=o.accum, inputs=o.inputs)
+                      clip_grad_norm=o.clip, grad_accum=o.accum, inputs=o.inputs, check_inputs=o.check_inputs)
             kw.update(options)
             new = CompiledModule(cm._model, example, mesh=mesh, plan=plan, device_mesh=dm, group=group, **kw)
     compile_s = time.perf_counter() - t0

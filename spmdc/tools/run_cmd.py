@@ -28,7 +28,7 @@ DEFAULT_WORKLOAD = "gpt2-tiny"
 class RunConfig:
     workload: str = DEFAULT_WORKLOAD
     nproc: int = 4
-    mesh: str = ""
+    mesh: str | None = None   # None: not given ("" is given, and refused)
     plan: str = ""
     steps: int = 3
     train: bool = True
@@ -61,6 +61,7 @@ class RunConfig:
     pp_schedule: str | None = None
     microbatches: int | None = None
     switch: list[str] = field(default_factory=list)
+    input_check: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -113,7 +114,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("workload", nargs="?", default=DEFAULT_WORKLOAD,
                     help="mlp | gpt2-tiny | llama-tiny | path/to/file.py:factory | module:factory")
     ap.add_argument("--nproc", type=positive(int), default=None, help="ranks to start (default: the mesh size, or 4)")
-    ap.add_argument("--mesh", default="", help="mesh axes, e.g. dp=2,tp=2 (default: dp=2,tp=2 for 4 ranks, "
+    ap.add_argument("--mesh", default=None, help="mesh axes, e.g. dp=2,tp=2 (default: dp=2,tp=2 for 4 ranks, "
                                                "else dp=N)")
     ap.add_argument("--plan", default="", help="preset (dp, fsdp, hsdp, megatron, sp, fsdp+tp) or a .json/.yaml plan")
     ap.add_argument("--fsdp-shard", choices=("even", "whole"), default="even",
@@ -168,6 +169,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-overlap", dest="overlap", action="store_false", default=True,
                     help="issue every collective synchronously where it is needed (default: async, the next "
                          "block's all-gather prefetched while this one computes: schedule-collectives)")
+    ap.add_argument("--no-input-check", dest="input_check", action="store_false", default=True,
+                    help="skip the first step's check that every rank was given the same global batch (one "
+                         "checksum all-gather per program; see docs/runtime.md)")
     ap.add_argument("--memory-cap", type=byte_size, default=0, metavar="SIZE",
                     help="per-rank cap on the step's estimated peak memory for prefetching, e.g. 512MiB "
                          "(default 0: no cap)")
@@ -208,7 +212,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      overlap=args.overlap, memory_cap=args.memory_cap,
                      mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision,
                      fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace, batch=args.batch,
-                     pp_schedule=args.pp_schedule, microbatches=args.microbatches, switch=list(args.switch))
+                     pp_schedule=args.pp_schedule, microbatches=args.microbatches, switch=list(args.switch),
+                     input_check=args.input_check)
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -228,7 +233,7 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     if isinstance(loaded, HeteroPlan):
         return resolve_hetero(cfg, loaded)
     try:
-        if cfg.mesh:
+        if cfg.mesh is not None:
             mesh = Mesh.parse(cfg.mesh)
         else:
             n = cfg.nproc or 4
@@ -261,7 +266,7 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
 
 def _own_meshes(cfg: RunConfig, plan: Any, what: str, parts: str) -> None:
     """A plan whose groups or stages have their own meshes: no --mesh, --nproc is theirs."""
-    if cfg.mesh:
+    if cfg.mesh is not None:
         raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' has {what} with their own meshes "
                         f"({plan.describe()}); drop --mesh")
     if cfg.nproc and cfg.nproc != plan.world:
@@ -273,7 +278,8 @@ def resolve_hetero(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
     """A plan with device groups: the ranks are its groups', each group's mesh its own."""
     _own_meshes(cfg, plan, "device groups", "groups")
     for option, bad in (("--eager", cfg.eager), ("--grad-accum", cfg.grad_accum > 1), ("--save", cfg.save),
-                        ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even")):
+                        ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even"),
+                        ("--forward (device groups train)", not cfg.train)):
         if bad:
             raise UserError(f"{option} is not supported with a heterogeneous plan (device groups) yet")
     return None, _presets_checked(cfg, plan)
@@ -386,6 +392,7 @@ def parse_switches(cfg: RunConfig, mesh: Any, plan: Any) -> list[dict[str, Any]]
             try:
                 if base:
                     preset(base, new_mesh, {})
+                _check_axes_of(new_mesh, new_plan, name, *_shapes(cfg))   # no rank of the new mesh repeats another
             except PlanError as e:
                 raise UserError(f"--switch '{text}': {e}") from None
         out.append({"step": step, "plan": new_plan, "mesh": new_mesh, "text": name + (f" on {new_mesh}"
@@ -413,6 +420,64 @@ def check_dump_dir(path: str | None, option: str, force: bool) -> None:
         raise UserError(f"{option} '{path}': cannot create it: {e.strerror or e}") from None
 
 
+def check_writable(path: str, option: str) -> None:
+    """``path`` (an existing directory) and the directory holding it take new files (a save is
+    written beside ``path``, then renamed into place): probed by creating one in each, since
+    permission bits do not tell (root ignores them; a read-only mount does not)."""
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(path))
+    for where in (path, parent):
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".spmdc-write-probe-", dir=where)
+        except OSError as e:
+            what = f"'{path}'" if where == path else f"'{path}': its directory '{parent}'"
+            raise UserError(f"{option} {what} is not writable: {e.strerror or e} (the save comes after the "
+                            "steps; give a directory you can write)") from None
+        os.close(fd)
+        os.remove(probe)
+
+
+def check_layouts_up_front(cfg: RunConfig, mesh: Any, plan: Any) -> None:
+    """Before ranks start: a custom plan's parameter patterns match parameters of the workload, and
+    every mesh axis is used by some layout of the plan, else its ranks would repeat each other's
+    work (compiling checks the same on the planned program). Pipeline stages hold parts of the
+    model: they are checked when each stage compiles; device groups are not checked yet."""
+    from spmdc.sharding.plan import Plan, PlanError
+
+    if mesh is None or not isinstance(plan, (str, Plan)):
+        return
+    if all(n == 1 for n in mesh.shape) and not isinstance(plan, Plan):
+        return
+    try:
+        _check_axes_of(mesh, plan, plan if isinstance(plan, str) else plan.name, *_shapes(cfg))
+    except PlanError as e:
+        raise UserError(str(e)) from None
+
+
+def _shapes(cfg: RunConfig) -> tuple[dict[str, tuple[int, ...]], list[int]]:
+    """The workload's parameter shapes and its inputs' ranks (for checking a plan without ranks)."""
+    from spmdc.frontend.workloads import load_workload
+
+    w = load_workload(cfg.workload, **workload_args(cfg))
+    params = {n: tuple(p.shape) for n, p in w.model.named_parameters()}
+    return params, [t.dim() for t in (*w.inputs, *w.loss_inputs, *w.kwargs.values()) if hasattr(t, "dim")]
+
+
+def _check_axes_of(mesh: Any, plan: Any, name: str, params: dict[str, tuple[int, ...]], ranks: list[int]) -> None:
+    from spmdc.sharding.plan import axes_sharded_by, check_axes_used, check_patterns, preset, written_layouts
+
+    base = plan if isinstance(plan, str) else plan.preset
+    if base is None:
+        check_patterns(plan, list(params))
+        layouts = written_layouts(plan, mesh)
+    else:
+        layouts = written_layouts(preset(base, mesh, params, ranks, fsdp_shard=getattr(plan, "fsdp_shard", "even")),
+                                  mesh)
+    if layouts is not None:   # None: a layout does not parse, which compiling reports with its place
+        check_axes_used(mesh, axes_sharded_by(layouts, mesh), name)
+
+
 def check_micro_batches(cfg: RunConfig) -> None:
     """``--grad-accum N`` splits every input along dim 0: N must divide the batch."""
     from spmdc.frontend.workloads import load_workload
@@ -426,15 +491,18 @@ def check_micro_batches(cfg: RunConfig) -> None:
 
 def check_checkpoint(path: str, cfg: RunConfig) -> None:
     """``--load DIR`` must be a checkpoint written by ``--save`` (DCP's ``.metadata`` file) of
-    this workload with this optimizer (its state is what resumes)."""
-    if not os.path.isdir(path):
-        raise UserError(f"--load '{path}': no such directory")
-    if not os.path.isfile(os.path.join(path, ".metadata")):
-        raise UserError(f"--load '{path}' is not a checkpoint (no .metadata file; write one with --save)")
-    from spmdc.runtime.checkpointing import read_meta
+    this workload with this optimizer (its state is what resumes), whole (no file missing or cut short)."""
+    from spmdc.runtime.checkpointing import CheckpointError, located, read_meta
 
+    where = located(path)   # a save stopped between its two renames left the previous checkpoint aside
+    if not os.path.isdir(where):
+        raise UserError(f"--load '{path}': no such directory")
+    if not os.path.isfile(os.path.join(where, ".metadata")):
+        raise UserError(f"--load '{path}' is not a checkpoint (no .metadata file; write one with --save)")
     try:
         extra = read_meta(path).get("extra", {})
+    except CheckpointError as e:   # damaged: the file and what is wrong with it
+        raise UserError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - a checkpoint of something else
         raise UserError(f"--load '{path}' is not a checkpoint of spmdc run --save ({type(e).__name__}: {e})") from None
     if extra.get("workload", cfg.workload) != cfg.workload:
@@ -480,6 +548,7 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         preset(plan, mesh, {})
     elif getattr(plan, "preset", None):
         preset(plan.preset, mesh, {})
+    check_layouts_up_front(cfg, mesh, plan)
     if getattr(plan, "buckets", None):   # bucket globs name parameters: check them before ranks start
         from spmdc.frontend.workloads import load_workload
 
@@ -506,6 +575,11 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         if cfg.load and os.path.abspath(cfg.save) == os.path.abspath(cfg.load):
             cfg.force = True   # resuming into the same directory overwrites it, as intended
         check_dump_dir(cfg.save, "--save", cfg.force)
+        from spmdc.runtime.checkpointing import unreplaceable
+
+        if unreplaceable(cfg.save):   # --force replaces a checkpoint, never other files
+            raise UserError(f"--save: {unreplaceable(cfg.save)}")
+        check_writable(cfg.save, "--save")
     check_dump_dir(cfg.dump_ir, "--dump-ir", cfg.force)
     check_dump_dir(cfg.dump_codegen, "--dump-codegen", cfg.force)
     from spmdc.codegen.cache import cache_dir
@@ -581,7 +655,7 @@ def run_main(cfg: RunConfig) -> int:
            "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum, "settings": cfg.settings.as_dict(),
            "overlap": cfg.overlap, "memory_cap": cfg.memory_cap, "mixed_precision": cfg.mixed_precision,
            "eager": cfg.eager, "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg),
-           "switch": parse_switches(cfg, mesh, plan)}
+           "switch": parse_switches(cfg, mesh, plan), "input_check": cfg.input_check}
     plan_name = plan if isinstance(plan, str) else plan.name
     if mesh is None:
         mesh = f"per group ({plan.describe()})"

@@ -58,7 +58,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                             rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"),
                             overlap=job.get("overlap", True) and not job.get("eager"),
                             memory_cap=job.get("memory_cap", 0),
-                            mixed_precision=job.get("mixed_precision"),
+                            mixed_precision=job.get("mixed_precision"), check_inputs=job.get("input_check", True),
                             **({"execution": "eager", "eager_trace": bool(job.get("eager_trace")),
                                 "fuse_collectives": False} if job.get("eager") else {}))
         compile_s = time.perf_counter() - t0
@@ -146,7 +146,8 @@ def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, 
     t0 = time.perf_counter()
     pm = PipelineModule(w.model, tuple(w.inputs), plan=job["plan"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                         optimizer=Optimizer(job["optimizer"], lr=job["lr"]), example_kwargs=w.kwargs,
-                        dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), target=job.get("target"))
+                        dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), target=job.get("target"),
+                        check_inputs=job.get("input_check", True))
     compile_s = time.perf_counter() - t0
     say(f"[rank 0] compiled {pm.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})", flush=True)
     if job.get("dump_ir") and rank == 0:   # the pipeline module: stage meshes, boundaries, every rank's schedule

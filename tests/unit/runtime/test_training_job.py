@@ -275,7 +275,7 @@ def test_eval_and_train_modes_compile_their_own_programs(four):
     for r in res.values():
         close(r["eval_out"], want_eval)
         close(r["train_out"], want_train)   # dropout on, the same masks as one device
-        assert r["eval_programs"] == [("forward", False), ("forward", True)]
+        assert r["eval_programs"] == [("forward", (False,) * 4), ("forward", (True,) * 4)]   # every module's flag
 
 
 def test_empty_shards_with_adamw_and_clipping(four):
