@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -12,10 +13,12 @@ ADAMW = {"lr": 1e-2, "betas": (0.9, 0.99), "eps": 1e-6, "weight_decay": 0.1}
 
 
 def mlp_job(batch: int = 8):
-    """A 3-layer MLP with uneven sizes and a mean-reduced loss."""
+    """A 3-layer MLP with uneven sizes and a mean-reduced loss (fc1/fc2 named as megatron knows them:
+    column- then row-parallel on tp, so a tp axis does work; the head stays replicated)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(12, 30), torch.nn.GELU(), torch.nn.Linear(30, 18), torch.nn.Tanh(),
-                                torch.nn.Linear(18, 6))
+    nn = torch.nn
+    model = nn.Sequential(OrderedDict(fc1=nn.Linear(12, 30), act1=nn.GELU(), fc2=nn.Linear(30, 18), act2=nn.Tanh(),
+                                      head=nn.Linear(18, 6)))
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(batch, 12, generator=g), torch.randn(batch, 6, generator=g)
     return model, x, y, F.mse_loss
