@@ -174,6 +174,11 @@ def groups_cases(rank: int) -> dict[str, Any]:
                         loss_inputs=(y8,), optimizer=SGD)
     out["hetero_refused"] = _refusal(lambda: cmh.step(*per_group))
     out["hetero_loss"] = float(cmh.step(x8, y8))
+    try:   # the forward's output is split across the groups: refused by name, never a wrong tensor
+        cmh(x8, full=True)
+        out["hetero_forward"] = None
+    except NotImplementedError as e:
+        out["hetero_forward"] = str(e)
     pm = spmdc.compile(model(), (x8,), plan=PipelinePlan.from_dict(PIPELINE), train=True, loss_fn=F.mse_loss,
                        loss_inputs=(y8,), optimizer=SGD)
     out["pipeline_refused"] = _refusal(lambda: pm.step(*per_group))

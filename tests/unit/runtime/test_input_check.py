@@ -145,6 +145,7 @@ def test_device_groups_refuse_per_group_batches(ranks):
     x, y = W.data()
     for r in range(4):
         rank_checks.close(ranks[r]["hetero_loss"], loss_at_init(x[:8], y[:8]), RTOL, ATOL)
+        assert "outputs are split across the groups" in ranks[r]["hetero_forward"]
 
 
 def test_pipeline_stages_refuse_per_stage_batches(ranks):
