@@ -47,7 +47,7 @@ from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.cost import INF
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
-from spmdc.sharding.strategy import choose, rule_for
+from spmdc.sharding.strategy import choose, choose_or_fallback, rule_for
 
 LATE = "spmdc.late"   # on a shard.annotate: constrains its operand only in the last phase (a stored gradient)
 
@@ -209,8 +209,8 @@ class Propagation:
             if state is None:
                 self.conflicts.pop(id(op))
                 continue
-            choice = choose(op, rule_for(op), self.shape, *state, partial_ok=can_make_partial,
-                            ragged=self.ragged)
+            choice, _ = choose_or_fallback(op, rule_for(op), self.shape, *state, partial_ok=can_make_partial,
+                                           ragged=self.ragged)
             key = (choice.cost, choice.changes, self.index[id(op)])
             if best is None or key < best[0]:
                 best = (key, op, choice)
@@ -249,8 +249,8 @@ class Propagation:
         if phase == 0 and (any(x is None for x in ins) or all(x is not None for x in outs)):
             self.push(op, 1)  # forward needs every operand; otherwise wait for the backward phase
             return
-        choice = choose(op, rule_for(op), self.shape, ins, outs, partial_ok=can_make_partial,
-                            ragged=self.ragged)
+        choice, _ = choose_or_fallback(op, rule_for(op), self.shape, ins, outs, partial_ok=can_make_partial,
+                                       ragged=self.ragged)
         if choice.is_free and choice.ambiguous:
             self.conflicts[id(op)] = op  # the known values do not decide: let others speak first
         elif choice.is_free:

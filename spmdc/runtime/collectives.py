@@ -7,17 +7,104 @@ exchange, and cut the padding off again, so any size works on any backend.
     y = comm.all_gather(x, "tp", 0, (8, 16)) # what a comm.all_gather op's torch expression calls
 
 Programs call these methods through :class:`CountingComm`, which records what they issue.
+
+Every wait is bounded by ``SPMDC_COLLECTIVE_TIMEOUT`` seconds when set (else by the process
+group's own timeout). A collective that times out raises :class:`CollectiveTimeout`, naming the
+ranks of its group that never arrived: each rank that timed out marks its arrival in the c10d
+store (``spmdc/arrive/<group>/<seq>/<rank>``) and, for a grace period, looks for the others'.
+A process whose collective timed out then ends with status 1 at exit, at once: its process
+group's backend threads are stuck, and destroying the group would hang the rank and the job.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from spmdc.dialects.shard import chunk_sizes
+
+TIMEOUT_ENV = "SPMDC_COLLECTIVE_TIMEOUT"
+ARRIVE = "spmdc/arrive"
+GRACE_S = 10.0   # how long a timed-out rank looks for the other ranks' arrival marks, at most
+
+
+class CollectiveTimeout(RuntimeError):
+    """A collective that some ranks of its process group never joined; the message names them."""
+
+
+def collective_timeout(environ: Any = None) -> float | None:
+    """Seconds from ``SPMDC_COLLECTIVE_TIMEOUT`` (None when unset: the process group's timeout)."""
+    text = (os.environ if environ is None else environ).get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={text!r}: expected a positive number of seconds")
+    return value
+
+
+def absent_ranks(store: Any, ranks: list[int], me: int, tag: str, grace_s: float) -> list[int] | None:
+    """Mark ``me`` arrived at the collective ``tag`` in ``store`` and return the ``ranks`` whose
+    marks are still missing after ``grace_s`` (None: no store to ask)."""
+    if store is None:
+        return None
+    try:
+        store.set(f"{ARRIVE}/{tag}/{me}", "1")
+        deadline = time.monotonic() + grace_s
+        while True:
+            absent = [r for r in ranks if r != me and not store.check([f"{ARRIVE}/{tag}/{r}"])]
+            if not absent or time.monotonic() >= deadline:
+                return absent
+            time.sleep(0.05)
+    except RuntimeError:   # the store went away (its rank ended)
+        return None
+
+
+_TIMED_OUT: list[CollectiveTimeout] = []   # this process's collective timeouts (at most one is raised)
+
+
+def timed_out() -> bool:
+    """Whether a collective of this process timed out: its process group cannot be destroyed
+    (its backend threads are stuck in the collective), so skip ``destroy_process_group``."""
+    return bool(_TIMED_OUT)
+
+
+def _exit_at_once() -> None:
+    """At interpreter exit after a collective timeout: leave with status 1 before the process
+    group's destructor joins the stuck backend threads (which would hang the rank, and the job)."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _note_timeout(err: CollectiveTimeout) -> CollectiveTimeout:
+    if not _TIMED_OUT:
+        import atexit
+
+        atexit.register(_exit_at_once)
+    _TIMED_OUT.append(err)
+    return err
+
+
+def _default_store() -> Any:
+    """The default process group's c10d store (torch names no public accessor); None if none."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (RuntimeError, AttributeError, ValueError):
+        return None
+
 
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.SUM}
 
@@ -42,19 +129,23 @@ class Pending:
     works and returns the unpacked result. It keeps the send/receive buffers alive until then
     (``keep``: tensors the backend reads while the collective runs)."""
 
-    __slots__ = ("_works", "_finish", "_done")
+    __slots__ = ("_works", "_finish", "_done", "_waiter")
 
-    def __init__(self, keep: list[Any], finish: Any):
+    def __init__(self, keep: list[Any], finish: Any, waiter: Callable[[Any], None] | None = None):
         self._works = keep
         self._finish = finish
         self._done = False
+        self._waiter = waiter   # waits on one work (bounded, naming absent ranks); None: work.wait()
 
     def wait(self) -> Any:
         if self._done:
             raise RuntimeError("comm.wait: this collective was already waited")
         for w in self._works:
             if hasattr(w, "wait"):
-                w.wait()
+                if self._waiter is not None:
+                    self._waiter(w)
+                else:
+                    w.wait()
         self._done = True
         out, self._finish, self._works = self._finish(), None, []
         return out
@@ -63,9 +154,43 @@ class Pending:
 class Collectives:
     """The collectives of one rank: one method per ``comm`` op, named after it."""
 
-    def __init__(self, device_mesh: Any):
+    def __init__(self, device_mesh: Any, timeout_s: float | None = None):
         self.mesh = device_mesh
         self.stats = CommStats()
+        self.timeout_s = timeout_s if timeout_s is not None else collective_timeout()
+        self._seq: dict[str, int] = {}   # collectives issued per axis (equal on every rank: SPMD)
+
+    def _waiter(self, kind: str, axis: str) -> Callable[[Any], None]:
+        """How to wait on one ``kind`` collective on ``axis``: at most ``timeout_s`` (else the
+        process group's timeout); a timeout raises :class:`CollectiveTimeout`."""
+        seq = self._seq[axis] = self._seq.get(axis, 0) + 1
+        start = time.monotonic()
+
+        def wait(work: Any) -> None:
+            try:
+                if self.timeout_s is None:
+                    work.wait()
+                else:
+                    work.wait(timeout=timedelta(seconds=self.timeout_s))
+            except RuntimeError as e:
+                if "timed out" not in str(e).lower():
+                    raise
+                raise self._timed_out(kind, axis, seq, time.monotonic() - start) from e
+        return wait
+
+    def _timed_out(self, kind: str, axis: str, seq: int, waited: float) -> CollectiveTimeout:
+        ranks = [int(r) for r in dist.get_process_group_ranks(self.group(axis))]
+        me = dist.get_rank()
+        grace = min(GRACE_S, self.timeout_s) if self.timeout_s is not None else GRACE_S
+        absent = absent_ranks(_default_store(), ranks, me, f"{'-'.join(map(str, ranks))}/{axis}/{seq}", grace)
+        if absent:
+            who = f"ranks {absent} never arrived"
+        elif absent is None:
+            who = "which ranks never arrived is unknown (no c10d store to ask)"
+        else:
+            who = "every rank arrived (one failed inside the collective)"
+        return _note_timeout(CollectiveTimeout(f"collective {kind} on axis '{axis}' (ranks {ranks}) timed out "
+                                               f"after {waited:.1f}s on rank {me}: {who}"))
 
     def group(self, axis: str) -> Any:
         return self.mesh.get_group(axis)
@@ -104,6 +229,7 @@ class Collectives:
             mine = torch.cat([mine, mine.new_zeros(longest - mine.numel())])
         buf = mine.new_empty((n * longest,))
         work = dist.all_gather_into_tensor(buf, mine, group=self.group(axis), async_op=True)
+        waiter = self._waiter("all_gather", axis)
 
         def finish() -> list[torch.Tensor]:
             per_rank = buf.view(n, longest)
@@ -114,7 +240,7 @@ class Collectives:
                     pieces[i].append(per_rank[r, offset:offset + z[r] * k].view((z[r],) + rest))
                     offset += z[r] * k
             return [torch.cat(p).movedim(0, d).contiguous() for p, d in zip(pieces, dims)]
-        return Pending([work, mine], finish)
+        return Pending([work, mine], finish, waiter)
 
     def reduce_scatter_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
                               op: str, sizes: list[Any] | None = None) -> list[torch.Tensor]:
@@ -143,6 +269,7 @@ class Collectives:
         buf = torch.cat(flat).contiguous()
         out_flat = buf.new_empty((longest,))
         work = dist.reduce_scatter_tensor(out_flat, buf, op=_REDUCE[op], group=self.group(axis), async_op=True)
+        waiter = self._waiter("reduce_scatter", axis)
 
         def finish() -> list[torch.Tensor]:
             got = out_flat / n if op == "avg" else out_flat
@@ -153,7 +280,7 @@ class Collectives:
                 out.append(got[offset:offset + numel].view((z[me],) + rest).movedim(0, d).contiguous())
                 offset += numel
             return out
-        return Pending([work, buf], finish)
+        return Pending([work, buf], finish, waiter)
 
     def all_reduce_bucket(self, xs: list[torch.Tensor], axes: list[str], op: str) -> list[torch.Tensor]:
         return self.all_reduce_bucket_start(xs, axes, op).wait()
@@ -179,14 +306,16 @@ class Collectives:
         """Reduce ``y`` in place over the first axis asynchronously; the rest (a multi-axis
         reduction) run when it is waited."""
         work = dist.all_reduce(y, op=_REDUCE[op], group=self.group(axes[0]), async_op=True)
+        waiter = self._waiter("all_reduce", axes[0])
 
         def finish() -> torch.Tensor:
             n = self.size(axes[0])
             for axis in axes[1:]:
-                dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis))
+                self._waiter("all_reduce", axis)(dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis),
+                                                                 async_op=True))
                 n *= self.size(axis)
             return y / n if op == "avg" else y
-        return Pending([work], finish)
+        return Pending([work], finish, waiter)
 
     def all_slice(self, x: torch.Tensor, axis: str, dim: int, sizes: list[int] | None = None) -> torch.Tensor:
         sizes = sizes if sizes is not None else chunk_sizes(x.shape[dim], self.size(axis))
@@ -214,7 +343,7 @@ class Collectives:
         def finish() -> torch.Tensor:
             pieces = [buf[i * pad:i * pad + s] for i, s in enumerate(sizes)]
             return torch.cat(pieces).movedim(0, dim).contiguous()
-        return Pending([work, xt], finish)
+        return Pending([work, xt], finish, self._waiter("all_gather", axis))
 
     def reduce_scatter(self, x: torch.Tensor, axis: str, dim: int, op: str,
                        sizes: list[int] | None = None) -> torch.Tensor:
@@ -243,7 +372,7 @@ class Collectives:
             if op == "avg":
                 mine = mine / n
             return mine.movedim(0, dim).contiguous()
-        return Pending([work, buf], finish)
+        return Pending([work, buf], finish, self._waiter("reduce_scatter", axis))
 
     def wait(self, pending: Pending) -> Any:
         """``comm.wait``: block on a started collective, return its tensor (or list of tensors)."""
@@ -263,8 +392,10 @@ class Collectives:
         flat_in = torch.cat([p.contiguous().reshape(-1) for p in send])
         out_splits = [int(torch.Size(s).numel()) for s in recv_shapes]
         flat_out = flat_in.new_empty(sum(out_splits))
-        dist.all_to_all_single(flat_out, flat_in, output_split_sizes=out_splits,
-                               input_split_sizes=[p.numel() for p in send], group=self.group(axis))
+        work = dist.all_to_all_single(flat_out, flat_in, output_split_sizes=out_splits,
+                                      input_split_sizes=[p.numel() for p in send], group=self.group(axis),
+                                      async_op=True)
+        self._waiter("all_to_all", axis)(work)
         parts = [t.reshape(s) for t, s in zip(torch.split(flat_out, out_splits), recv_shapes)]
         return torch.cat(parts, dim=concat_dim).contiguous()
 

@@ -47,7 +47,7 @@ from spmdc.runtime.collectives import CountingComm
 from spmdc.sharding.layouts import SHARDING, layout_of, set_result_layouts
 from spmdc.sharding.mesh import local_shape
 from spmdc.sharding.planner import plan_redistribution
-from spmdc.sharding.strategy import choose, rule_for
+from spmdc.sharding.strategy import choose, choose_or_fallback, rule_for
 
 
 @dataclass
@@ -169,7 +169,8 @@ class EagerRunner:
             outs = [layout_of(r) for r in op.results]
         else:
             outs = list(choose(op, rule, self.shape, ins, [None] * len(op.results)).results)
-        choice = choose(op, rule, self.shape, ins, outs, exact_results=True)
+        # no strategy yields outs: the fallback's layouts are kept and later ops adapt to them
+        choice, _ = choose_or_fallback(op, rule, self.shape, ins, outs, exact_results=True)
         n0 = len(self.comm.stats.order) if self.comm.stats.order is not None else 0
         local = [self._convert(v, tuple(want), env, shared, counting, op)
                  for v, want in zip(op.operands, choice.operands)]

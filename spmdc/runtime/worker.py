@@ -35,14 +35,18 @@ def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", targ
 def run_steps(steps: list[Any], executor: str = "codegen", target: str = "torch",
               seed: int | None = None) -> list[dict[str, Any]]:
     """A launch entry point: every step on this rank (gloo), one DeviceMesh per mesh shape.
-    ``seed``: ``torch.manual_seed(seed)`` before each step (programs with random ops)."""
+    ``seed``: ``torch.manual_seed(seed)`` before each step (programs with random ops).
+    ``SPMDC_COLLECTIVE_TIMEOUT`` (seconds), when set, bounds every collective of the job."""
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from spmdc.runtime.collectives import Collectives
+    from spmdc.runtime.collectives import Collectives, collective_timeout, timed_out
 
-    dist.init_process_group("gloo")
+    timeout = collective_timeout()
+    dist.init_process_group("gloo", **({"timeout": timedelta(seconds=timeout)} if timeout else {}))
     rank = dist.get_rank()
     meshes: dict[tuple, Any] = {}
     out = []
@@ -56,5 +60,6 @@ def run_steps(steps: list[Any], executor: str = "codegen", target: str = "torch"
                 torch.manual_seed(seed)
             out.append(run_on_rank(step, rank, comm, executor, target=target))
     finally:
-        dist.destroy_process_group()
+        if not timed_out():   # a timed-out group's threads are stuck: the rank just exits
+            dist.destroy_process_group()
     return out

@@ -157,6 +157,24 @@ def redistribution_cost(src: Layout, dst: Layout, rank: int, nbytes: float, mesh
     return total
 
 
+def moved_bytes(src: Layout, dst: Layout, rank: int, nbytes: float, mesh_shape: Sequence[int]) -> float:
+    """Bytes each rank sends along :func:`plan_redistribution`'s steps from ``src`` to ``dst``
+    (ring algorithms: ``B(n-1)/n`` for all_gather and reduce_scatter, twice that for all_reduce,
+    ``B(n-1)/n²`` for all_to_all, nothing for all_slice; ``B`` as in the cost model)."""
+    total, lay = 0.0, tuple(src)
+    for step in plan_redistribution(src, dst, rank, nbytes, mesh_shape):
+        b = nbytes
+        for k, p in enumerate(lay):
+            if k not in step.axes and shard_dim(p) is not None:
+                b /= mesh_shape[k]
+        for a in step.axes:
+            n = mesh_shape[a]
+            share = {"all_slice": 0.0, "all_reduce": 2 * (n - 1) / n, "all_to_all": (n - 1) / (n * n)}
+            total += b * share.get(step.kind, (n - 1) / n)
+        lay = step.after
+    return total
+
+
 def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh_shape: Sequence[int],
                         costs: Sequence[AxisCost] | None = None) -> list[Step]:
     """Cheapest list of steps turning ``src`` into ``dst``; raises ValueError if none exists."""

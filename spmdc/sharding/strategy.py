@@ -12,6 +12,7 @@ what the strategy needs; ties go to fewer redistributions, then to declaration o
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -177,7 +178,73 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
     unevenly across device groups): every factor of size ``sum(units)`` may be sharded so on that
     axis, whether or not a neighbour already holds it; ``coord`` is the coordinate the program
     runs at on that axis (its device group; -1: any), whose piece later axes must divide.
+    Raises when some mesh axis has no strategy; :func:`choose_or_fallback` never does.
     """
+    choice, axis = _solve(op, rule, mesh_shape, operand_layouts, result_layouts, costs, exact_results,
+                          partial_ok, ragged)
+    if choice is None:
+        raise op.emit_error(f"no sharding strategy on mesh axis #{axis} produces the required result layout")
+    return choice
+
+
+def choose_or_fallback(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
+                       operand_layouts: Sequence[Layout | None], result_layouts: Sequence[Layout | None],
+                       exact_results: bool = False,
+                       partial_ok: Callable[[object, Placement], bool] | None = None,
+                       ragged: Sequence[tuple[int, tuple[int, ...], int]] = ()) -> tuple[Choice, bool]:
+    """:func:`choose`, and ``(choice, False)`` when it finds a strategy. Where no strategy yields
+    the known result layouts, ``(fallback, True)``: the cheapest strategy counting the change of
+    its results to the known ones (a redistribution after the op), or, where a known result is a
+    ``Partial`` no strategy makes (no collective creates one), the cheapest ignoring those results.
+    The caller redistributes what the fallback yields to what is required, or keeps it."""
+    no_partial = [None if lay is not None and any(isinstance(p, Partial) for p in lay) else lay
+                  for lay in result_layouts]
+    attempts = [(result_layouts, True)] if exact_results else []
+    attempts += [(result_layouts, False), (no_partial, False), ([None] * len(result_layouts), False)]
+    for k, (outs, exact) in enumerate(attempts):
+        choice, _ = _solve(op, rule, mesh_shape, operand_layouts, outs, None, exact, partial_ok, ragged)
+        if choice is not None:
+            return choice, k > 0
+    return choose(op, rule, mesh_shape, operand_layouts, attempts[-1][0], partial_ok=partial_ok, ragged=ragged), True
+
+
+class ShardingFallbackWarning(Warning):
+    """An op ran in another strategy than its result layouts ask for (no strategy yields them):
+    correct, with a redistribution after it (:func:`choose_or_fallback`)."""
+
+
+@dataclass(frozen=True)
+class ResultChange:
+    """One result of a fallback: the layout its strategy yields and the one required; ``moved``:
+    bytes each rank sends to redistribute it (None: not redistributable, the result keeps ``got``)."""
+
+    index: int
+    got: Layout
+    want: Layout
+    moved: float | None
+
+
+def warn_fallback(op: Operation, changes: Sequence[ResultChange]) -> None:
+    """One line for ``op``'s site: its name, location, the result layouts changed, the bytes moved."""
+    def fmt(lay: Layout) -> str:
+        return "[" + ", ".join(map(str, lay)) + "]"
+
+    what = ", ".join(f"result #{c.index} {fmt(c.got)} -> {fmt(c.want)}" if c.moved is not None
+                     else f"result #{c.index} kept {fmt(c.got)} (no collective makes {fmt(c.want)})"
+                     for c in changes)
+    moved = sum(c.moved or 0.0 for c in changes)
+    warnings.warn(f"'{op.name}' op at {op.location}: no sharding strategy produces the required result layout; "
+                  f"computed in the best available strategy and redistributed after it ({what}): "
+                  f"{moved:.0f} extra bytes moved per rank", ShardingFallbackWarning, stacklevel=3)
+
+
+def _solve(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
+           operand_layouts: Sequence[Layout | None], result_layouts: Sequence[Layout | None],
+           costs: Sequence[AxisCost] | None, exact_results: bool,
+           partial_ok: Callable[[object, Placement], bool] | None,
+           ragged: Sequence[tuple[int, tuple[int, ...], int]]) -> tuple[Choice | None, int]:
+    """:func:`choose`'s search: ``(choice, -1)``, or ``(None, axis)`` for the first mesh axis
+    on which no strategy meets the requirements."""
     costs = costs or [AxisCost() for _ in mesh_shape]
     in_types = [v.type for v in op.operands]
     out_types = [r.type for r in op.results]
@@ -242,7 +309,7 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
             if cost < INF and (best is None or key < best):
                 best, best_s = key, s
         if best_s is None:
-            raise op.emit_error(f"no sharding strategy on mesh axis #{a} produces the required result layout")
+            return None, a
         per_axis.append(best_s)
         total += best[0]  # type: ignore[index]
         total_changes += best[1]  # type: ignore[index]
@@ -250,7 +317,7 @@ def choose(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
         _record(rule, best_s, n, split, exclusive, pieces, a)
     operands = tuple(tuple(s.operands[i] for s in per_axis) for i in range(len(in_types)))
     results = tuple(tuple(s.results[i] for s in per_axis) for i in range(len(out_types)))
-    return Choice(operands, results, total, total_changes, ambiguous)
+    return Choice(operands, results, total, total_changes, ambiguous), -1
 
 
 def runs_locally(rule: OpShardingRule, mesh_shape: Sequence[int], operand_layouts: Sequence[Sequence[Placement]],

@@ -131,7 +131,9 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
                                              if resumed else {})}
     finally:
-        if own_group:
+        from spmdc.runtime.collectives import timed_out
+
+        if own_group and not timed_out():   # a timed-out group's threads are stuck: the rank just exits
             dist.destroy_process_group()
 
 

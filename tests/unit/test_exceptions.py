@@ -27,8 +27,11 @@ def _examples() -> dict[str, object]:
     from spmdc.ir.core import InferError
     from spmdc.ir.diagnostics import DiagnosticError
     from spmdc.passes.registry import PipelineError
-    from spmdc.runtime.launcher import LaunchError
+    from spmdc.runtime.checkpointing import CheckpointError, CheckpointWarning
+    from spmdc.runtime.collectives import CollectiveTimeout
+    from spmdc.runtime.launcher import LaunchError, Terminated
     from spmdc.sharding.plan import PlanError
+    from spmdc.sharding.strategy import ShardingFallbackWarning
     from spmdc.tools.errors import UserError
 
     return {
@@ -48,7 +51,16 @@ def _examples() -> dict[str, object]:
         "StageError": StageError("stage 0: the model has no module 'h.O' (did you mean 'h.0'?)"),
         "MixedPrecisionError": MixedPrecisionError("unknown mixed precision 'bf17' (choices: bf16, fp16, none)"),
         "ReplayError": ReplayError("'fc.extra' is never initialized by the recorded construction"),
+        "CheckpointError": CheckpointError("checkpoint ckpt/__0_0.distcp is damaged (truncated: 0 of at least 6,380 "
+                                           "bytes)"),
+        "CheckpointWarning": CheckpointWarning("checkpoint 'ckpt': optimizer AdamW keeps its own settings, which "
+                                               "differ from the saved ones: weight_decay 0.0 there, 0.1 now"),
         "LaunchError": LaunchError("rank 1 failed: RuntimeError: boom\n  at m.py:3 in f"),
+        "Terminated": Terminated(),
+        "CollectiveTimeout": CollectiveTimeout("collective all_reduce on axis 'dp' (ranks [0, 1, 2]) timed out after "
+                                               "3.0s on rank 0: ranks [2] never arrived"),
+        "ShardingFallbackWarning": ShardingFallbackWarning("'tensor.relu' op at loc(\"x.mlir\":3:7): no sharding "
+                                                           "strategy produces the required result layout"),
         "UnsupportedTorchError": UnsupportedTorchError("spmdc needs torch 2.13.x, found 2.12.0"),
         "UserError": UserError("cannot read 'x.mlir': No such file or directory"),
         "MetadataLostWarning": MetadataLostWarning("module paths of backward ops are lost"),

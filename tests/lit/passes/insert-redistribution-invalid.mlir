@@ -41,17 +41,6 @@ func.func @returned_value_without_layout(%x: tensor<8x16xf32>) -> (tensor<8x16xf
 
 // -----
 
-// A hand-written layout no strategy can produce: relu is not linear, so its result
-// cannot be a partial sum (on 'tp', mesh axis #1).
-shard.mesh @mesh = <["dp" = 2, "tp" = 2]>
-func.func @relu_result_partial(%x: tensor<8x16xf32> {shard.sharding = #shard<@mesh, [S(0), P(sum)]>}) -> tensor<8x16xf32> {
-  // expected-error@+1 {{'tensor.relu' op no sharding strategy on mesh axis #1 produces the required result layout}}
-  %0 = tensor.relu %x {shard.sharding = [#shard<@mesh, [S(0), P(sum)]>]} : tensor<8x16xf32>
-  func.return %0 : tensor<8x16xf32>
-}
-
-// -----
-
 // Data-parallel and tensor-parallel meshes declared separately and both used in one
 // function; they must be the axes of a single mesh.
 shard.mesh @dp = <["dp" = 2]>
