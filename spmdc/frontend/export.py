@@ -106,7 +106,7 @@ def module_flags(model: nn.Module) -> tuple[bool, ...]:
     while stack:
         m = stack.pop()
         flags.append(m.training)
-        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+        stack.extend(reversed(list(m.children())))
     return tuple(flags)
 
 

@@ -61,6 +61,8 @@ class CheckpointError(ValueError):
 class CheckpointWarning(UserWarning):
     """A checkpoint loaded with a difference the caller should know of (an optimizer setting)."""
 
+    every_rank = True   # each rank loads the same settings: ``spmdc run`` prints rank 0's
+
 
 # -- where a checkpoint is --------------------------------------------------------------------------
 
@@ -469,20 +471,19 @@ def _check_model(cm: Any, path: str, md: Any, model: dict[str, Any]) -> None:
     """The checkpoint holds exactly this model's entries, each of this model's shape; else one
     error naming the first difference (with the nearest names there)."""
     saved = {k[len("model."):]: m for k, m in md.state_dict_metadata.items() if k.startswith("model.")}
+    def refuse(names: list[str], among: Any, what: str, shown: Any, where: str) -> None:
+        if names:
+            near = difflib.get_close_matches(names[0], list(among), n=1)
+            raise CheckpointError(
+                f"checkpoint '{path}' {what} ({', '.join(shown(k) for k in names[:3])}"
+                f"{', ...' if len(names) > 3 else ''}{f'; nearest {where}: {near[0]!r}' if near else ''}): "
+                "it was saved from another model")
+
     missing = sorted(k for k in model if k not in saved)
-    if missing:
-        near = difflib.get_close_matches(missing[0], list(saved), n=1)
-        raise CheckpointError(
-            f"checkpoint '{path}' lacks {len(missing)} of the {len(model)} entries of this model "
-            f"({', '.join('model.' + k for k in missing[:3])}{', ...' if len(missing) > 3 else ''}"
-            f"{'; nearest there: ' + repr(near[0]) if near else ''}): it was saved from another model")
+    refuse(missing, saved, f"lacks {len(missing)} of the {len(model)} entries of this model",
+           lambda k: "model." + k, "there")
     extra = [k for k in saved if k not in model]
-    if extra:
-        near = difflib.get_close_matches(extra[0], list(model), n=1)
-        raise CheckpointError(
-            f"checkpoint '{path}' holds {len(extra)} model entries this model does not have "
-            f"({', '.join(repr(k) for k in extra[:3])}{', ...' if len(extra) > 3 else ''}"
-            f"{'; nearest here: ' + repr(near[0]) if near else ''}): it was saved from another model")
+    refuse(extra, model, f"holds {len(extra)} model entries this model does not have", repr, "here")
     for key, value in model.items():
         there, here = getattr(saved[key], "size", None), _shape(cm, key, value)
         if there is not None and here is not None and tuple(there) != here:

@@ -79,13 +79,30 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
     try:
         return elastic_launch(config, fn)(*args)
     except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
+        rank, failure = _root_failure(e.failures)
         log = None if verbose else _collect_logs(work, run_id, {r: _stack(f) for r, f in e.failures.items()})
         raise LaunchError(_describe(rank, failure, log)) from None
     except SignalException as e:
         raise (Terminated() if e.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     finally:
         restore_logs()
+
+
+# what a rank reports when *another* rank died under it: a symptom, not the cause
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing", "Broken pipe",
+              "timed out after")
+
+
+def _root_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """The failure to report: the first one (by time, then rank) that is not a rank losing its peers,
+    so a user error on rank 1 is named instead of rank 0's "connection closed" in the collective it
+    was waiting in; the first symptom when every rank reports one."""
+    def symptom(failure: Any) -> bool:
+        data = failure.message
+        text = data.get("message", str(data)) if isinstance(data, dict) else str(data)
+        return any(p in text for p in _PEER_LOST)
+
+    return min(failures.items(), key=lambda kv: (symptom(kv[1]), kv[1].timestamp, kv[0]))
 
 
 def _stack(failure: Any) -> str:

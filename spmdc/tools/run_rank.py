@@ -34,11 +34,13 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     from spmdc.runtime.api import CompiledModule, Optimizer
     from spmdc.runtime.memory import measure_peak
 
+    forward_warnings()
     own_group = not dist.is_initialized()
     if own_group:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
                                 timeout=timedelta(seconds=job["timeout"]))
     rank = dist.get_rank()
+    failed = False
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     try:
@@ -130,11 +132,41 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 "start_step": start_step, "switched": switched, "steps_here": steps_here,
                 **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
                                              if resumed else {})}
+    except BaseException:
+        # no teardown: destroying the group would close the peers' connections before this rank's
+        # error is recorded (they would be reported as the failure); the process ends anyway
+        failed = True
+        raise
     finally:
         from spmdc.runtime.collectives import timed_out
 
-        if own_group and not timed_out():   # a timed-out group's threads are stuck: the rank just exits
+        # (a timed-out group's threads are stuck: the rank just exits)
+        if own_group and not failed and not timed_out():
             dist.destroy_process_group()
+
+
+def forward_warnings() -> None:
+    """Print spmdc's own warnings (a sharding fallback, a checkpoint's other optimizer settings) on
+    the terminal, once each, as ``[rank r] warning: ...``: a rank's stderr goes to the launch log, and
+    ``spmdc run`` silences torch's UserWarnings. A warning every rank gives alike (``every_rank``) is
+    printed by rank 0 only."""
+    import warnings
+
+    rank = int(os.environ.get("RANK", "0"))
+    shown: set[str] = set()
+    original = warnings.showwarning
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if not category.__module__.startswith("spmdc."):
+            original(message, category, filename, lineno, file, line)
+            return
+        text = str(message)
+        if text not in shown and (rank == 0 or not getattr(category, "every_rank", False)):
+            shown.add(text)
+            print(f"[rank {rank}] warning: {text}", flush=True)
+
+    warnings.showwarning = show
+    warnings.filterwarnings("default", module=r"spmdc(\.|$)")   # before the inherited "ignore::UserWarning"
 
 
 def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from spmdc.examples import gpt2_tiny
+from spmdc.examples.mlp import MLP  # the built-in mlp: fc1 (16 -> 32), gelu, fc2 (32 -> 8)
 
 
 class LoRALinear(nn.Module):
@@ -45,16 +46,6 @@ def wrap(model: nn.Module, names: tuple[str, ...], r: int = 4) -> nn.Module:
             if name in names and isinstance(child, nn.Linear):
                 setattr(module, name, LoRALinear(child, r))
     return model
-
-
-class MLP(nn.Module):
-    def __init__(self, d_in: int = 16, d_hidden: int = 32, d_out: int = 8):
-        super().__init__()
-        self.fc1 = nn.Linear(d_in, d_hidden)
-        self.fc2 = nn.Linear(d_hidden, d_out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
 
 
 class Attention(nn.Module):

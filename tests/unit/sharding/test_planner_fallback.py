@@ -128,3 +128,6 @@ def test_spmdc_run_check_of_the_falling_back_lora_workload_passes():
                           "--check"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "check passed" in res.stdout and "q_proj.lora_A" in res.stdout
+    # the fallback is said on the terminal once (by the rank that compiled the step), not only in a log
+    said = [ln for ln in res.stdout.splitlines() if "warning: 'tensor.attention_grad' op" in ln]
+    assert len(said) == 1 and "extra bytes moved per rank" in said[0], res.stdout
