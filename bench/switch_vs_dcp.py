@@ -7,7 +7,7 @@ then its state (parameters and AdamW's two moments) goes to the new plan both wa
 processes, one after the other:
 
 * ``spmdc switch``: ``cm.switch(plan, mesh)`` — compile the new program, then one
-  ``batch_isend_irecv`` of every rank's finest slices (:mod:`spmdc.runtime.switch`);
+  ``batch_isend_irecv`` of every rank's finest slices (:mod:`spmdc.api.switch`);
 * ``DCP``: ``cm.save(dir)`` (torch.distributed.checkpoint to a temporary directory), compile the
   same new program, ``new.load(dir)`` (DCP reshards on read).
 
@@ -46,8 +46,8 @@ def rank_main(cfg: dict[str, Any]) -> dict[str, Any]:
     import torch.distributed as dist
 
     import spmdc
-    from spmdc.runtime.compiled_module import CompiledModule
-    from spmdc.runtime.pipeline import PipelineModule
+    from spmdc.api.compiled_module import CompiledModule
+    from spmdc.api.pipeline import PipelineModule
     from spmdc.sharding.pipeline import PipelinePlan
 
     warnings.filterwarnings("ignore")

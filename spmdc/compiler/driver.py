@@ -150,7 +150,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     ``partial_grads``: gradients are returned before their
     reduction (``P(sum)`` where the batch is split), for gradient accumulation. ``fuse``: run
     ``fuse-collectives`` on each rank's program. ``eager``: also keep the program as sharding
-    propagation left it (``propagated_ir``), which :mod:`spmdc.runtime.eager` runs op by op."""
+    propagation left it (``propagated_ir``), which :mod:`spmdc.api.eager` runs op by op."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan, planned_layouts
 

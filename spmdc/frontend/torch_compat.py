@@ -26,7 +26,6 @@ from typing import Any
 import torch
 
 __all__ = [
-    "memory_timeline_deltas",
     "SUPPORTED_TORCH",
     "TESTED_TORCH_MLIR",
     "UnsupportedTorchError",
@@ -308,10 +307,3 @@ def install_node_locations(importer: Any, locate: Callable[[Any, Any], Any]) -> 
     cache.spmdc_locate = locate
     importer._cc = cache
 
-
-def memory_timeline_deltas(prof: Any) -> list[tuple[int, int]]:
-    """(time ns, +bytes allocated / −bytes freed) of every allocation a finished
-    ``torch.profiler.profile(profile_memory=True)`` recorded, in time order (the profiler's
-    raw ``[memory]`` events; frees of tensors older than the profile count as negative)."""
-    events = prof.profiler.kineto_results.events()
-    return sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda r: r[0])

@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spmdc.compiler.program import Layout, RankProgram
 from spmdc.dialects.shard import Partial, Replicate, Shard, StridedShard, chunk_size
 from spmdc.runtime.collectives import CountingComm
 from spmdc.sharding.mesh import Mesh, local_blocks, local_offset, local_shape
 from spmdc.sharding.planner import plan_redistribution
+
+Layout = tuple   # a value's placements, one per mesh axis
+RankProgram = Any   # spmdc.compiler.program.RankProgram: the runtime reads its fields, never compiles
 
 EXECUTORS = ("codegen", "interpret")
 

@@ -37,10 +37,16 @@ def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
 def _timeline_peak(prof: Any) -> int:
     """Peak of (bytes created − bytes destroyed) over the profile's memory timeline; tensors
     that existed before the call are not counted."""
-    from spmdc.frontend.torch_compat import memory_timeline_deltas
-
     live = peak = 0
     for _, delta in memory_timeline_deltas(prof):
         live += delta
         peak = max(peak, live)
     return peak
+
+
+def memory_timeline_deltas(prof: Any) -> list[tuple[int, int]]:
+    """(time ns, +bytes allocated / −bytes freed) of every allocation a finished
+    ``torch.profiler.profile(profile_memory=True)`` recorded, in time order (the profiler's
+    raw ``[memory]`` events; frees of tensors older than the profile count as negative)."""
+    events = prof.profiler.kineto_results.events()
+    return sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda r: r[0])

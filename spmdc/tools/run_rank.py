@@ -29,9 +29,9 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
+    from spmdc.api.entry import CompiledModule, Optimizer
     from spmdc.compiler import Dump
     from spmdc.frontend.workloads import load_workload
-    from spmdc.runtime.api import CompiledModule, Optimizer
     from spmdc.runtime.memory import measure_peak
 
     forward_warnings()
@@ -81,7 +81,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             if k in switches:   # --switch STEP:PLAN[:MESH]: after STEP steps, the state moves to the new plan
                 sw = switches[k]
                 new = cm.switch(sw["plan"], mesh=sw["mesh"])
-                rep = __import__("spmdc.runtime.switch", fromlist=["last_report"]).last_report
+                rep = __import__("spmdc.api.switch", fromlist=["last_report"]).last_report
                 switched.append({"step": k, "plan": sw["text"], "seconds": rep.seconds, "compile": rep.compile_seconds,
                                  "transfer": rep.transfer_seconds, "bytes_total": rep.bytes_total,
                                  "messages": rep.messages, "tensors": rep.tensors, "left": new is None})
@@ -110,7 +110,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             what = "loss" if job["train"] else "|output|"
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
                 f"({1000 * times[-1]:.1f} ms)", flush=True)
-        from spmdc.runtime.pipeline import PipelineModule
+        from spmdc.api.pipeline import PipelineModule
 
         if isinstance(cm, PipelineModule):   # switched to a pipeline plan
             return {**_pipeline_result(cm, job, rank, losses, times, compile_s), "switched": switched,
@@ -170,12 +170,12 @@ def forward_warnings() -> None:
 
 
 def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, Any]:
-    """``spmdc run`` with a pipeline plan: this rank's stage (:mod:`spmdc.runtime.pipeline`)."""
+    """``spmdc run`` with a pipeline plan: this rank's stage (:mod:`spmdc.api.pipeline`)."""
     import torch
 
+    from spmdc.api.entry import Optimizer
+    from spmdc.api.pipeline import PipelineModule
     from spmdc.compiler import Dump
-    from spmdc.runtime.api import Optimizer
-    from spmdc.runtime.pipeline import PipelineModule
 
     t0 = time.perf_counter()
     pm = PipelineModule(w.model, tuple(w.inputs), plan=job["plan"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),

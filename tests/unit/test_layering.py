@@ -1,8 +1,9 @@
 """The package layering holds: imports (lazy ones and module-name strings included) only go down
 
-    ir <- dialects <- {sharding, frontend} <- passes <- codegen <- compiler <- runtime <- tools
+    ir <- dialects <- {sharding, frontend} <- passes <- codegen <- compiler <- runtime <- api <- tools
 
-and every module imports on its own (no import cycles)."""
+the runtime only executes: it imports none of compiler, frontend, passes (what compiles and runs
+together is ``api``), and every module imports on its own (no import cycles)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "spmdc"
-LAYERS = ["ir", "dialects", "sharding", "frontend", "passes", "codegen", "compiler", "runtime", "tools"]
+LAYERS = ["ir", "dialects", "sharding", "frontend", "passes", "codegen", "compiler", "runtime", "api", "tools"]
+FORBIDDEN = {"runtime": {"compiler", "frontend", "passes"}}   # below it in LAYERS, yet not imported
 LEVEL = {p: i for i, p in enumerate(LAYERS)} | {"frontend": LAYERS.index("sharding")}
 EXEMPT = {"examples"}   # model definitions; they import torch only
 
@@ -61,7 +63,7 @@ def violations(root: Path = ROOT) -> list[str]:
         for target, line in references(path):
             if target == pkg:
                 continue
-            if LEVEL[target] > LEVEL[pkg] or (LEVEL[target] == LEVEL[pkg]):   # upward, or sideways
+            if LEVEL[target] >= LEVEL[pkg] or target in FORBIDDEN.get(pkg, ()):   # upward, sideways, forbidden
                 bad.append(f"{path.relative_to(root.parent)}:{line}: {pkg} -> {target}")
     return bad
 
@@ -96,3 +98,13 @@ def test_every_module_imports_on_its_own():
     res = subprocess.run([sys.executable, "-c", code, *MODULES], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == ""
+
+
+def test_the_runtime_never_compiles(tmp_path):
+    """runtime -> compiler / frontend / passes is refused though those sit below it."""
+    probe = tmp_path / "spmdc" / "runtime" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text("from spmdc.compiler import compile_rank\nfrom spmdc.sharding import mesh\n"
+                     "def f():\n    from spmdc.passes import manager\n")
+    assert violations(tmp_path / "spmdc") == ["spmdc/runtime/probe.py:1: runtime -> compiler",
+                                              "spmdc/runtime/probe.py:4: runtime -> passes"]

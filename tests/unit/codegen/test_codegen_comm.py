@@ -86,15 +86,15 @@ def test_compiled_rank_programs_match_the_interpreter_with_fake_collectives(step
 
 
 def test_unknown_executor_is_rejected(steps):
-    from spmdc.runtime.worker import run_on_rank
+    from spmdc.api.worker import run_on_rank
 
     with pytest.raises(ValueError, match="unknown executor 'jit'"):
         run_on_rank(steps[0], 0, FakeCollectives({"tp": 2}), executor="jit")
 
 
 def test_two_rank_launch_codegen_equals_interpret(steps):
+    from spmdc.api.worker import run_steps
     from spmdc.runtime.launcher import launch
-    from spmdc.runtime.worker import run_steps
 
     launched = steps[:2]
     gen = launch(run_steps, 2, (launched, "codegen"), timeout_s=120)

@@ -12,11 +12,11 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from spmdc.api.worker import run_steps  # noqa: E402
 from spmdc.codegen.kernel_stats import kernel_stats  # noqa: E402
 from spmdc.compiler import compile_rank, compile_step  # noqa: E402
 from spmdc.examples import gpt2_tiny, llama_tiny  # noqa: E402
 from spmdc.runtime.launcher import launch  # noqa: E402
-from spmdc.runtime.worker import run_steps  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
 
 TINY = dict(batch=2, seq=4, vocab_size=16, d_model=8, n_head=2, n_layer=1)

@@ -29,8 +29,8 @@ BATCH, STEPS, LR = 6, 3, 0.1
 def hetero_six() -> dict[str, Any]:
     import torch.distributed as dist
 
+    from spmdc.api.entry import CompiledModule
     from spmdc.frontend.workloads import load_workload
-    from spmdc.runtime.api import CompiledModule
     from spmdc.sharding.hetero import HeteroPlan
 
     dist.init_process_group("gloo")

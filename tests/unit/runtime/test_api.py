@@ -204,7 +204,7 @@ def test_uneven_shards_keep_torch_chunk_sizes(runs2):
 
 
 def test_optimizer_spec_forms():
-    from spmdc.runtime.api import Optimizer, make_optimizer
+    from spmdc.api.entry import Optimizer, make_optimizer
 
     p = [torch.zeros(3)]
     sgd = make_optimizer(("sgd", {"lr": 0.1, "momentum": 0.9}), p)

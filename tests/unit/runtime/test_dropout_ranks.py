@@ -16,9 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from rank_checks import assert_step_matches
 
+from spmdc.api.worker import run_steps
 from spmdc.compiler import compile_step
 from spmdc.runtime.launcher import launch
-from spmdc.runtime.worker import run_steps
 from spmdc.sharding.mesh import Mesh
 
 SEED = 1234

@@ -16,9 +16,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models")
 import hf_tiny  # noqa: E402
 from rank_checks import assert_step_matches  # noqa: E402
 
+from spmdc.api.worker import run_steps  # noqa: E402
 from spmdc.compiler import compile_step  # noqa: E402
 from spmdc.runtime.launcher import launch  # noqa: E402
-from spmdc.runtime.worker import run_steps  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
 
 SEED = 5

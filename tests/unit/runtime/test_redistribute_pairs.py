@@ -16,6 +16,7 @@ import itertools
 import pytest
 import torch
 
+from spmdc.api.worker import run_steps
 from spmdc.compiler.pipeline import PipelineOptions, pipeline_text
 from spmdc.compiler.program import CompiledStep
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate, Shard, StridedShard
@@ -24,7 +25,6 @@ from spmdc.ir.printer import print_module
 from spmdc.passes.manager import PassManager
 from spmdc.passes.registry import parse_pipeline
 from spmdc.runtime.launcher import launch
-from spmdc.runtime.worker import run_steps
 from spmdc.sharding.mesh import Mesh
 
 SHAPE = (6, 18)   # dim 1 = 3 parts of 6 (pieces 2,2,2,0); dim 0 = 2 parts of 3 (1,1,1,0)

@@ -8,10 +8,10 @@ forward outputs rtol 1e-5 / atol 1e-6, loss and gradients rtol 1e-4 / atol 1e-5.
 import pytest
 import torch
 
+from spmdc.api.worker import run_steps
 from spmdc.compiler import compile_step
 from spmdc.examples import mlp
 from spmdc.runtime.launcher import LaunchError, launch
-from spmdc.runtime.worker import run_steps
 from spmdc.sharding.mesh import Mesh
 
 # (plan, mesh, mlp sizes): the last ones are uneven over 4 ranks (torch.chunk pieces)

@@ -1,4 +1,4 @@
-"""Switching strategy at run time (spmdc.runtime.switch) on gloo: fsdp on 4 ranks -> megatron on
+"""Switching strategy at run time (spmdc.api.switch) on gloo: fsdp on 4 ranks -> megatron on
 4; dp=2 x tp=2 -> a pp=2 x tp=2 pipeline; 6 ranks -> 4 (a planned shrink, and a failure of two
 ranks recovered from surviving replicas). After the switch, training goes on with the losses of a
 run on the new plan loaded from a checkpoint written at the switch step (rtol 1e-6): parameters

@@ -189,8 +189,8 @@ class _TwoBranch(__import__("torch").nn.Module):
 def test_partial_bias_adds_merge_into_one_all_reduce_and_stay_exact():
     import torch
 
+    from spmdc.api.worker import run_steps
     from spmdc.runtime.launcher import launch
-    from spmdc.runtime.worker import run_steps
 
     torch.manual_seed(0)
     model, x = _TwoBranch(), torch.randn(8, 16)

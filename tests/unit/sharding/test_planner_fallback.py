@@ -22,12 +22,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runtime"))
 import lora  # noqa: E402
 from rank_checks import assert_step_matches  # noqa: E402
 
+from spmdc.api.worker import run_steps  # noqa: E402
 from spmdc.compiler import compile_step  # noqa: E402
 from spmdc.dialects.shard import Replicate, Shard  # noqa: E402
 from spmdc.ir.diagnostics import DiagnosticError  # noqa: E402
 from spmdc.ir.parser import parse_module  # noqa: E402
 from spmdc.runtime.launcher import launch  # noqa: E402
-from spmdc.runtime.worker import run_steps  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
 from spmdc.sharding.planner import moved_bytes  # noqa: E402
 from spmdc.sharding.strategy import ShardingFallbackWarning, choose, choose_or_fallback, rule_for  # noqa: E402

@@ -110,7 +110,7 @@ def _new_side(new: Any) -> _Side:
     side = _Side()
     if new is None:
         return side
-    from spmdc.runtime.pipeline import PipelineModule
+    from spmdc.api.pipeline import PipelineModule
 
     if isinstance(new, PipelineModule):
         spec = new.plan.stages[new.stage]
@@ -183,7 +183,7 @@ def _targets(new: Any) -> dict[str, tuple[Any, Any]]:
     """fqn -> (parameter, optimizer) of the new module on this rank."""
     if new is None:
         return {}
-    from spmdc.runtime.pipeline import PipelineModule
+    from spmdc.api.pipeline import PipelineModule
 
     if isinstance(new, PipelineModule):
         return {new._aliases(n)[0]: (p, new.optimizer) for n, p in new.params.items()}
@@ -240,14 +240,14 @@ def transfer(plans: dict[str, list[BsrPlan]], slots: dict[str, list[str]], local
 def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None,
            lost: Sequence[int] = (), **options: Any) -> Any:
     """Every rank of the job calls it; see the module doc. Returns the new module on its ranks,
-    None elsewhere; ``spmdc.runtime.switch.last_report`` (and the new module's ``switch_report``)
+    None elsewhere; ``spmdc.api.switch.last_report`` (and the new module's ``switch_report``)
     say what moved. ``lost``: ranks whose state is gone (failed devices; they still take part in
     setting up the new groups but send nothing): every slice comes from a surviving copy, or the
     switch is refused naming the parameter (restore from a checkpoint then)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-    from spmdc.runtime.compiled_module import CompiledModule
+    from spmdc.api.compiled_module import CompiledModule
     from spmdc.sharding.mesh import Mesh
     from spmdc.sharding.pipeline import PipelinePlan
     from spmdc.sharding.plan import Plan
@@ -277,7 +277,7 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
         if plan.world != world:
             raise NotImplementedError(f"pipeline plan '{plan.name}' has {plan.world} ranks but the job has {world}: "
                                       "a pipeline target spans the whole job")
-        from spmdc.runtime.pipeline import PipelineModule
+        from spmdc.api.pipeline import PipelineModule
 
         members = list(range(world))
         new = PipelineModule(cm._model, example, plan=plan, loss_fn=o.loss_fn, optimizer=cm._optimizer_spec,

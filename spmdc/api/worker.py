@@ -1,5 +1,5 @@
 """Running compiled steps on launched ranks (tests and benchmarks; ``spmdc run`` uses
-:class:`spmdc.runtime.api.CompiledModule`).
+:class:`spmdc.api.entry.CompiledModule`).
 
     results = launch(run_steps, nproc=4, args=([step_a, step_b],))
 

@@ -35,12 +35,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from spmdc.api.compile_shared import compile_shared
 from spmdc.compiler import Dump, RankProgram, compile_rank, default_target, split_example_inputs
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate
 from spmdc.frontend.deferred_init import fake_parameters
 from spmdc.frontend.export import ModuleModes, module_flags
 from spmdc.runtime.collectives import CountingComm
-from spmdc.runtime.compile_shared import compile_shared
 from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements, mesh_of
 from spmdc.runtime.executor import RankRunner, local_piece, to_full
 from spmdc.runtime.gradients import clip_grads_, reduce_gradients
@@ -100,7 +100,7 @@ class CompiledModule(nn.Module):
             raise ValueError(f"rank {dist.get_rank()} is not in the device mesh (ranks {members}): compile on "
                              "the ranks of its group only")
         self.members = members
-        # (``group``: a process group over ``members`` the caller made, e.g. spmdc.runtime.switch)
+        # (``group``: a process group over ``members`` the caller made, e.g. spmdc.api.switch)
         self.group = None if members == list(range(world)) else group if group is not None else \
             dist.new_group(members, use_local_synchronization=True)
         if execution not in ("compiled", "eager"):
@@ -153,7 +153,7 @@ class CompiledModule(nn.Module):
         self._runners: dict[tuple, RankRunner] = {}
         example = list(model_args) + list(loss_args) + list(kwargs.values())
         if train and grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
-            from spmdc.runtime.pipeline import check_micro_batch_mean
+            from spmdc.api.pipeline import check_micro_batch_mean
 
             check_micro_batch_mean(model, loss_fn, len(model_args), self._kw_names, example, self._micro(example),
                                    first=members[0], group=self.group, eval_mode=True)
@@ -268,14 +268,14 @@ class CompiledModule(nn.Module):
         model = self._model   # captured with every module in the mode the user set
         with fake_parameters(model) if self._tape is not None else nullcontext():
             if self._hetero is not None:
-                from spmdc.runtime.compile_shared import compile_groups_shared
+                from spmdc.api.compile_shared import compile_groups_shared
 
                 steps = compile_groups_shared(model, jobs, self._hetero)
             else:
                 steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
         for job, step in zip(jobs, steps):
             if o.execution == "eager":
-                from spmdc.runtime.eager import EagerRunner, eager_program
+                from spmdc.api.eager import EagerRunner, eager_program
 
                 runner: Any = EagerRunner(eager_program(step, self.rank), self.comm, device=self.device,
                                           hints=o.eager_hints, trace=o.eager_trace)
@@ -754,8 +754,8 @@ class CompiledModule(nn.Module):
         """This module's training state (parameters, optimizer state) moved to a new plan and mesh —
         or a pipeline plan — by one batched send/recv, without a checkpoint; every rank of the job
         calls it. Returns the new module (None on ranks outside ``ranks``, which then leave); see
-        :mod:`spmdc.runtime.switch`."""
-        from spmdc.runtime.switch import switch
+        :mod:`spmdc.api.switch`."""
+        from spmdc.api.switch import switch
 
         return switch(self, plan, mesh=mesh, ranks=ranks, lost=lost, **options)
 

@@ -9,8 +9,8 @@
 
 Compilation (capture + plan + global sharding passes) runs once per program (forward on
 rank 0, training step on rank 1) and is broadcast, so every rank partitions the very same
-global program (:mod:`spmdc.runtime.compile_shared`). See
-:mod:`spmdc.runtime.compiled_module` for the object and :mod:`spmdc.runtime.optimizers`
+global program (:mod:`spmdc.api.compile_shared`). See
+:mod:`spmdc.api.compiled_module` for the object and :mod:`spmdc.runtime.optimizers`
 for the optimizer specs.
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from spmdc.api.compiled_module import CompiledModule
 from spmdc.compiler import Dump
-from spmdc.runtime.compiled_module import CompiledModule
 from spmdc.runtime.dtensors import dtensor_placements
 from spmdc.runtime.optimizers import OPTIMIZERS, Optimizer, make_optimizer
 from spmdc.sharding.plan import Plan
@@ -83,7 +83,7 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     """
     from spmdc.sharding.pipeline import PipelinePlan
 
-    if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.runtime.pipeline)
+    if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline)
         return _pipeline(model, example_inputs, plan, mesh=mesh, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
                          optimizer=optimizer, device=device, target=target, dump=dump, example_kwargs=example_kwargs,
                          device_mesh=device_mesh, rng=rng, checkpoint=checkpoint, clip_grad_norm=clip_grad_norm,
@@ -100,8 +100,8 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
 def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, rng: str,
               checkpoint: Any, clip_grad_norm: Any, grad_accum: int, inputs: str, init: Any, mixed_precision: Any,
               **kw: Any) -> Any:
-    """A :class:`~spmdc.runtime.pipeline.PipelineModule`; what pipelines do not support is refused by name."""
-    from spmdc.runtime.pipeline import PipelineModule
+    """A :class:`~spmdc.api.pipeline.PipelineModule`; what pipelines do not support is refused by name."""
+    from spmdc.api.pipeline import PipelineModule
 
     for what, bad in (("mesh= (each stage has its own mesh in the plan; pass mesh=None)", mesh is not None),
                       ("device_mesh=", device_mesh is not None), ("train=False (a pipeline trains)", not train),
@@ -127,7 +127,7 @@ def sampler_args(cm: Any) -> tuple[int, int]:
 
 def eager(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", hints: bool = True,
           trace: bool = False, **kwargs: Any) -> CompiledModule:
-    """:func:`compile`'s module, run op by op (:mod:`spmdc.runtime.eager`): each op of the global
+    """:func:`compile`'s module, run op by op (:mod:`spmdc.api.eager`): each op of the global
     program is dispatched at run time — its operands' layouts as they are, its strategy from the
     rule table, redistributions issued on the spot, the op run on local pieces. For stepping
     through a plan: ``trace=True`` records, per op, the layouts in and out and the collectives it

@@ -220,8 +220,8 @@ class PipelineModule:
         return ins, grads
 
     def _compile(self, mb: list[Any], dump: Any) -> _Programs:
+        from spmdc.api.compile_shared import compile_shared
         from spmdc.compiler import compile_rank
-        from spmdc.runtime.compile_shared import compile_shared
         from spmdc.runtime.executor import RankRunner
 
         spec, stage = self.plan.stages[self.stage], self.mine
