@@ -5,7 +5,7 @@
 For each layer count: capture the training step (timed separately: torch.export and
 import are not sharding work), then time what ``spmdc.compiler.compile_global`` and
 ``spmdc.compiler.rank_module(step, 0)`` do after capture, stage by stage
-(:mod:`spmdc.compiler.pipeline`), pass by pass:
+(:mod:`spmdc.compiler.pass_pipeline`), pass by pass:
 
 * prepare: ``canonicalize,cse`` and ``apply_plan`` (plan → annotations), fsdp+tp on a 2x2 mesh;
 * global: ``sharding-propagation``, ``insert-redistribution``, ``lower-redistribution``;

@@ -47,8 +47,8 @@ def rank_main(cfg: dict[str, Any]) -> dict[str, Any]:
 
     import spmdc
     from spmdc.api.compiled_module import CompiledModule
-    from spmdc.api.pipeline import PipelineModule
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.api.pipeline_module import PipelineModule
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo")

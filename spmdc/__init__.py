@@ -21,7 +21,7 @@ _LAZY = {
     "Optimizer": ("spmdc.api.entry", "Optimizer"),
     "Mesh": ("spmdc.sharding.mesh", "Mesh"),
     "Plan": ("spmdc.sharding.plan", "Plan"),
-    "HeteroPlan": ("spmdc.sharding.hetero", "HeteroPlan"),
+    "HeteroPlan": ("spmdc.sharding.device_groups", "HeteroPlan"),
     "ParamLayout": ("spmdc.sharding.plan", "ParamLayout"),
     "preset": ("spmdc.sharding.plan", "preset"),
     "Replicate": ("spmdc.dialects.shard", "Replicate"),

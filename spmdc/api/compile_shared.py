@@ -43,11 +43,11 @@ def compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any
 
 def compile_groups_shared(model: Any, jobs: list[dict[str, Any]], hplan: Any) -> list[Any]:
     """:func:`compile_shared` for a heterogeneous plan: job ``j`` compiles every group's program
-    (:func:`spmdc.compiler.hetero.compile_groups`) on job rank ``j % world``, broadcast to every
+    (:func:`spmdc.compiler.device_groups.compile_groups`) on job rank ``j % world``, broadcast to every
     rank; each rank keeps its group's steps."""
     import torch.distributed as dist
 
-    from spmdc.compiler.hetero import compile_groups
+    from spmdc.compiler.device_groups import compile_groups
 
     world, rank = dist.get_world_size(), dist.get_rank()
     boxes: list[list[Any]] = [[None] for _ in jobs]

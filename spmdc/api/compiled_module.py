@@ -23,7 +23,7 @@ or running a stale program. The modes are the user's model's own flags, each sub
 ``model.train(mode)`` / ``model.eval()``, and ``cm.training`` / ``cm.<path>.training`` read the model's
 flags. Each rank cuts its
 shard of every parameter out of its own copy of ``model`` (ranks build the model with the same
-initialization; see :mod:`spmdc.runtime.meta_init` for models too big for one device).
+initialization; see :mod:`spmdc.frontend.deferred_init` for models too big for one device).
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ class CompiledModule(nn.Module):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
-        from spmdc.sharding.hetero import HeteroPlan
+        from spmdc.sharding.device_groups import HeteroPlan
 
         self._hetero = plan if isinstance(plan, HeteroPlan) else None
         world = dist.get_world_size()
-        if self._hetero is not None:   # device groups, each its own mesh and plan (spmdc.runtime.hetero)
+        if self._hetero is not None:   # device groups, each its own mesh and plan (spmdc.runtime.group_comm)
             mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, execution,
                                                            inputs, grad_accum)
         if mesh is None and device_mesh is None:
@@ -129,7 +129,7 @@ class CompiledModule(nn.Module):
 
         self.comm = Collectives(device_mesh)
         if self._hetero is not None:
-            from spmdc.runtime.hetero import HeteroComm
+            from spmdc.runtime.group_comm import HeteroComm
 
             g = self._hetero.group_of(dist.get_rank())
             self.rank = self._hetero.virtual_rank(g, dist.get_rank())
@@ -153,7 +153,7 @@ class CompiledModule(nn.Module):
         self._runners: dict[tuple, RankRunner] = {}
         example = list(model_args) + list(loss_args) + list(kwargs.values())
         if train and grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
-            from spmdc.api.pipeline import check_micro_batch_mean
+            from spmdc.api.pipeline_module import check_micro_batch_mean
 
             check_micro_batch_mean(model, loss_fn, len(model_args), self._kw_names, example, self._micro(example),
                                    first=members[0], group=self.group, eval_mode=True)
@@ -181,7 +181,7 @@ class CompiledModule(nn.Module):
         built on every rank); what it does not support yet is refused by name."""
         import torch.distributed as dist
 
-        from spmdc.runtime.hetero import group_meshes
+        from spmdc.runtime.group_comm import group_meshes
 
         if mesh is not None or device_mesh is not None:
             raise ValueError(f"plan '{hplan.name}' has device groups with their own meshes; pass mesh=None")

@@ -62,7 +62,7 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     ``checkpoint``: ``"blocks"`` recomputes every repeated block (``layers.N``) in the backward;
     ``torch.utils.checkpoint`` calls in the model are kept either way.
     ``mesh`` may be a ``torch.distributed.DeviceMesh`` with named dims (it is then the device mesh).
-    ``plan`` may be a :class:`~spmdc.sharding.hetero.HeteroPlan` (device groups, each with its own
+    ``plan`` may be a :class:`~spmdc.sharding.device_groups.HeteroPlan` (device groups, each with its own
     mesh and plan, the batch split across them; ``mesh`` is then None): heterogeneous data
     parallelism, see docs/runtime.md.
     ``clip_grad_norm``: each step clips the gradients to that global norm (inside the program: one
@@ -81,9 +81,9 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     initialization (:mod:`spmdc.frontend.deferred_init`). ``fuse_collectives`` (default on):
     per-rank rewrites that defer and merge reductions (``fuse-collectives``).
     """
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
-    if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline)
+    if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline_module)
         return _pipeline(model, example_inputs, plan, mesh=mesh, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
                          optimizer=optimizer, device=device, target=target, dump=dump, example_kwargs=example_kwargs,
                          device_mesh=device_mesh, rng=rng, checkpoint=checkpoint, clip_grad_norm=clip_grad_norm,
@@ -100,8 +100,8 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
 def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, rng: str,
               checkpoint: Any, clip_grad_norm: Any, grad_accum: int, inputs: str, init: Any, mixed_precision: Any,
               **kw: Any) -> Any:
-    """A :class:`~spmdc.api.pipeline.PipelineModule`; what pipelines do not support is refused by name."""
-    from spmdc.api.pipeline import PipelineModule
+    """A :class:`~spmdc.api.pipeline_module.PipelineModule`; what pipelines do not support is refused by name."""
+    from spmdc.api.pipeline_module import PipelineModule
 
     for what, bad in (("mesh= (each stage has its own mesh in the plan; pass mesh=None)", mesh is not None),
                       ("device_mesh=", device_mesh is not None), ("train=False (a pipeline trains)", not train),

@@ -110,7 +110,7 @@ def _new_side(new: Any) -> _Side:
     side = _Side()
     if new is None:
         return side
-    from spmdc.api.pipeline import PipelineModule
+    from spmdc.api.pipeline_module import PipelineModule
 
     if isinstance(new, PipelineModule):
         spec = new.plan.stages[new.stage]
@@ -183,7 +183,7 @@ def _targets(new: Any) -> dict[str, tuple[Any, Any]]:
     """fqn -> (parameter, optimizer) of the new module on this rank."""
     if new is None:
         return {}
-    from spmdc.api.pipeline import PipelineModule
+    from spmdc.api.pipeline_module import PipelineModule
 
     if isinstance(new, PipelineModule):
         return {new._aliases(n)[0]: (p, new.optimizer) for n, p in new.params.items()}
@@ -249,7 +249,7 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
 
     from spmdc.api.compiled_module import CompiledModule
     from spmdc.sharding.mesh import Mesh
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
     from spmdc.sharding.plan import Plan
 
     global last_report
@@ -277,7 +277,7 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
         if plan.world != world:
             raise NotImplementedError(f"pipeline plan '{plan.name}' has {plan.world} ranks but the job has {world}: "
                                       "a pipeline target spans the whole job")
-        from spmdc.api.pipeline import PipelineModule
+        from spmdc.api.pipeline_module import PipelineModule
 
         members = list(range(world))
         new = PipelineModule(cm._model, example, plan=plan, loss_fn=o.loss_fn, optimizer=cm._optimizer_spec,

@@ -1,4 +1,4 @@
-"""The compiler driver: the one pipeline (:mod:`.pipeline`), compiling the global program and
+"""The compiler driver: the one pass pipeline (:mod:`.pass_pipeline`), compiling the global program and
 one rank's program (:mod:`.driver`), and dump hooks (:mod:`.dump`).
 
     from spmdc.compiler import Dump, compile_global, compile_rank
@@ -17,7 +17,7 @@ from spmdc.compiler.driver import (
     split_example_inputs,
 )
 from spmdc.compiler.dump import Dump
-from spmdc.compiler.pipeline import PipelineOptions, Stage, named_pipelines, stages
+from spmdc.compiler.pass_pipeline import PipelineOptions, Stage, named_pipelines, stages
 from spmdc.compiler.program import CompiledStep, RankProgram
 
 compile_step = compile_global   # the name the Python API has used

@@ -5,7 +5,7 @@
     outs = prog.fn(local_args, comm)
 
 :func:`compile_global` captures the model (:mod:`spmdc.frontend`), runs the ``prepare``
-stage, applies the plan and runs the ``global`` stage (:mod:`spmdc.compiler.pipeline`);
+stage, applies the plan and runs the ``global`` stage (:mod:`spmdc.compiler.pass_pipeline`);
 :func:`compile_rank` parses the rank's own copy of the global program, runs the per-rank
 stages and generates the code that rank loads. Dumps are written from these very objects.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spmdc.compiler.dump import Dump, hook, program_name
-from spmdc.compiler.pipeline import TARGETS, PipelineOptions, stages
+from spmdc.compiler.pass_pipeline import TARGETS, PipelineOptions, stages
 from spmdc.compiler.program import CompiledStep, Layout, RankProgram
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.shard import SHARDING_ATTR, Replicate
@@ -98,9 +98,9 @@ def _preset(name: str, mesh: Mesh, params: dict, in_ranks: list, out_ranks: list
 
 def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> Plan:
     """A preset name (or a plan refining a preset) resolved against the captured function's
-    parameters and inputs (a :class:`~spmdc.sharding.hetero.GroupPlan`: the group's preset on its
+    parameters and inputs (a :class:`~spmdc.sharding.device_groups.GroupPlan`: the group's preset on its
     virtual mesh, with the batch split across the groups)."""
-    from spmdc.sharding.hetero import GroupPlan
+    from spmdc.sharding.device_groups import GroupPlan
 
     if isinstance(plan, GroupPlan):
         base = plan_for(plan.base, mesh, func, model)
@@ -169,7 +169,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     prepare, *global_stages = [s for s in stages(PipelineOptions(rng=rng)) if not s.per_rank]
     PassManager(parse_pipeline(prepare.passes), on_after_pass=hook(writer)).run(module)
     apply_plan(module, mesh, resolved, reduce_grads=not partial_grads)   # the plan is data, not a pass
-    from spmdc.sharding.hetero import GroupPlan
+    from spmdc.sharding.device_groups import GroupPlan
 
     if isinstance(plan, GroupPlan):   # runs at coordinate plan.index of the virtual mesh's grp axis
         from spmdc.ir.attributes import IntegerAttr

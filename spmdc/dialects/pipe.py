@@ -28,7 +28,7 @@ finest-slice table between the two layouts: batched send/recv)::
       func.return
     }
 
-The runtime (:mod:`spmdc.api.pipeline`) runs that function op by op: the IR is the schedule.
+The runtime (:mod:`spmdc.api.pipeline_module`) runs that function op by op: the IR is the schedule.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``cross-group``: the communication across device groups of a heterogeneous plan.
 
 Each group's global program is laid out on its virtual mesh ``["grp" = G, <own axes>]``
-(:mod:`spmdc.sharding.hetero`): after lowering, its moves on ``grp`` are collectives whose
+(:mod:`spmdc.sharding.device_groups`): after lowering, its moves on ``grp`` are collectives whose
 "process group" would pair ranks of different groups at the same coordinates — which does not
 exist when the groups' meshes differ. This step takes every group's program together and
 resolves those moves by what they mean over the real ranks (Hetu v2's rules):
@@ -71,7 +71,7 @@ from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder
 from spmdc.passes.pass_base import ModulePass
-from spmdc.sharding.hetero import GROUP_AXIS
+from spmdc.sharding.device_groups import GROUP_AXIS
 from spmdc.sharding.layouts import layout_of
 from spmdc.sharding.slices import MeshSpec, bsr_plan, split_all_reduce_plan
 

@@ -3,7 +3,7 @@
 Input: a pipeline module (:mod:`spmdc.dialects.pipe`): the stage meshes (``shard.mesh`` with
 ``devices``; stage ``k`` is the ``k``-th mesh a ``pipe.boundary`` names, in declaration order) and
 the boundary values. For every rank the pass appends ``func.func @rank<r>``: its stage's compute
-order (:func:`spmdc.sharding.pipeline.stage_actions` for ``schedule`` and ``microbatches``), each
+order (:func:`spmdc.sharding.pipeline_plan.stage_actions` for ``schedule`` and ``microbatches``), each
 forward preceded by the receives of the stage's inputs and followed by the sends of its outputs,
 each backward preceded by the receives of its outputs' gradients and followed by the sends of its
 inputs' gradients. The ranks at the other end come from the finest-slice table between the two
@@ -43,7 +43,7 @@ from spmdc.dialects.shard import MeshOp
 from spmdc.ir.attributes import IntegerAttr, StringAttr, UnitAttr
 from spmdc.ir.core import Operation
 from spmdc.passes.pass_base import ModulePass
-from spmdc.sharding.pipeline import SCHEDULES, stage_actions
+from spmdc.sharding.pipeline_plan import SCHEDULES, stage_actions
 from spmdc.sharding.slices import BsrPlan, MeshSpec, bsr_plan
 
 

@@ -228,12 +228,12 @@ class Plan:
         if not isinstance(data, Mapping):
             raise PlanError(f"{path}: a plan file must hold a mapping with 'params', 'inputs', 'outputs'")
         places = Places(path, _key_marks(text))
-        if "groups" in data:   # device groups with their own plans (spmdc.sharding.hetero)
-            from spmdc.sharding.hetero import HeteroPlan
+        if "groups" in data:   # device groups with their own plans (spmdc.sharding.device_groups)
+            from spmdc.sharding.device_groups import HeteroPlan
 
             return HeteroPlan.from_dict(data, places)  # type: ignore[return-value]
-        if "stages" in data:   # pipeline stages over device groups (spmdc.sharding.pipeline)
-            from spmdc.sharding.pipeline import PipelinePlan
+        if "stages" in data:   # pipeline stages over device groups (spmdc.sharding.pipeline_plan)
+            from spmdc.sharding.pipeline_plan import PipelinePlan
 
             return PipelinePlan.from_dict(data, places)  # type: ignore[return-value]
         return Plan.from_dict(data, places)

@@ -12,7 +12,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from spmdc.compiler.pipeline import named_pipelines
+from spmdc.compiler.pass_pipeline import named_pipelines
 from spmdc.ir.core import Operation
 from spmdc.ir.diagnostics import Diagnostic, DiagnosticError, SourceManager
 from spmdc.ir.parser import parse_module

@@ -217,9 +217,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
-    from spmdc.sharding.hetero import HeteroPlan
+    from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.mesh import Mesh
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
     from spmdc.sharding.plan import Plan
 
     loaded = Plan.load(cfg.plan) if cfg.plan.endswith((".json", ".yaml", ".yml")) else None
@@ -346,7 +346,7 @@ def check_pipeline(cfg: RunConfig, plan: Any) -> None:
 def parse_switches(cfg: RunConfig, mesh: Any, plan: Any) -> list[dict[str, Any]]:
     """``--switch STEP:PLAN[:MESH]`` options, checked before ranks start."""
     from spmdc.sharding.mesh import Mesh
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
     from spmdc.sharding.plan import Plan, PlanError, preset
 
     out: list[dict[str, Any]] = []
@@ -529,7 +529,7 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         if "batch" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             raise UserError(f"--batch {cfg.batch}: the factory of workload '{cfg.workload}' takes no 'batch' "
                             f"argument (its parameters: {', '.join(params) or 'none'})")
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     if isinstance(plan, PipelinePlan):
         check_pipeline(cfg, plan)
@@ -700,7 +700,7 @@ def run_main(cfg: RunConfig) -> int:
     comm.add_row("total", f"{sum(r0['counts'].values()) / steps:g}",
                  f"{sum(r0['bytes'].values()) / steps:,.0f}", style="bold")
     console.print(comm)
-    from spmdc.sharding.hetero import HeteroPlan
+    from spmdc.sharding.device_groups import HeteroPlan
 
     if isinstance(plan, HeteroPlan) and all(g.ranks[0] in results for g in plan.groups):
         by_group = Table(title="collectives per step by device group (each group's first rank)")
@@ -712,7 +712,7 @@ def run_main(cfg: RunConfig) -> int:
                 by_group.add_row(g.name, f"{g.ranks[0]}-{g.ranks[-1]}", str(g.mesh), name,
                                  f"{rg['counts'][name] / steps:g}", f"{rg['bytes'].get(name, 0) / steps:,.0f}")
         console.print(by_group)
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     last_plan = next((s["plan"] for s in reversed(job["switch"]) if isinstance(s["plan"], PipelinePlan)), None) \
         if job["switch"] and isinstance(job["switch"][-1]["plan"], PipelinePlan) else plan

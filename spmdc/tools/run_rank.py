@@ -46,7 +46,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     try:
         w = load_workload(job["workload"], **job.get("workload_args", {}))
         say = print if rank == 0 else (lambda *a, **k: None)
-        from spmdc.sharding.pipeline import PipelinePlan
+        from spmdc.sharding.pipeline_plan import PipelinePlan
 
         if isinstance(job["plan"], PipelinePlan):
             return run_pipeline(job, w, rank, say)
@@ -110,7 +110,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             what = "loss" if job["train"] else "|output|"
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
                 f"({1000 * times[-1]:.1f} ms)", flush=True)
-        from spmdc.api.pipeline import PipelineModule
+        from spmdc.api.pipeline_module import PipelineModule
 
         if isinstance(cm, PipelineModule):   # switched to a pipeline plan
             return {**_pipeline_result(cm, job, rank, losses, times, compile_s), "switched": switched,
@@ -170,11 +170,11 @@ def forward_warnings() -> None:
 
 
 def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, Any]:
-    """``spmdc run`` with a pipeline plan: this rank's stage (:mod:`spmdc.api.pipeline`)."""
+    """``spmdc run`` with a pipeline plan: this rank's stage (:mod:`spmdc.api.pipeline_module`)."""
     import torch
 
     from spmdc.api.entry import Optimizer
-    from spmdc.api.pipeline import PipelineModule
+    from spmdc.api.pipeline_module import PipelineModule
     from spmdc.compiler import Dump
 
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ func.func @megatron_mlp(%x: tensor<8x16xf32>,
   func.return %y : tensor<8x16xf32>
 }
 
-// The stages of spmdc.compiler.pipeline, in order: prepare, global, rank (then
+// The stages of spmdc.compiler.pass_pipeline, in order: prepare, global, rank (then
 // bucketing and kernels when asked for).
 // DUMP: // -----// IR Dump After canonicalize //----- //
 // DUMP: // -----// IR Dump After cse //----- //

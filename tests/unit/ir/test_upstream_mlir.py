@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from torch_mlir._mlir_libs._mlir import ir as upstream
 
-from spmdc.compiler.pipeline import named_pipelines
+from spmdc.compiler.pass_pipeline import named_pipelines
 from spmdc.ir import parse_module, print_module, verify
 from spmdc.ir.attributes import (
     ArrayAttr,

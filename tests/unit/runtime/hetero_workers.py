@@ -31,7 +31,7 @@ def hetero_six() -> dict[str, Any]:
 
     from spmdc.api.entry import CompiledModule
     from spmdc.frontend.workloads import load_workload
-    from spmdc.sharding.hetero import HeteroPlan
+    from spmdc.sharding.device_groups import HeteroPlan
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()

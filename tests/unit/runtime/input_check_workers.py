@@ -163,8 +163,8 @@ PIPELINE = {"name": "two-stages", "microbatches": 2, "stages": [
 def groups_cases(rank: int) -> dict[str, Any]:
     """Device groups and pipeline stages: the global batch must be the same on every rank of the job."""
     import spmdc
-    from spmdc.sharding.hetero import HeteroPlan
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.device_groups import HeteroPlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     out: dict[str, Any] = {}
     xg, yg = data()

@@ -104,7 +104,7 @@ def _modes_case() -> dict[str, Any]:
 
 def _pipeline_case() -> dict[str, Any]:
     import spmdc
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     model = FP.frozen_parts()
     x, y = FP.batch()
@@ -122,7 +122,7 @@ def _pipeline_case() -> dict[str, Any]:
 
 
 def _hetero_case() -> dict[str, Any]:
-    from spmdc.sharding.hetero import HeteroPlan
+    from spmdc.sharding.device_groups import HeteroPlan
 
     res = _step_case(_compiled(None, HeteroPlan.from_dict(HETERO)))
     return res

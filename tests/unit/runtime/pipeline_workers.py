@@ -55,7 +55,7 @@ class Contrastive(torch.nn.Module):
 def refusals() -> dict[str, str]:
     """What a pipeline refuses, by name, on every rank (no hang)."""
     import spmdc
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     def loss(scores: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:   # InfoNCE over the batch
         return ((torch.logsumexp(scores, -1) - scores.diagonal()) * weight).mean()
@@ -81,7 +81,7 @@ def run_cases(cases: dict[str, Any]) -> dict[str, Any]:
     import spmdc
     from spmdc.dialects.pipe import RecvOp, SendOp
     from spmdc.frontend.workloads import load_workload
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     dist.init_process_group("gloo")
     out: dict[str, Any] = {}

@@ -37,7 +37,7 @@ def run_cases(cases: dict[str, Any], ckpt_root: str) -> dict[str, Any]:
     import torch.distributed as dist
 
     from spmdc.frontend.workloads import load_workload
-    from spmdc.sharding.pipeline import PipelinePlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
 
     dist.init_process_group("gloo")
     out: dict[str, Any] = {}

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from spmdc.api.worker import run_steps
-from spmdc.compiler.pipeline import PipelineOptions, pipeline_text
+from spmdc.compiler.pass_pipeline import PipelineOptions, pipeline_text
 from spmdc.compiler.program import CompiledStep
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate, Shard, StridedShard
 from spmdc.ir.parser import parse_module

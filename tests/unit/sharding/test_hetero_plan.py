@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spmdc.sharding.hetero import HeteroPlan
+from spmdc.sharding.device_groups import HeteroPlan
 from spmdc.sharding.plan import Plan, PlanError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,8 +63,8 @@ def test_unknown_preset_in_a_group_is_refused_before_ranks():
 
 
 def test_gpt2_groups_compile_to_split_all_reduces():
+    from spmdc.compiler.device_groups import compile_groups
     from spmdc.compiler.driver import compile_rank
-    from spmdc.compiler.hetero import compile_groups
     from spmdc.frontend.workloads import load_workload
     from spmdc.ir.parser import parse_module
 
@@ -93,7 +93,7 @@ def test_gpt2_groups_compile_to_split_all_reduces():
 
 
 def test_a_mean_over_a_batch_split_unevenly_is_never_a_mean_of_means():
-    from spmdc.compiler.hetero import compile_groups
+    from spmdc.compiler.device_groups import compile_groups
     from spmdc.frontend.workloads import load_workload
 
     w = load_workload("mlp", batch=6)

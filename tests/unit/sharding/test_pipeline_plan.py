@@ -1,4 +1,4 @@
-"""Pipeline plans (spmdc.sharding.pipeline): parsing and its errors, the example files, and the
+"""Pipeline plans (spmdc.sharding.pipeline_plan): parsing and its errors, the example files, and the
 GPipe / 1F1B compute orders (what each stage holds in flight)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spmdc.sharding.pipeline import PipelinePlan, in_flight, stage_actions
+from spmdc.sharding.pipeline_plan import PipelinePlan, in_flight, stage_actions
 from spmdc.sharding.plan import Plan, PlanError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

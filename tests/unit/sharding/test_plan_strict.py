@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 
-from spmdc.sharding.hetero import HeteroPlan
+from spmdc.sharding.device_groups import HeteroPlan
 from spmdc.sharding.mesh import Mesh
-from spmdc.sharding.pipeline import PipelinePlan
+from spmdc.sharding.pipeline_plan import PipelinePlan
 from spmdc.sharding.plan import Plan, PlanError, axes_sharded_by, check_axes_used, preset, written_layouts
 
 # -- unknown keys ---------------------------------------------------------------------------------

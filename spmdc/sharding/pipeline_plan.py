@@ -9,7 +9,7 @@
         ]})
 
 Each stage is a device group (ranks, mesh and plan as in a heterogeneous plan's ``groups``:
-:mod:`spmdc.sharding.hetero`, stages may differ) that runs the model's ops inside its
+:mod:`spmdc.sharding.device_groups`, stages may differ) that runs the model's ops inside its
 ``modules`` (see :mod:`spmdc.frontend.stages` for the patterns; without ``modules`` on any stage,
 the model's repeated blocks are cut evenly). The batch is cut into ``microbatches`` along dim 0;
 ``schedule`` orders each stage's forwards and backwards:
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spmdc.sharding.hetero import HeteroPlan
+from spmdc.sharding.device_groups import HeteroPlan
 from spmdc.sharding.mesh import Mesh
 from spmdc.sharding.plan import Places, PlanError, check_keys
 

@@ -1,6 +1,6 @@
 """Pipeline parallelism over device groups: stages by module, GPipe and 1F1B, one optimizer step.
 
-    plan = PipelinePlan.from_dict({...})           # spmdc.sharding.pipeline
+    plan = PipelinePlan.from_dict({...})           # spmdc.sharding.pipeline_plan
     pm = spmdc.compile(model, ((x,), (y,)), mesh=None, plan=plan, train=True, loss_fn=lm_loss,
                        optimizer=("adamw", {"lr": 1e-3}))   # a PipelineModule
     loss = pm.step(x, y)      # every rank: the global batch; the loss of the step on every rank
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from spmdc.sharding.pipeline import PipelinePlan
+from spmdc.sharding.pipeline_plan import PipelinePlan
 
 
 @dataclass
@@ -115,7 +115,7 @@ class PipelineModule:
         from spmdc.compiler import default_target, split_example_inputs
         from spmdc.frontend.stages import auto_stages, split_stages
         from spmdc.runtime.collectives import Collectives
-        from spmdc.runtime.hetero import group_meshes
+        from spmdc.runtime.group_comm import group_meshes
         from spmdc.runtime.input_check import InputCheck
 
         if not (dist.is_available() and dist.is_initialized()):

@@ -1,10 +1,10 @@
 """Running a heterogeneous plan: each rank in its device group, cross-group ops on subgroups.
 
-    cm = spmdc.compile(model, (x, y), plan=HeteroPlan.load("examples/hetero_dp.yaml"), train=True, ...)
+    cm = spmdc.compile(model, (x, y), plan=Plan.load("examples/hetero_dp.yaml"), train=True, ...)
 
 Every rank builds every group's ``DeviceMesh`` (creating process groups is collective), runs its
 group's program at its coordinates on the group's virtual mesh (``grp`` = its group, see
-:mod:`spmdc.sharding.hetero`) with :class:`HeteroComm`: the group's own axes are the group's
+:mod:`spmdc.sharding.device_groups`) with :class:`HeteroComm`: the group's own axes are the group's
 process groups, ``grp`` has no process group — its collectives are ``comm.split_all_reduce``,
 on the subgroups of the ranks holding each slice (made once per program, on every rank in the
 same order), and ``comm.bsr``, point to point.
@@ -17,7 +17,7 @@ from typing import Any
 from spmdc.runtime.bsr import run_bsr
 from spmdc.runtime.collectives import Collectives
 from spmdc.runtime.split_collectives import run_split_all_reduces
-from spmdc.sharding.hetero import GROUP_AXIS, HeteroPlan
+from spmdc.sharding.device_groups import GROUP_AXIS, HeteroPlan
 from spmdc.sharding.slices import MeshSpec, box_numel, split_all_reduce_plan
 
 

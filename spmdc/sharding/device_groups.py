@@ -210,12 +210,3 @@ class GroupPlan:
             inputs.append(spec)
         return dataclasses.replace(resolved, inputs=inputs, outputs=[], name=self.name)
 
-
-def load_plan_file(data: Mapping[str, Any]) -> Any:
-    """A plan file's mapping: a heterogeneous plan when it has ``groups``, a pipeline plan when it
-    has ``stages``, else a plan."""
-    if "stages" in data:
-        from spmdc.sharding.pipeline import PipelinePlan
-
-        return PipelinePlan.from_dict(data)
-    return HeteroPlan.from_dict(data) if HeteroPlan.is_hetero(data) else Plan.from_dict(data)

@@ -5,7 +5,7 @@
 
 Each group's program is an ordinary :func:`~spmdc.compiler.driver.compile_global` on the group's
 virtual mesh ``["grp" = G, <own axes>]`` with the group's plan (batch split across the groups,
-:mod:`spmdc.sharding.hetero`); then :func:`~spmdc.passes.cross_group.resolve_cross_group` takes
+:mod:`spmdc.sharding.device_groups`); then :func:`~spmdc.passes.cross_group.resolve_cross_group` takes
 all of them together and turns their moves on ``grp`` into ``comm.split_all_reduce`` over the
 groups' real ranks. A rank runs its group's program at its virtual coordinates.
 """
@@ -19,7 +19,7 @@ from spmdc.compiler.program import CompiledStep
 from spmdc.ir.parser import parse_module
 from spmdc.ir.printer import print_module
 from spmdc.passes.cross_group import GroupSpec, resolve_cross_group
-from spmdc.sharding.hetero import HeteroPlan
+from spmdc.sharding.device_groups import HeteroPlan
 
 
 def group_specs(hplan: HeteroPlan) -> list[GroupSpec]:
