@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spmdc.compiler.dump import Dump, hook, program_name
+from spmdc.compiler.options import CompileOptions
 from spmdc.compiler.pass_pipeline import TARGETS, PipelineOptions, stages
 from spmdc.compiler.program import CompiledStep, Layout, RankProgram
 from spmdc.dialects.func import FuncOp
@@ -130,35 +131,32 @@ def plan_for(plan: str | Plan, mesh: Mesh, func: FuncOp, model: Any = None) -> P
 
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,
-                   loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), bucket: bool = True,
-                   overlap: bool = True, memory_cap: int = 0, dump: Dump | None = None,
-                   kwargs: Mapping[str, Any] | None = None,
-                   rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
-                   partial_grads: bool = False, mixed_precision: Any = None, fuse: bool = True,
-                   eager: bool = False) -> CompiledStep:
+                   loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), dump: Dump | None = None,
+                   kwargs: Mapping[str, Any] | None = None, partial_grads: bool = False,
+                   options: CompileOptions | None = None, **option_kw: Any) -> CompiledStep:
     """Capture ``model``, apply ``plan`` on ``mesh`` and run the global stages.
 
+    ``options`` (:class:`~spmdc.compiler.options.CompileOptions`, with any keyword options
+    ``option_kw`` replaced: ``compile_global(..., bucket=False)``) says how: ``rng``,
+    ``checkpoint`` (default: the plan's ``checkpoint``), ``clip_grad_norm`` (the step returns
+    gradients clipped to that global norm, and the norm: :mod:`spmdc.compiler.clipping`),
+    ``mixed_precision`` (:mod:`spmdc.frontend.mixed_precision`); the per-rank ones travel with the
+    step to :func:`compile_rank`; ``execution="eager"`` also keeps the program as sharding
+    propagation left it (``propagated_ir``), which :mod:`spmdc.api.eager` runs op by op.
     ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
-    program's last user inputs, in their order. ``rng``: ``eager`` (random numbers bitwise
-    equal to single-device PyTorch) or ``philox`` (counter-based, each rank draws its piece).
-    ``checkpoint``: ``"blocks"`` recomputes every repeated block in the backward (default: the
-    plan's ``checkpoint``; ``torch.utils.checkpoint`` regions in the model are kept anyway).
-    ``mesh``: a Mesh, ``"dp=2,tp=2"``, ``{"dp": 2}`` or a named DeviceMesh. ``clip_grad_norm``:
-    the step returns gradients clipped to that global norm, and the norm
-    (:mod:`spmdc.compiler.clipping`). ``mixed_precision``: ``"bf16"`` (or a policy): parameters
-    gathered and used in bf16, gradients reduced in float32 (:mod:`spmdc.frontend.mixed_precision`).
-    ``partial_grads``: gradients are returned before their
-    reduction (``P(sum)`` where the batch is split), for gradient accumulation. ``fuse``: run
-    ``fuse-collectives`` on each rank's program. ``eager``: also keep the program as sharding
-    propagation left it (``propagated_ir``), which :mod:`spmdc.api.eager` runs op by op."""
+    program's last user inputs, in their order. ``mesh``: a Mesh, ``"dp=2,tp=2"``, ``{"dp": 2}``
+    or a named DeviceMesh. ``partial_grads``: gradients are returned before their reduction
+    (``P(sum)`` where the batch is split), for gradient accumulation."""
     from spmdc.frontend.capture import capture_program
     from spmdc.sharding.apply import apply_plan, planned_layouts
 
+    opts = CompileOptions.of(options, "compile_global", **option_kw)
     kwargs = dict(kwargs or {})
+    checkpoint = opts.checkpoint
     if checkpoint is None and isinstance(plan, Plan):
         checkpoint = plan.checkpoint
     cap = capture_program(model, tuple(inputs), train=train, loss_fn=loss_fn, loss_inputs=tuple(loss_inputs),
-                          example_kwargs=kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision)
+                          example_kwargs=kwargs, checkpoint=checkpoint, mixed_precision=opts.mixed_precision)
     module, name = cap.module, program_name(train)
     func = main_function(module)
     resolved = plan_for(plan, mesh, func, model)
@@ -166,7 +164,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     writer = dump.ir_writer(name, "global") if dump else None
     if writer:
         writer.write("captured", module)
-    prepare, *global_stages = [s for s in stages(PipelineOptions(rng=rng)) if not s.per_rank]
+    prepare, *global_stages = [s for s in stages(PipelineOptions(rng=opts.rng)) if not s.per_rank]
     PassManager(parse_pipeline(prepare.passes), on_after_pass=hook(writer)).run(module)
     apply_plan(module, mesh, resolved, reduce_grads=not partial_grads)   # the plan is data, not a pass
     from spmdc.sharding.device_groups import GroupPlan
@@ -177,10 +175,10 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
         func.set_attr("spmdc.group_index", IntegerAttr(plan.index))
     else:   # a mesh axis no planned layout uses would make ranks repeat each other (PlanError)
         check_axes_used(mesh, axes_sharded_by(planned_layouts(func), mesh), resolved.name)
-    if clip_grad_norm is not None and train:
+    if opts.clip_grad_norm is not None and train:
         from spmdc.compiler.clipping import add_gradient_clipping
 
-        add_gradient_clipping(module, clip_grad_norm)
+        add_gradient_clipping(module, opts.clip_grad_norm)
     if writer:
         writer.write("planned", module)
     propagated: list[str] = []
@@ -188,7 +186,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
         after = hook(writer)
 
         def keep(p: Any, m: Any, index: int, after: Any = after) -> None:
-            if eager and p.name == "sharding-propagation":
+            if opts.execution == "eager" and p.name == "sharding-propagation":
                 propagated.append(print_module(m, debuginfo=True))
             if after is not None:
                 after(p, m, index)
@@ -198,8 +196,7 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     user_inputs = (list(inputs) + list(loss_inputs) if train else list(inputs)) + list(kwargs.values())
     args = [a.detach().clone() if hasattr(a, "detach") else a for a in cap.arguments(*user_inputs)]
     return CompiledStep(print_module(module, debuginfo=True), mesh, resolved.name, args, *_signature(func),
-                        timings=timings, bucket=bucket, overlap=overlap, memory_cap=memory_cap, name=name,
-                        fuse=fuse, propagated_ir=propagated[0] if propagated else "")
+                        timings=timings, options=opts, name=name, propagated_ir=propagated[0] if propagated else "")
 
 
 def _signature(func: FuncOp) -> tuple[list[str], list[str], list[tuple[int, ...]], list[tuple[int, ...]], set[int]]:
@@ -240,8 +237,7 @@ def _rank_stages(step: CompiledStep, rank: int, target: str, dump: Dump | None) 
     module = parse_module(step.global_ir, "<global>")
     writer = dump.ir_writer(step.name, f"rank{rank}") if dump else None
     unfused = None
-    for stage in stages(PipelineOptions(rank=rank, bucket=step.bucket, overlap=step.overlap,
-                                         memory_cap=step.memory_cap, target=target, fuse=step.fuse)):
+    for stage in stages(step.options.passes(rank, target)):
         if not stage.per_rank:
             continue
         if stage.name == "kernels":

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spmdc.compiler.options import CompileOptions
 from spmdc.dialects.shard import Placement
 from spmdc.ir.core import Operation
 from spmdc.sharding.mesh import Mesh
@@ -39,10 +40,8 @@ class CompiledStep:
     res_shapes: list[tuple[int, ...]] = field(default_factory=list)
     buffers: set[int] = field(default_factory=set)                   # arguments that are buffers
     timings: dict[str, float] = field(default_factory=dict)
-    bucket: bool = True              # run bucket-collectives on each rank's program
-    overlap: bool = True             # run schedule-collectives (async, prefetch) on it
-    memory_cap: int = 0              # per-rank byte cap for the schedule's prefetch (0: none)
-    fuse: bool = True                # run fuse-collectives on it
+    options: CompileOptions = field(default_factory=CompileOptions)   # what it was compiled with; the per-rank
+    #                                  stages read theirs from it (bucketing, overlap, memory cap, fused reductions)
     propagated_ir: str = ""          # the program after sharding-propagation (eager=True): what spmdc.eager runs
     name: str = "forward"            # "forward" or "train": names the dumps
 
