@@ -147,8 +147,8 @@ class CompiledModule(nn.Module):
                               target=target or default_target(), can_train=train, execution=execution,
                               eager_hints=eager_hints, eager_trace=eager_trace, check_inputs=check_inputs,
                               comm=dict(bucket=bucket, overlap=overlap, memory_cap=int(memory_cap),
-                                        mixed_precision=mixed_precision, fuse=fuse_collectives,
-                                        eager=execution == "eager"))
+                                        mixed_precision=mixed_precision, fuse_collectives=fuse_collectives,
+                                        execution=execution))
         self.target = self._opts.target
         self._runners: dict[tuple, RankRunner] = {}
         example = list(model_args) + list(loss_args) + list(kwargs.values())
