@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from spmdc.compiler.driver import compile_global
+from spmdc.compiler.options import CompileOptions
 from spmdc.compiler.program import CompiledStep
 from spmdc.ir.parser import parse_module
 from spmdc.ir.printer import print_module
@@ -29,9 +30,12 @@ def group_specs(hplan: HeteroPlan) -> list[GroupSpec]:
 def compile_groups(model: Any, hplan: HeteroPlan, **job: Any) -> list[CompiledStep]:
     """One CompiledStep per group of ``hplan`` (``job``: compile_global's keyword arguments, no
     mesh or plan), their cross-group reductions resolved together."""
-    if job.get("eager"):
+    names = CompileOptions.names()
+    opts = CompileOptions.of(job.pop("options", None), "compile_groups",
+                             **{k: job.pop(k) for k in list(job) if k in names})
+    if opts.execution == "eager":
         raise ValueError("eager execution does not run heterogeneous plans (device groups) yet")
-    steps = [compile_global(model, mesh=hplan.virtual_mesh(g), plan=hplan.for_group(g), **job)
+    steps = [compile_global(model, mesh=hplan.virtual_mesh(g), plan=hplan.for_group(g), options=opts, **job)
              for g in range(len(hplan.groups))]
     modules = [parse_module(s.global_ir, f"<group {g.name}>") for s, g in zip(steps, hplan.groups)]
     resolve_cross_group(modules, group_specs(hplan))
