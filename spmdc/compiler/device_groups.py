@@ -30,7 +30,7 @@ def group_specs(hplan: HeteroPlan) -> list[GroupSpec]:
 def compile_groups(model: Any, hplan: HeteroPlan, **job: Any) -> list[CompiledStep]:
     """One CompiledStep per group of ``hplan`` (``job``: compile_global's keyword arguments, no
     mesh or plan), their cross-group reductions resolved together."""
-    names = CompileOptions.names()
+    names = set(CompileOptions.names()) - {"inputs"}   # (job["inputs"]: the example inputs)
     opts = CompileOptions.of(job.pop("options", None), "compile_groups",
                              **{k: job.pop(k) for k in list(job) if k in names})
     if opts.execution == "eager":
