@@ -75,6 +75,7 @@ class CompiledModule(nn.Module):
         import torch.distributed as dist
 
         super().__init__()
+        self._init_args = _arguments(CompiledModule.__init__, locals())   # what compile_args() gives back
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
@@ -188,8 +189,7 @@ class CompiledModule(nn.Module):
         if dist.get_world_size() != hplan.world:
             raise ValueError(f"plan '{hplan.name}' has {hplan.world} ranks in its groups but the job has "
                              f"{dist.get_world_size()}")
-        for what, bad in (("execution='eager'", execution == "eager"), ("inputs='local'", inputs == "local"),
-                          ("grad_accum > 1", grad_accum != 1)):
+        for what, bad in (("execution='eager'", execution == "eager"), ("inputs='local'", inputs == "local")):
             if bad:
                 raise ValueError(f"{what} is not supported with a heterogeneous plan (device groups) yet")
         device = device or ("cuda" if dist.get_backend() == "nccl" else "cpu")
@@ -634,12 +634,23 @@ class CompiledModule(nn.Module):
         def stored(fqn: str, g: Any, lay: Any) -> Any:
             return self._stored(g, lay, self._shapes[fqn])
 
-        reduced = reduce_gradients({fqn: (g / n, lay) for fqn, (g, lay) in acc.items()}, self._storage,
-                                   CountingComm(self.comm), as_dtensor, stored,
-                                   lambda fqn, g, src, dst: self._relayout(g, src, dst, self._shapes[fqn]))
-        if self._opts.clip is not None:
-            self.last_grad_norm = clip_grads_([(g, self._storage[f]) for f, g in reduced.items()], self._opts.clip,
-                                              self.comm, self.group)
+        def relayout(fqn: str, g: Any, src: Any, dst: Any) -> Any:
+            return self._relayout(g, src, dst, self._shapes[fqn])
+
+        mean = {fqn: (g / n, lay) for fqn, (g, lay) in acc.items()}
+        if self._hetero is not None:   # within each group, then across the groups (spmdc.api.group_grads)
+            if getattr(self, "_group_grads", None) is None:
+                from spmdc.api.group_grads import GroupGradients
+
+                self._group_grads = GroupGradients(self._hetero, self.comm, self._storage, self._shapes)
+            reduced = {f: stored(f, g, self._storage[f])
+                       for f, g in self._group_grads.reduce(mean, as_dtensor, relayout).items()}
+        else:
+            reduced = reduce_gradients(mean, self._storage, CountingComm(self.comm), as_dtensor, stored, relayout)
+        if self._opts.clip is not None:   # (a group's layouts without grp: each group holds the whole gradient)
+            own = 1 if self._hetero is not None else 0
+            self.last_grad_norm = clip_grads_([(g, self._storage[f][own:]) for f, g in reduced.items()],
+                                              self._opts.clip, self.comm, self.group)
         self._accumulate(reduced)
         return torch.stack(losses).mean()
 
@@ -732,13 +743,13 @@ class CompiledModule(nn.Module):
     def save(self, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None, *,
              model_only: bool = False) -> None:
         """Model and optimizer state to the directory ``path`` with torch.distributed.checkpoint,
-        sharded as they are; a collective. The optimizer is ``optimizer``, else ``cm.optimizer``,
-        else the one live optimizer over the module's parameters (``model_only``: none). Atomic: an
-        interrupted save leaves the previous checkpoint at ``path`` whole."""
+        sharded as they are; a collective (device groups: every rank of the job; the first group
+        writes, every group holding the whole model). The optimizer is ``optimizer``, else
+        ``cm.optimizer``, else the one live optimizer over the module's parameters (``model_only``:
+        none). Atomic: an interrupted save leaves the previous checkpoint at ``path`` whole."""
         from spmdc.runtime.checkpointing import save
 
-        self._no_hetero("checkpoints (save)")
-        save(self, path, optimizer, extra, model_only=model_only)
+        save(self.checkpoint_view(), path, optimizer, extra, model_only=model_only)
 
     def load(self, path: str, optimizer: Any = None, *, model_only: bool = False) -> dict[str, Any]:
         """Load what :meth:`save` wrote, under any plan and mesh (resharded by DCP), into the module
@@ -746,23 +757,95 @@ class CompiledModule(nn.Module):
         optimizer keeps its own settings. Returns the ``extra`` dict saved with it."""
         from spmdc.runtime.checkpointing import load
 
-        self._no_hetero("checkpoints (load)")
-        return load(self, path, optimizer, model_only=model_only)
+        return load(self.checkpoint_view(), path, optimizer, model_only=model_only)
+
+    def checkpoint_view(self) -> Any:
+        """This rank's part of the module as :mod:`spmdc.runtime.checkpointing` saves and loads it.
+        Device groups: every rank agrees, the first group's ranks write (each group holds the whole
+        model, so the checkpoint is a one-mesh one of that group's layout), each group reads."""
+        import torch.distributed as dist
+
+        from spmdc.runtime.checkpointing import CheckpointView
+
+        view = CheckpointView(self, self.optimizer, self._opts.can_train, self.plan_name, str(self.mesh),
+                              self.device, group=self.group, write_group=self.group, read_group=self.group)
+        if self._hetero is None:
+            return view
+        ragged = next((k for k, lay in self._storage.items() if _ragged(lay)), None)
+        if ragged is not None:
+            raise NotImplementedError(f"checkpoints of plan '{self._hetero.name}' (device groups): parameter "
+                                      f"'{ragged}' is stored ragged inside its group, which a group's checkpoint "
+                                      "does not write yet; use an even fsdp_shard")
+        first = self._hetero.group_of(dist.get_rank()) == 0
+        view.group, view.writes, view.mesh = None, first, str(self._hetero.groups[0].mesh)
+        return view
+
+    # -- the training state tensor by tensor (spmdc.api.switch) -----------------------------------------
+    def compile_args(self) -> dict[str, Any]:
+        """What this module was compiled from: ``spmdc.compile``'s arguments (the user's model, the
+        example inputs, every option), to compile the same model again under another plan."""
+        return {**self._init_args, "device": self.device.type}
+
+    def state_holdings(self) -> dict[str, tuple[Any, tuple[Any, ...], tuple[int, ...]]]:
+        """Where this rank's module holds each parameter (and its optimizer state, laid out alike):
+        ``{name: (MeshSpec of the ranks, layout on it, global shape)}`` — device groups: this rank's
+        group's mesh and layout (every group holds the whole parameter)."""
+        import torch.distributed as dist
+
+        from spmdc.sharding.slices import MeshSpec
+
+        if self._hetero is not None:
+            g = self._hetero.groups[self._hetero.group_of(dist.get_rank())]
+            spec, own = MeshSpec(tuple(g.mesh.axis_names), tuple(g.mesh.shape), tuple(g.ranks)), 1
+        else:
+            spec, own = MeshSpec(tuple(self.mesh.axis_names), tuple(self.mesh.shape), tuple(self.members)), 0
+        return {fqn: (spec, tuple(lay[own:]), tuple(self._shapes[fqn])) for fqn, lay in self._storage.items()}
+
+    def state_pieces(self, name: str) -> dict[str, Any]:
+        """This rank's piece of parameter ``name`` (``"param"``) and of each optimizer state entry
+        (tensors laid out like the parameter: their local pieces; scalars such as ``step`` as they are)."""
+        p = self.get_parameter(name)
+        out = {"param": _local(p)}
+        for k, v in (self.optimizer.state.get(p, {}) if self.optimizer is not None else {}).items():
+            out[k] = v.to_local() if _is_dtensor(v) else v
+        return out
+
+    def full_state_tensor(self, name: str, slot: str = "param") -> Any:
+        """The whole value of parameter ``name`` or of its optimizer tensor ``slot``; a collective
+        over the module's mesh (device groups: over each group's, every rank getting it)."""
+        fqn = _canonical(self, name)
+        lay = tuple(self._storage[fqn][1:] if self._hetero is not None else self._storage[fqn])
+        local = self.state_pieces(fqn)[slot]
+        if all(isinstance(p, Replicate) for p in lay):
+            return local.clone()
+        return to_full(local, tuple(self._shapes[fqn]), lay, self.comm)
+
+    def load_state_piece(self, name: str, slot: str, value: Any, *, full: bool = False) -> None:
+        """Set this rank's piece of parameter ``name`` (``slot="param"``, in place) or of its
+        optimizer state entry ``slot`` from ``value``: this rank's piece, or with ``full=True`` the
+        whole tensor (cut here). A non-tensor or 0-d ``value`` of an optimizer slot (``step``) is
+        stored as it is."""
+        fqn = _canonical(self, name)
+        p, lay, shape = self.get_parameter(fqn), self._storage[fqn], self._shapes[fqn]
+        if slot != "param" and not (torch.is_tensor(value) and (full or value.dim() > 0)):
+            self.optimizer.state.setdefault(p, {})[slot] = value
+            return
+        piece = self._cut(value, lay) if full else value.to(self.device)
+        with torch.no_grad():
+            if slot == "param":
+                _local(p).copy_(piece)
+            else:
+                self.optimizer.state.setdefault(p, {})[slot] = self._stored(piece.clone(), lay, shape)
 
     def switch(self, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None, lost: Sequence[int] = (),
                **options: Any) -> Any:
-        """This module's training state (parameters, optimizer state) moved to a new plan and mesh —
-        or a pipeline plan — by one batched send/recv, without a checkpoint; every rank of the job
-        calls it. Returns the new module (None on ranks outside ``ranks``, which then leave); see
-        :mod:`spmdc.api.switch`."""
+        """This module's training state (parameters, optimizer state) moved to a new plan and mesh,
+        device groups or pipeline stages — by one batched send/recv, without a checkpoint; every rank
+        of the job calls it. Returns the new module (None on ranks outside ``ranks``, which then
+        leave); see :mod:`spmdc.api.switch`."""
         from spmdc.api.switch import switch
 
         return switch(self, plan, mesh=mesh, ranks=ranks, lost=lost, **options)
-
-    def _no_hetero(self, what: str) -> None:
-        if self._hetero is not None:
-            raise NotImplementedError(f"{what} of a module on a heterogeneous plan (device groups) are not "
-                                      "supported yet: use full_state_dict() on each group")
 
     @property
     def eager_trace(self) -> list[str]:
@@ -806,6 +889,13 @@ class _Submodule(nn.Module):
             raise ValueError(f"training mode is expected to be boolean, got {mode!r}")
         self._mirrored.train(mode)
         return self
+
+
+def _arguments(fn: Callable, values: dict[str, Any]) -> dict[str, Any]:
+    """The arguments ``fn`` was called with, from its ``locals()`` before any is reassigned."""
+    import inspect
+
+    return {k: values[k] for k in inspect.signature(fn).parameters if k != "self" and k in values}
 
 
 def _init_tape(model: Any, init: Callable[[Any], Any] | None) -> Any:

@@ -64,7 +64,10 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     ``mesh`` may be a ``torch.distributed.DeviceMesh`` with named dims (it is then the device mesh).
     ``plan`` may be a :class:`~spmdc.sharding.device_groups.HeteroPlan` (device groups, each with its own
     mesh and plan, the batch split across them; ``mesh`` is then None): heterogeneous data
-    parallelism, see docs/runtime.md.
+    parallelism, see docs/runtime.md. A ``mesh`` with a ``pp`` axis (``"pp=2,dp=2,tp=2"``) and a
+    one-mesh ``plan`` is a pipeline: stage ``k`` the ranks whose ``pp`` coordinate is ``k``, each running
+    ``plan`` on the other axes, the repeated blocks cut evenly, 1F1B over as many micro-batches as
+    stages (another schedule: ``plan=PipelinePlan.from_mesh(mesh, plan, schedule=..., microbatches=...)``).
     ``clip_grad_norm``: each step clips the gradients to that global norm (inside the program: one
     all-reduce of a scalar); ``cm.last_grad_norm`` is the norm before clipping. ``grad_accum=N``:
     each step splits its batch into N micro-batches along dim 0 and reduces the gradients once.
@@ -83,6 +86,7 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     """
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
+    mesh, plan = _pp_stages(mesh, plan)
     if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline_module)
         return _pipeline(model, example_inputs, plan, mesh=mesh, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
                          optimizer=optimizer, device=device, target=target, dump=dump, example_kwargs=example_kwargs,
@@ -97,6 +101,23 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
                           fuse_collectives=fuse_collectives, check_inputs=check_inputs)
 
 
+def _pp_stages(mesh: Any, plan: Any) -> tuple[Any, Any]:
+    """A mesh with a ``pp`` axis (size 2 or more) and a one-mesh preset: ``(None, the pipeline plan)``,
+    stage ``k`` the ranks whose ``pp`` coordinate is ``k``
+    (:meth:`~spmdc.sharding.pipeline_plan.PipelinePlan.from_mesh`); anything else as given. A
+    DeviceMesh must number its ranks row-major from 0 (``init_device_mesh``'s), as the stages do."""
+    from spmdc.sharding.mesh import _is_device_mesh
+    from spmdc.sharding.pipeline_plan import split_pp_axis
+
+    new_mesh, new_plan = split_pp_axis(mesh, plan)
+    if new_mesh is None and mesh is not None and _is_device_mesh(mesh):
+        ranks = mesh.mesh.flatten().tolist()
+        if ranks != list(range(len(ranks))):
+            raise ValueError(f"a DeviceMesh with a 'pp' axis must hold ranks 0..{len(ranks) - 1} row-major "
+                             f"(as init_device_mesh does), got {ranks}: the pipeline stages number ranks so")
+    return new_mesh, new_plan
+
+
 def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, rng: str,
               checkpoint: Any, clip_grad_norm: Any, grad_accum: int, inputs: str, init: Any, mixed_precision: Any,
               **kw: Any) -> Any:
@@ -105,14 +126,12 @@ def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: b
 
     for what, bad in (("mesh= (each stage has its own mesh in the plan; pass mesh=None)", mesh is not None),
                       ("device_mesh=", device_mesh is not None), ("train=False (a pipeline trains)", not train),
-                      ("rng='philox'", rng != "eager"), ("checkpoint=", checkpoint is not None),
-                      ("clip_grad_norm=", clip_grad_norm is not None),
-                      ("grad_accum > 1 (micro-batches are the plan's 'microbatches')", grad_accum != 1),
-                      ("inputs='local'", inputs != "global"), ("init= (a meta model)", init is not None),
-                      ("mixed_precision=", mixed_precision is not None)):
+                      ("rng='philox'", rng != "eager"),
+                      ("inputs='local'", inputs != "global"), ("init= (a meta model)", init is not None)):
         if bad:
             raise ValueError(f"pipeline plan '{plan.name}': {what} is not supported with a pipeline plan yet")
-    return PipelineModule(model, example_inputs, plan=plan, **kw)
+    return PipelineModule(model, example_inputs, plan=plan, mixed_precision=mixed_precision, checkpoint=checkpoint,
+                          clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, **kw)
 
 
 def sampler_args(cm: Any) -> tuple[int, int]:

@@ -26,10 +26,36 @@ along dim 0; the step's loss is their mean and each micro-batch's gradients are 
 Parameters several stages read (tied embeddings) get the sum of the stages' gradients before
 the optimizer step.
 
+Training options, as for one mesh (``spmdc.compile``'s keywords):
+
+* ``mixed_precision="bf16"`` / ``"fp16"`` / a ``MixedPrecisionPolicy``: the model is cut into stages
+  as it runs under the policy (:func:`~spmdc.frontend.stages.split_stages`), so each stage's programs
+  cast the parameters they read and compute in that dtype — the same ops as the one-device run under
+  the policy, ``.float()`` upcasts included. Boundary activations and their gradients move in the
+  dtype the producing program returns (read from the programs, receive buffers allocated so);
+  parameters, gradients and optimizer state stay float32; a tied weight is cast in each stage.
+* ``checkpoint="blocks"``: each stage's backward program recomputes its repeated blocks (the stage
+  graphs keep the model's module paths and checkpoint regions through capture).
+* ``clip_grad_norm=X``: the global norm over every parameter of every stage (a shared parameter
+  counted once, by its first stage), every stage's gradients scaled by the same coefficient, as
+  ``torch.nn.utils.clip_grad_norm_`` on one device; ``pm.last_grad_norm`` is the norm before
+  clipping, the same on every rank. Collectives: one ``all_reduce`` of one float32 over the whole
+  job per step, nothing else (gradients are already in their storage layouts: each rank squares
+  its local pieces, a piece replicated on a stage's mesh axis counted at coordinate 0 only).
+* ``grad_accum=N``: each step runs N rounds of the schedule on N consecutive chunks of the batch,
+  each chunk cut into the plan's micro-batches; gradients accumulate (each micro-batch's scaled by
+  ``1/(N·microbatches)``), tied gradients are summed once, one optimizer step; the loss is the mean.
+
 Every rank passes the same global batch: the first step at each input shape checks that it does,
 by one checksum ``all_gather`` over the job (:mod:`spmdc.runtime.input_check`; ``check_inputs=False``
-skips it). Refused: random ops in a stage (dropout with p > 0: the recomputed forward would draw new masks),
-a boundary value read by two stages, ``inputs="local"``, checkpoints.
+skips it). Random ops (dropout) draw one device's masks, in the forward and again in the backward's
+recomputed forward (:mod:`spmdc.api.pipeline_rng`). Refused: buffers updated in training
+(BatchNorm), a boundary value read by two stages, ``inputs="local"``,
+``rng="philox"``, a meta model.
+
+Checkpoints: ``pm.save(dir)`` / ``pm.load(dir)`` write and read the checkpoint a one-mesh module of
+the same model does (:mod:`spmdc.runtime.checkpointing`: each stage its parameters and optimizer state
+under the model's names, a tied parameter once), so a pipeline job resumes under fsdp and back.
 """
 
 from __future__ import annotations
@@ -109,7 +135,12 @@ class PipelineModule:
     def __init__(self, model: Any, example_inputs: Any, *, plan: PipelinePlan, loss_fn: Callable | None = None,
                  loss_inputs: Sequence[Any] = (), optimizer: Any = None, example_kwargs: dict | None = None,
                  device: str | None = None, target: str | None = None, dump: Any = None,
-                 schedule: str | None = None, microbatches: int | None = None, check_inputs: bool = True):
+                 schedule: str | None = None, microbatches: int | None = None, check_inputs: bool = True,
+                 mixed_precision: Any = None, checkpoint: str | None = None, clip_grad_norm: float | None = None,
+                 grad_accum: int = 1):
+        from spmdc.api.compiled_module import _arguments
+
+        self._init_args = _arguments(PipelineModule.__init__, locals())   # what compile_args() gives back
         import torch.distributed as dist
 
         from spmdc.compiler import default_target, split_example_inputs
@@ -121,6 +152,7 @@ class PipelineModule:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("a pipeline needs an initialized torch.distributed job (torchrun)")
         plan = plan.with_schedule(schedule, microbatches)
+        self._set_training_options(mixed_precision, checkpoint, clip_grad_norm, grad_accum)
         if dist.get_world_size() != plan.world:
             raise ValueError(f"pipeline plan '{plan.name}' has {plan.world} ranks in its stages but the job has "
                              f"{dist.get_world_size()}")
@@ -145,7 +177,15 @@ class PipelineModule:
         self._n_model, self._n_loss = len(model_args), len(loss_args)
         names = [f"input #{i}" for i in range(len(model_args) + len(loss_args))] + self._kw_names
         every = list(model_args) + list(loss_args) + list(kwargs.values())
-        micro = _chunks(every, self.micro, names)
+        if self.accum > 1:   # each round's share of the batch splits evenly over every stage's ranks
+            n = self.micro * self.accum
+            for v, name in zip(every, names):
+                if v.dim() == 0 or v.shape[0] % n:
+                    raise ValueError(f"grad_accum={self.accum} rounds of {self.micro} micro-batches split every input "
+                                     f"along dim 0 into {n} pieces, but {name} has shape {tuple(v.shape)}")
+            plan.check_batch([(t.shape[0] // self.accum, *t.shape[1:]) for t in every],
+                             f"grad_accum round's input (1/{self.accum} of the batch)")
+        micro = _chunks(every, self.micro * self.accum, names)   # every round's micro-batches
         mb0 = micro[0]
         modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
                                                                                                   self.n_stages)
@@ -156,9 +196,14 @@ class PipelineModule:
         self._flags = module_flags(model)
         self.split = split_stages(model, mb0[:n_in], stages=modules, loss_fn=loss_fn,
                                   loss_inputs=mb0[n_in:n_in + len(loss_args)],
-                                  kwargs=dict(zip(self._kw_names, mb0[n_in + len(loss_args):])))
+                                  kwargs=dict(zip(self._kw_names, mb0[n_in + len(loss_args):])),
+                                  mixed_precision=self.mixed_precision, checkpoint=self.checkpoint)
         self.mine = self.split.stages[self.stage]
         self._check()
+        from spmdc.api.pipeline_rng import StageRandomness
+
+        self._rng = StageRandomness(self.split, self.stage, self.device)   # one device's masks in every stage
+        self._mb_offset = 0   # the step's micro-batch index of this schedule round's first
         self._check_micro_batch_mean(model, loss_fn, len(model_args), every, micro)
         if dump is not None:   # each stage's programs under <dir>/stage<k>/
             from spmdc.compiler import Dump
@@ -167,6 +212,7 @@ class PipelineModule:
             dump = Dump(dump.ir_dir and f"{dump.ir_dir}/{at}", dump.code_dir and f"{dump.code_dir}/{at}")
         self._programs = self._compile(mb0, dump)
         self._layouts = self._exchange_layouts()
+        self._dtypes = self._exchange_dtypes()
         self.schedule_module = self._schedule_module()
         self.schedule_ir = _print(self._rank_function(self.rank))
         self._install(optimizer)
@@ -174,18 +220,27 @@ class PipelineModule:
         self.peak_stash_bytes = 0
         self.last_messages = 0
         self.last_bytes_sent = 0
+        self.last_grad_norm: Any = None
 
     # -- building ---------------------------------------------------------------------------------
+    def _set_training_options(self, mixed_precision: Any, checkpoint: str | None, clip_grad_norm: float | None,
+                              grad_accum: int) -> None:
+        """Validate and keep the options each stage trains with (see the module doc)."""
+        from spmdc.frontend.mixed_precision import MixedPrecision
+
+        if checkpoint not in (None, "blocks"):
+            raise ValueError(f"checkpoint={checkpoint!r}: expected None or 'blocks'")
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm!r}")
+        if isinstance(grad_accum, bool) or int(grad_accum) != grad_accum or grad_accum < 1:
+            raise ValueError(f"grad_accum must be a positive integer, got {grad_accum!r}")
+        self.mixed_precision = MixedPrecision.parse(mixed_precision)
+        self.checkpoint, self.clip, self.accum = checkpoint, clip_grad_norm, int(grad_accum)
+
     def _check(self) -> None:
-        from spmdc.frontend.stages import buffer_updates, random_ops
+        from spmdc.frontend.stages import buffer_updates
 
         for s in self.split.stages:
-            bad = random_ops(s.module)
-            if bad:
-                raise NotImplementedError(
-                    f"stage {s.index} draws random numbers ({bad[0]}): a pipeline stage recomputes its forward in "
-                    "its backward and does not replay random draws yet, so the two would differ; run this model "
-                    "without a pipeline plan")
             upd = buffer_updates(s.module)
             if upd:
                 raise NotImplementedError(
@@ -200,7 +255,9 @@ class PipelineModule:
 
     def _check_micro_batch_mean(self, model: Any, loss_fn: Any, n_model: int, every: list[Any],
                                 micro: list[list[Any]]) -> None:
-        check_micro_batch_mean(model, loss_fn, n_model, self._kw_names, every, micro, first=0)
+        # (a model that draws random numbers is compared in eval mode: its masks differ between the runs)
+        check_micro_batch_mean(model, loss_fn, n_model, self._kw_names, every, micro, first=0,
+                               eval_mode=self._rng.active)
 
     def _diff_outputs(self, stage: Any) -> list[int]:
         return [v for v in stage.outputs if self.split.values[v].differentiable]
@@ -237,8 +294,10 @@ class PipelineModule:
             diff = [o for o, v in zip(outs, stage.outputs) if self.split.values[v].differentiable]
             return sum((o * g).sum() for o, g in zip(diff, gs))
 
+        # (no mixed_precision= here: the stage's graph was cut from the model run under the policy
+        # and holds its casts; casting the stage's inputs again would cast loss inputs too)
         jobs.append(dict(inputs=ins, train=True, dump=dump, kwargs={}, loss_fn=None if last else surrogate,
-                         loss_inputs=[] if last else grads))
+                         loss_inputs=[] if last else grads, checkpoint=self.checkpoint))
         group = None
         if len(self.members) > 1:
             import torch.distributed as dist
@@ -262,6 +321,43 @@ class PipelineModule:
         out: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(out, (self.stage, mine))
         return {s: d for s, d in reversed(out)}
+
+    def _exchange_dtypes(self) -> dict[int, dict[str, tuple[list[str], list[str]]]]:
+        """Every stage's programs' argument and result element types (``bf16`` where a stage runs
+        under mixed precision): a boundary value moves in its producer's result dtype."""
+        import torch.distributed as dist
+
+        from spmdc.compiler.driver import main_function
+
+        mine = {}
+        for key, run in (("F", self._programs.forward), ("B", self._programs.backward)):
+            if run is not None:
+                fn = main_function(run.program.module).function_type
+                mine[key] = ([t.element_type for t in fn.inputs], [t.element_type for t in fn.results])
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, (self.stage, mine))
+        return {s: d for s, d in reversed(out)}
+
+    def _wire_dtype(self, value: int, grad: bool) -> tuple[Any, Any]:
+        """(dtype a boundary value or its gradient moves in: its producer program's result dtype,
+        dtype the receiving program takes)."""
+        from spmdc.dialects.tensor.base import torch_dtype
+
+        v, last = self.split.values[value], self.n_stages - 1
+        src, dst = self.split.stages[v.producer], self.split.stages[v.consumers[0]]
+        in_pos = dst.inputs.index(("value", value))
+        if not grad:
+            sent = self._dtypes[src.index]["F"][1][src.outputs.index(value)]
+            prog = "F" if dst.index < last else "B"
+            kinds = self._layouts[dst.index][prog][2]
+            taken = self._dtypes[dst.index][prog][0][[i for i, k in enumerate(kinds) if k.startswith("input:")][in_pos]]
+        else:
+            rkinds = self._layouts[dst.index]["B"][3]
+            sent = self._dtypes[dst.index]["B"][1][rkinds.index(f"grad_input:{in_pos}")]
+            kinds = self._layouts[src.index]["B"][2]
+            at = len(src.inputs) + self._diff_outputs(src).index(value)
+            taken = self._dtypes[src.index]["B"][0][[i for i, k in enumerate(kinds) if k.startswith("input:")][at]]
+        return torch_dtype(sent), torch_dtype(taken)
 
     def _user_arg(self, stage: int, prog: str, k: int) -> Any:
         """The layout of user input ``k`` of ``stage``'s program ``prog`` ("F" / "B")."""
@@ -426,23 +522,103 @@ class PipelineModule:
         names = [f"input #{i}" for i in range(len(batch))] + self._kw_names
         self._input_check(tuple((tuple(v.shape), str(v.dtype)) for v in values), values,
                           [n if n.startswith("input #") else f"input '{n}'" for n in names])
-        micro = _chunks(values, self.micro, names)
-        loss = self._run_schedule(micro)
+        micro = _chunks(values, self.micro * self.accum, names)
+        grads: dict[str, Any] = {}
+        loss: Any = None
+        self.last_timeline: list[tuple[str, float, float]] = []
+        self.last_messages = self.last_bytes_sent = 0
+        self._rng.begin(len(micro))   # where each micro-batch's draws of this stage start, as on one device
+        for r in range(self.accum):   # grad_accum rounds of the schedule, gradients summed
+            self._mb_offset = r * self.micro
+            part = self._run_schedule(micro[r * self.micro:(r + 1) * self.micro], grads)
+            loss = part if loss is None else loss + part
+        self._rng.end()
+        self._set_grads(grads)
+        loss = self._broadcast_loss(loss)
+        if self.clip is not None:
+            self.last_grad_norm = self._clip_grads(self.clip)
         if self.optimizer is not None:
             self.optimizer.step()
             for p in self.params.values():
                 p.grad = None
         return loss
 
-    def _run_schedule(self, micro: list[list[Any]]) -> Any:
-        import time
-
+    def _broadcast_loss(self, loss: Any) -> Any:
+        """The last stage's loss (float32, the mean over the step's micro-batches) on every rank."""
         import torch.distributed as dist
+
+        loss = loss if loss is not None and self.stage == self.n_stages - 1 else torch.zeros((), device=self.device)
+        dist.broadcast(loss, src=self.plan.stages[-1].ranks[0])
+        self.comm.stats.add("broadcast", loss.numel() * loss.element_size())
+        return loss
+
+    def _clip_grads(self, max_norm: float) -> Any:
+        """Clip every stage's gradients by one coefficient from the global norm over the whole
+        model, as ``torch.nn.utils.clip_grad_norm_`` on one device; returns the norm before
+        clipping (the same on every rank). Each rank sums the squares of its gradients' local
+        pieces — a piece replicated on a mesh axis counted at coordinate 0 only, a parameter
+        several stages share (tied) only in the first of them — and one ``all_reduce`` of that
+        scalar over the job adds them up: the only collective (gradients are already in their
+        storage layouts, so the stage-local norm needs none)."""
+        import torch.distributed as dist
+
+        from spmdc.dialects.shard import Replicate
+
+        axes = self.device_mesh.mesh_dim_names
+        first = {name: min(stages) for name, (stages, _) in self._shared_groups.items()}
+        total = torch.zeros((), dtype=torch.float32, device=self.device)
+        locals_ = []
+        for name, p in self.params.items():
+            if p.grad is None:
+                continue
+            local = p.grad.to_local()
+            locals_.append(local)
+            counted = all(self.comm.coord(axes[a]) == 0 for a, q in enumerate(self._storage[name])
+                          if isinstance(q, Replicate))
+            if counted and first.get(name, self.stage) == self.stage:
+                total = total + local.float().pow(2).sum()
+        dist.all_reduce(total)
+        self.comm.stats.add("all_reduce", total.numel() * total.element_size())
+        norm = total.sqrt()
+        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        for local in locals_:
+            local.mul_(coef.to(local.dtype))
+        return norm
+
+    def _set_grads(self, grads: dict[str, Any]) -> None:
+        """Sum shared parameters' gradients across their stages, then set ``p.grad`` (DTensors)."""
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+
+        from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
+
+        for name, (stages, group) in self._shared_groups.items():
+            if self.stage not in stages or name not in self.params:
+                continue
+            p = self.params[name]
+            g = grads.get(name, torch.zeros_like(p.to_local()))
+            lay = self._storage[name]
+            full = DTensor.from_local(g, self.device_mesh, dtensor_placements(lay), run_check=False,
+                                      shape=tuple(p.shape), stride=contiguous_stride(p.shape)).full_tensor()
+            if self.index != 0:
+                full = torch.zeros_like(full)
+            dist.all_reduce(full, group=group)
+            self.comm.stats.add("all_reduce", full.numel() * full.element_size())
+            grads[name] = self._cut(full, lay)
+        for name, p in self.params.items():
+            if name in grads and p.requires_grad:
+                p.grad = DTensor.from_local(grads[name], self.device_mesh, p.placements, run_check=False,
+                                            shape=tuple(p.shape), stride=contiguous_stride(p.shape))
+
+    def _run_schedule(self, micro: list[list[Any]], grads: dict[str, Any]) -> Any:
+        """One round of this rank's schedule over ``micro``; adds the gradients (each micro-batch's
+        scaled by 1/(microbatches·grad_accum)) into ``grads``; returns the last stage's share of
+        the loss (None elsewhere)."""
+        import time
 
         from spmdc.dialects.pipe import BackwardOp, ForwardBackwardOp, ForwardOp, RecvOp, SendOp, StepOp
 
-        st = _StepState(self)
-        self.last_timeline: list[tuple[str, float, float]] = []
+        st = _StepState(self, grads)
         for op in self._rank_function(self.rank).body.ops:
             t0 = time.perf_counter()
             if isinstance(op, RecvOp):
@@ -461,12 +637,9 @@ class PipelineModule:
             if label:
                 self.last_timeline.append((f"{label}{op.mb}", t0, time.perf_counter()))
         self.peak_stash_bytes = max(self.peak_stash_bytes, st.peak)
-        self.last_messages, self.last_bytes_sent = st.messages, st.bytes_sent
-        loss = st.loss if st.loss is not None else torch.zeros((), device=self.device)
-        last_rank = self.plan.stages[-1].ranks[0]
-        dist.broadcast(loss, src=last_rank)
-        self.comm.stats.add("broadcast", loss.numel() * loss.element_size())
-        return loss
+        self.last_messages += st.messages
+        self.last_bytes_sent += st.bytes_sent
+        return st.loss
 
     def set_schedule(self, schedule: str) -> None:
         """Run the same stage programs under another schedule (``gpipe`` / ``1f1b``): only the
@@ -492,66 +665,91 @@ class PipelineModule:
         if optimizer is not None:
             self.optimizer = make_optimizer(optimizer, list(self.params.values()))
 
-    def load(self, path: str) -> dict[str, Any]:
-        """Read a checkpoint of ``cm.save`` (any plan and mesh: DCP reshards) into this stage's
-        parameters and optimizer state; every rank calls it. Returns the saved ``extra`` dict."""
-        import io
-        import pickle
+    # -- checkpoints and state dicts --------------------------------------------------------------
+    def save(self, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None, *,
+             model_only: bool = False) -> None:
+        """This stage's parameters, persistent buffers and optimizer state to the directory ``path``
+        (torch.distributed.checkpoint, under the model's own names: the checkpoint a one-mesh
+        module of the same model writes, loadable under any layout kind), with torch's generator
+        state and ``extra``; every rank of the job calls it. A value several stages hold (a tied
+        parameter) is written by the first of them. Atomic, the optimizer chosen as
+        :meth:`spmdc.api.compiled_module.CompiledModule.save` does."""
+        from spmdc.runtime.checkpointing import save
 
+        save(self.checkpoint_view(), path, optimizer, extra, model_only=model_only)
+
+    def load(self, path: str, optimizer: Any = None, *, model_only: bool = False) -> dict[str, Any]:
+        """Read a checkpoint of any layout kind (DCP reshards it to this stage's layouts) into this
+        stage's parameters, buffers and optimizer state (the optimizer keeps its own settings);
+        every rank of the job calls it. Returns the saved ``extra`` dict."""
+        from spmdc.runtime.checkpointing import load
+
+        return load(self.checkpoint_view(), path, optimizer, model_only=model_only)
+
+    def checkpoint_view(self) -> Any:
+        """This rank's part of the model as :mod:`spmdc.runtime.checkpointing` saves and loads it:
+        its stage's parameters and persistent buffers under the model's names (DTensors on the
+        stage's mesh); the whole model's entries, for checking a checkpoint; which of the entries
+        held here an earlier stage writes. The first call exchanges what each stage holds."""
+        import torch.distributed as dist
+
+        from spmdc.runtime.checkpointing import CheckpointView
+
+        held = self._held_entries()
+        if getattr(self, "_writer_stage", None) is None:
+            every: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(every, (self.stage, sorted(held)))
+            self._writer_stage: dict[str, int] = {}
+            for stage, keys in sorted(every):
+                for k in keys:
+                    self._writer_stage.setdefault(k, stage)
+        model_sd = self._model.state_dict()
+        if self.rank == 0:   # entries no stage reads (unused by the programs): written from the model
+            held.update({k: v.detach().clone() for k, v in model_sd.items() if k not in self._writer_stage})
+        view = CheckpointView(_state_module(held), self.optimizer, True, self.plan.name, self.plan.describe(),
+                              self.device)
+        view.entries = {k: tuple(v.shape) for k, v in model_sd.items()}
+        view.written_elsewhere = frozenset(k for k in held if self._writer_stage.get(k, self.stage) != self.stage)
+        view.params = [n for n, _ in self._model.named_parameters()]
+        return view
+
+    def _held_entries(self) -> dict[str, Any]:
+        """This stage's parameters (every name of each) and persistent buffers, by the model's names."""
         from torch.distributed.tensor import DTensor
 
-        from spmdc.runtime.checkpointing import check_optimizer, check_parameter, read_meta, read_metadata, read_state
-        from spmdc.runtime.dtensors import contiguous_stride
+        from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
 
-        md = read_metadata(path)   # a damaged checkpoint: one CheckpointError naming the file
-        saved = md.state_dict_metadata
-        if self.optimizer is not None:   # of this class, with optimizer state
-            check_optimizer(path, self.optimizer, md, read_meta(path))
-        model: dict[str, Any] = {}
-        optim: dict[str, dict[str, Any]] = {}
+        out: dict[str, Any] = {}
         for name, p in self.params.items():
-            fqn = self._aliases(name)[0]
-            check_parameter(path, fqn, tuple(p.shape), md)
-            model[fqn] = p.detach()
-            if self.optimizer is None:
+            for alias in self._aliases(name):
+                out[alias] = p
+        persistent = set(self._model.state_dict())
+        names = {}
+        for n, b in self._model.named_buffers(remove_duplicate=False):
+            names.setdefault(id(b), []).append(n)
+        prog = self._programs.backward.program
+        for i in sorted(prog.step.buffers):
+            if i not in self.buffers:
                 continue
-            stats = {}
-            prefix = f"optim.state.{fqn}."
-            for key, meta in saved.items():
-                if key.startswith(prefix) and "." not in key[len(prefix):]:
-                    size = tuple(getattr(meta, "size", ()))
-                    if size == tuple(p.shape) and size:
-                        stats[key[len(prefix):]] = DTensor.from_local(
-                            torch.zeros_like(p.to_local()), self.device_mesh, p.placements, run_check=False,
-                            shape=tuple(p.shape), stride=contiguous_stride(p.shape))
-                    else:
-                        stats[key[len(prefix):]] = torch.zeros(size, dtype=getattr(
-                            getattr(meta, "properties", None), "dtype", torch.float32))
-            optim[fqn] = stats
-        state: dict[str, Any] = {"model": model, "spmdc": io.BytesIO()}
-        if optim:
-            state["optim"] = {"state": optim}
-        read_state(path, md, state)
-        for name, p in self.params.items():
-            fqn = self._aliases(name)[0]
-            if self.optimizer is not None and optim.get(fqn):
-                self.optimizer.state[p] = optim[fqn]
-        buf = state["spmdc"]
-        buf.seek(0)
-        meta = pickle.loads(buf.read())
-        torch.set_rng_state(meta["rng"])
-        return meta.get("extra", {})
+            full = self.mine.module.get_buffer(prog.step.arg_kinds[i][6:])
+            keys = [n for n in names.get(id(full), []) if n in persistent]
+            if keys:
+                dt = DTensor.from_local(self.buffers[i], self.device_mesh, dtensor_placements(prog.arg_layouts[i]),
+                                        run_check=False, shape=tuple(full.shape), stride=contiguous_stride(full.shape))
+                out.update(dict.fromkeys(keys, dt))
+        return out
 
-    # -- state and reports --------------------------------------------------------------------------
     def full_state_dict(self) -> dict[str, Any]:
-        """Every parameter as a full tensor (CPU), under the model's names; a collective."""
+        """Every parameter and persistent buffer as a full tensor (CPU), under the model's names
+        (as a one-mesh module's); a collective every rank calls."""
         import torch.distributed as dist
 
         mine = {}
-        for name, p in self.params.items():
-            full = p.full_tensor().detach().cpu().clone()
-            for alias in self._aliases(name):
-                mine[alias] = full
+        full: dict[int, Any] = {}
+        for key, v in self._held_entries().items():
+            if id(v) not in full:
+                full[id(v)] = v.full_tensor().detach().cpu().clone()
+            mine[key] = full[id(v)]
         out: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(out, mine if self.index == 0 else {})
         merged: dict[str, Any] = {}
@@ -563,6 +761,81 @@ class PipelineModule:
     def _aliases(self, name: str) -> list[str]:
         t = self.mine.module.get_parameter(name)
         return self.split.aliases.get(id(t), [name])
+
+    # -- the training state tensor by tensor (spmdc.api.switch) -----------------------------------------
+    def compile_args(self) -> dict[str, Any]:
+        """What this module was built from (the user's model, the example inputs, every option), to
+        compile the same model again under another plan."""
+        return {**self._init_args, "device": self.device.type}
+
+    def _stage_param(self, name: str) -> tuple[str, Any]:
+        """(this stage's name, parameter) of the model's parameter ``name`` (any of its names)."""
+        if getattr(self, "_by_alias", None) is None:
+            self._by_alias = {a: n for n in self.params for a in self._aliases(n)}
+        if name not in self._by_alias:
+            raise KeyError(f"stage {self.stage} holds no parameter '{name}'")
+        local = self._by_alias[name]
+        return local, self.params[local]
+
+    def state_holdings(self) -> dict[str, tuple[Any, tuple[Any, ...], tuple[int, ...]]]:
+        """This stage's parameters under the model's names: ``{name: (MeshSpec of the stage's ranks,
+        layout on it, global shape)}``; their optimizer state is laid out alike."""
+        from spmdc.sharding.slices import MeshSpec
+
+        spec = self.plan.stages[self.stage]
+        mesh = MeshSpec(tuple(spec.mesh.axis_names), tuple(spec.mesh.shape), tuple(spec.ranks))
+        return {self._aliases(n)[0]: (mesh, tuple(self._storage[n]), tuple(p.shape)) for n, p in self.params.items()}
+
+    def state_pieces(self, name: str) -> dict[str, Any]:
+        """This rank's piece of parameter ``name`` (``"param"``) and of each optimizer state entry
+        (tensors: their local pieces; scalars such as ``step`` as they are)."""
+        _, p = self._stage_param(name)
+        out = {"param": p.detach().to_local()}
+        for k, v in (self.optimizer.state.get(p, {}) if self.optimizer is not None else {}).items():
+            out[k] = v.to_local() if hasattr(v, "to_local") else v
+        return out
+
+    def full_state_tensor(self, name: str, slot: str = "param") -> Any:
+        """The whole value of parameter ``name`` or of its optimizer tensor ``slot``; a collective
+        over this stage's ranks."""
+        from spmdc.dialects.shard import Replicate
+        from spmdc.runtime.executor import to_full
+
+        local_name, p = self._stage_param(name)
+        lay = tuple(self._storage[local_name])
+        local = self.state_pieces(name)[slot]
+        if all(isinstance(q, Replicate) for q in lay):
+            return local.clone()
+        return to_full(local, tuple(p.shape), lay, self.comm)
+
+    def load_state_piece(self, name: str, slot: str, value: Any, *, full: bool = False) -> None:
+        """Set this rank's piece of parameter ``name`` (``slot="param"``, in place) or of its
+        optimizer state entry ``slot``: this rank's piece, or with ``full=True`` the whole tensor
+        (cut here). A non-tensor or 0-d ``value`` of an optimizer slot (``step``) is stored as it is."""
+        from torch.distributed.tensor import DTensor
+
+        from spmdc.runtime.dtensors import contiguous_stride
+
+        local_name, p = self._stage_param(name)
+        if slot != "param" and not (torch.is_tensor(value) and (full or value.dim() > 0)):
+            self.optimizer.state.setdefault(p, {})[slot] = value
+            return
+        piece = self._cut(value, self._storage[local_name]) if full else value.to(self.device)
+        with torch.no_grad():
+            if slot == "param":
+                p.to_local().copy_(piece)
+            else:
+                self.optimizer.state.setdefault(p, {})[slot] = DTensor.from_local(
+                    piece.clone(), self.device_mesh, p.placements, run_check=False, shape=tuple(p.shape),
+                    stride=contiguous_stride(p.shape))
+
+    def switch(self, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None, lost: Sequence[int] = (),
+               **options: Any) -> Any:
+        """This pipeline's training state moved to another plan (one mesh, device groups, other
+        stages) without a checkpoint; every rank of the job calls it (see :mod:`spmdc.api.switch`)."""
+        from spmdc.api.switch import switch
+
+        return switch(self, plan, mesh=mesh, ranks=ranks, lost=lost, **options)
 
     def named_parameters(self) -> Any:
         return iter(self.params.items())
@@ -578,6 +851,24 @@ class PipelineModule:
         return simulate(self.schedule_module, width)
 
 
+def _state_module(entries: dict[str, Any]) -> torch.nn.Module:
+    """An ``nn.Module`` holding ``entries`` (parameters as parameters, other tensors as buffers)
+    under their names: what torch's ``get_state_dict`` / ``set_state_dict`` read and write."""
+    root = torch.nn.Module()
+    for name, value in entries.items():
+        *path, leaf = name.split(".")
+        owner = root
+        for part in path:
+            if part not in owner._modules:
+                owner.add_module(part, torch.nn.Module())
+            owner = owner._modules[part]
+        if isinstance(value, torch.nn.Parameter):
+            owner.register_parameter(leaf, value)
+        else:
+            owner.register_buffer(leaf, value)
+    return root
+
+
 class _Groups:
     def __init__(self, stages: Sequence[Any]):
         self.groups = stages
@@ -586,12 +877,12 @@ class _Groups:
 class _StepState:
     """One step's live values on this rank: stashed inputs, outputs waiting to go, gradients."""
 
-    def __init__(self, pm: PipelineModule):
+    def __init__(self, pm: PipelineModule, grads: dict[str, Any]):
         self.pm = pm
         self.inbox: dict[tuple[int, int, bool], Any] = {}     # received: (value, mb, grad) -> local piece
         self.outbox: dict[tuple[int, int, bool], Any] = {}    # to send
         self.stash: dict[int, list[Any]] = {}                 # mb -> the forward's inputs (for the backward)
-        self.grads: dict[str, Any] = {}
+        self.grads = grads                                     # the step's, summed over its rounds
         self.sends: list[Any] = []
         self.loss: Any = None
         self.peak = 0
@@ -635,18 +926,33 @@ class _StepState:
         from spmdc.sharding.slices import box_numel
 
         plan = self.pm._layout.plans[(op.value, op.grad)]
-        v = self.pm.split.values[op.value]
+        sent, taken = self.pm._wire_dtype(op.value, op.grad)
         mine = next(p for p in plan.dst if p.device == self.pm.rank)
-        out = torch.zeros(tuple(e - s for s, e in mine.box), dtype=v.dtype, device=self.pm.device)
+        out = torch.zeros(tuple(e - s for s, e in mine.box), dtype=sent, device=self.pm.device)
         for (s, d), cells in sorted(plan.sends.items()):
             if d != self.pm.rank:
                 continue
-            buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=v.dtype, device=self.pm.device)
+            buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=sent, device=self.pm.device)
             dist.irecv(buf, s, tag=self._tag(op.value, op.mb, op.grad)).wait()
             self.pm.comm.stats.add("recv", buf.numel() * buf.element_size())
             unpack_add(buf, cells, out)
-        self.inbox[(op.value, op.mb, op.grad)] = out
+        self.inbox[(op.value, op.mb, op.grad)] = out if taken == sent else out.to(taken)
         self._account()
+
+    def _received(self, value: int, mb: int, grad: bool) -> Any:
+        """What :meth:`recv` left of ``value`` (or its gradient) for micro-batch ``mb``; a rank whose
+        piece is empty (a dim of size 1 cut over two ranks: a mask broadcast over the batch) is sent
+        nothing and takes its empty piece."""
+        from spmdc.sharding.slices import box_numel
+
+        key = (value, mb, grad)
+        if key in self.inbox:
+            return self.inbox.pop(key)
+        mine = next(p for p in self.pm._layout.plans[(value, grad)].dst if p.device == self.pm.rank)
+        if box_numel(mine.box):
+            raise RuntimeError(f"rank {self.pm.rank}: value {value} of micro-batch {mb} was not received")
+        return torch.zeros(tuple(e - s for s, e in mine.box), dtype=self.pm._wire_dtype(value, grad)[1],
+                           device=self.pm.device)
 
     def _inputs(self, run: Any, mb: int, micro: list[Any], stage_is: str) -> list[Any]:
         """The stage's inputs for ``run`` (user inputs cut from the micro-batch, received values)."""
@@ -659,16 +965,17 @@ class _StepState:
             if kind == "input":
                 out.append(pm._cut(micro[i], lay))
             else:
-                out.append(self.inbox.pop((i, mb, False)))
+                out.append(self._received(i, mb, False))
         return out
 
     def forward(self, op: Any, micro: list[Any], backward: bool) -> None:
         pm = self.pm
+        pm._rng.enter(pm._mb_offset + op.mb)   # this micro-batch's masks (and the backward's recomputed ones)
         if backward:   # the last stage: loss, gradients, input gradients at once
             run = pm._programs.backward
             ins = self._inputs(run, op.mb, micro, "B")
             self._account()
-            self._run_backward(run, ins, [], op.mb, scale=1.0 / pm.micro)
+            self._run_backward(run, ins, [], op.mb, scale=1.0 / (pm.micro * pm.accum))
             return
         run = pm._programs.forward
         ins = self._inputs(run, op.mb, micro, "F")
@@ -689,7 +996,8 @@ class _StepState:
         for k, x in enumerate(ins):
             src, dst = fwd.program.arg_layouts[fpos[k]], run.program.arg_layouts[bpos[k]]
             moved.append(pm._relayout(x, src, dst, fwd.program.step.arg_shapes[fpos[k]]))
-        gs = [self.inbox.pop((v, op.mb, True)) for v in pm._diff_outputs(pm.mine)]
+        gs = [self._received(v, op.mb, True) for v in pm._diff_outputs(pm.mine)]
+        pm._rng.enter(pm._mb_offset + op.mb)   # the recomputed forward draws the forward's masks
         self._run_backward(run, moved, gs, op.mb, scale=1.0)
 
     def _run_backward(self, run: Any, ins: list[Any], gs: list[Any], mb: int, scale: float) -> None:
@@ -697,8 +1005,9 @@ class _StepState:
         outs = run(pm._args(run, ins + gs))
         prog = run.program
         for i, (kind, out) in enumerate(zip(prog.step.result_kinds, outs)):
-            if kind == "loss" and pm.stage == pm.n_stages - 1:
-                self.loss = out * scale if self.loss is None else self.loss + out * scale
+            if kind == "loss" and pm.stage == pm.n_stages - 1:   # (summed in float32 under mixed precision)
+                part = out.float() * scale
+                self.loss = part if self.loss is None else self.loss + part
             elif kind.startswith("grad:"):
                 g = out * scale if scale != 1.0 else out
                 name = kind[5:]
@@ -713,32 +1022,10 @@ class _StepState:
         self._account()
 
     def finish(self) -> None:
-        """Wait for the sends, sum shared parameters' gradients across stages, set ``p.grad``."""
-        import torch.distributed as dist
-        from torch.distributed.tensor import DTensor
-
-        from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
-
+        """The round's end (``pipe.step``): wait for its sends (the step's gradients are set after
+        its last round, :meth:`PipelineModule._set_grads`)."""
         for work, _ in self.sends:
             work.wait()
-        pm = self.pm
-        for name, (stages, group) in pm._shared_groups.items():
-            if pm.stage not in stages or name not in pm.params:
-                continue
-            p = pm.params[name]
-            g = self.grads.get(name, torch.zeros_like(p.to_local()))
-            lay = pm._storage[name]
-            full = DTensor.from_local(g, pm.device_mesh, dtensor_placements(lay), run_check=False,
-                                      shape=tuple(p.shape), stride=contiguous_stride(p.shape)).full_tensor()
-            if pm.index != 0:
-                full = torch.zeros_like(full)
-            dist.all_reduce(full, group=group)
-            pm.comm.stats.add("all_reduce", full.numel() * full.element_size())
-            self.grads[name] = pm._cut(full, lay)
-        for name, p in pm.params.items():
-            if name in self.grads and p.requires_grad:
-                p.grad = DTensor.from_local(self.grads[name], pm.device_mesh, p.placements, run_check=False,
-                                            shape=tuple(p.shape), stride=contiguous_stride(p.shape))
 
 
 def _print(op: Any) -> str:

@@ -1,33 +1,48 @@
 """Switching strategy at run time (Hetu v2): re-specialize for a new plan and move the training
-state there directly, without a checkpoint.
+state there directly, without a checkpoint — between any two layout kinds: one mesh, device
+groups (a HeteroPlan), pipeline stages (a PipelinePlan).
 
     cm = spmdc.compile(model, batch, mesh="dp=4", plan="fsdp", train=True, optimizer="adamw", ...)
     for _ in range(100): cm.step(x, y)
-    cm = cm.switch(plan="megatron", mesh="tp=4")          # every rank calls it; same losses on
-    for _ in range(100): cm.step(x, y)                    # as a run loaded from a checkpoint
-
-    cm = cm.switch(plan="fsdp", mesh="dp=4", ranks=[0, 1, 2, 3])   # 6 ranks -> 4: on ranks 4 and 5
-                                                                   # it returns None (they leave)
+    cm = cm.switch(plan="megatron", mesh="tp=4")          # every rank calls it; the job goes on
+    pm = cm.switch(PipelinePlan.from_dict({...}))         # to pipeline stages (pm.switch: back)
+    gm = pm.switch(HeteroPlan.from_dict({...}))           # to device groups
+    cm = gm.switch(plan="fsdp", mesh="dp=4", ranks=[0, 1, 2, 3])   # 6 ranks -> 4: None on 4 and 5
 
 What moves: every parameter and every tensor of its optimizer state (AdamW's ``exp_avg``,
 ``exp_avg_sq``, SGD's momentum; laid out like the parameter), from each rank's piece of the old
-layout on the old mesh to each rank's piece of the new layout on the new mesh (or the new
-pipeline's stage meshes: a parameter two stages read goes to both). The tables are the
-finest-slice tables of :mod:`spmdc.sharding.slices` (a rank sends only what the receiver lacks,
-and copies locally what it keeps); all tensors for one (sender, receiver) pair are packed into
-one buffer and every message of the switch goes in **one** ``batch_isend_irecv``. Scalars (the
-optimizer's ``step``) travel with the small descriptor exchange every rank makes first.
+layout to each rank's piece of the new one. Everything is read and written through the modules'
+public state interface (``compile_args``, ``state_holdings``, ``state_pieces``,
+``full_state_tensor``, ``load_state_piece`` of :class:`~spmdc.api.compiled_module.CompiledModule`
+and :class:`~spmdc.api.pipeline_module.PipelineModule`).
 
-The new program is compiled collectively by its ranks while the old module still holds the state;
-ranks of the job outside the new mesh only send (a simulated device failure: the two dropped
-ranks of 6 → 4 hand over their pieces and leave; the survivors' process groups are new ones over
-the survivors). Refused by name: a source with device groups (heterogeneous plans) or pipeline
-stages, strided shards (``SS``: several boxes per rank), a pipeline target on fewer ranks than
-the job.
+**The direct path** (every tensor without a strided shard): the finest-slice tables of
+:mod:`spmdc.sharding.slices` from the old holdings to the new ones. A parameter several old
+holders hold whole (every device group, two pipeline stages sharing a tied weight) is a ``dup``
+union of them: each destination slice comes from the destination itself when it holds it, else
+from a holder already sending to it, else the least-loaded holder. A parameter two new holders
+read goes to both. All tensors for one (sender, receiver) pair are packed into one buffer and
+every message goes in **one** ``batch_isend_irecv``. Scalars (the optimizer's ``step``) travel
+with the small descriptor exchange every rank makes first.
+
+**The general path** (a strided shard ``SS`` on either side — HF GPT-2's fused ``c_attn`` under
+megatron — or ``direct=False``): one tensor at a time, gathered whole by its old holders
+(``full_state_tensor``; broadcast to the job when they are not every rank), then cut by each new
+rank for its layout (``load_state_piece(..., full=True)``): at most one whole tensor lives at once.
+
+The new module is compiled collectively by its ranks while the old one still holds the state, with
+the old module's options (``compile_args``) and the job's random number generator state put back
+afterwards, so the training goes on as if uninterrupted. Ranks of the job outside the new mesh
+only send (a simulated device failure: the two dropped ranks of 6 → 4 hand over their pieces and
+leave; the survivors' process groups are new ones over the survivors). Refused by name: a target
+on more ranks than the job, device groups or pipeline stages on fewer ranks than the job, ``lost``
+ranks with a strided shard (the general path gathers from every holder), an option of the old
+module the new kind does not take.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +64,7 @@ class SwitchReport:
     bytes_sent: int = 0
     bytes_total: int = 0
     tensors: int = 0
+    streamed: int = 0   # tensors moved by the general path (through their whole value)
 
 
 @dataclass(frozen=True)
@@ -65,75 +81,79 @@ class _Side:
     holdings: dict[str, list[Holding]] = field(default_factory=dict)   # canonical fqn -> where
 
 
-def _canonical(model: Any) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for n, p in model.named_parameters():
-        out.setdefault(id(p), n)
-    return out
-
-
-def _old_side(cm: Any) -> tuple[_Side, dict[str, Any]]:
-    """The old module's holdings and this rank's local tensors per (fqn, slot)."""
-    from spmdc.dialects.shard import StridedShard
-
-    spec = MeshSpec(tuple(cm.mesh.axis_names), tuple(cm.mesh.shape), tuple(cm.members))
-    side, local = _Side(), {}
-    for fqn, layout in cm._storage.items():
-        if any(isinstance(p, StridedShard) for p in layout):
-            raise NotImplementedError(f"parameter '{fqn}' is stored with a strided shard {layout} (several pieces per "
-                                      "rank): switching it directly is not supported yet; go through a checkpoint "
-                                      "(cm.save / load)")
-        side.holdings[fqn] = [Holding(spec, tuple(layout), tuple(cm._shapes[fqn]))]
-        p = cm.get_parameter(fqn)
-        local[(fqn, "param")] = p.to_local() if hasattr(p, "to_local") else p.detach()
-        st = cm.optimizer.state.get(p, {}) if cm.optimizer is not None else {}
-        for k, v in st.items():
-            if isinstance(v, torch.Tensor) and v.dim() > 0:
-                local[(fqn, k)] = v.to_local() if hasattr(v, "to_local") else v
-    return side, local
-
-
-def _scalars(cm: Any) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    if cm.optimizer is None:
-        return out
-    for fqn in cm._storage:
-        st = cm.optimizer.state.get(cm.get_parameter(fqn), {})
-        out[fqn] = {k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v) for k, v in st.items()
-                    if not (isinstance(v, torch.Tensor) and v.dim() > 0)}
-        out[fqn]["__tensors__"] = sorted(k for k, v in st.items() if isinstance(v, torch.Tensor) and v.dim() > 0)
-    return out
-
-
-def _new_side(new: Any) -> _Side:
-    """This rank's view of the new module's holdings (its own stage's, for a pipeline)."""
-    side = _Side()
-    if new is None:
-        return side
+def _is_module(m: Any) -> bool:
+    from spmdc.api.compiled_module import CompiledModule
     from spmdc.api.pipeline_module import PipelineModule
 
-    if isinstance(new, PipelineModule):
-        spec = new.plan.stages[new.stage]
-        mesh = MeshSpec(tuple(spec.mesh.axis_names), tuple(spec.mesh.shape), tuple(spec.ranks))
-        for name, p in new.params.items():
-            fqn = new._aliases(name)[0]
-            side.holdings[fqn] = [Holding(mesh, tuple(new._storage[name]), tuple(p.shape))]
-        return side
-    mesh = MeshSpec(tuple(new.mesh.axis_names), tuple(new.mesh.shape), tuple(new.members))
-    for fqn, layout in new._storage.items():
-        side.holdings[fqn] = [Holding(mesh, tuple(layout), tuple(new._shapes[fqn]))]
+    return isinstance(m, (CompiledModule, PipelineModule))
+
+
+def _canonical_names(model: Any) -> dict[str, str]:
+    """Every name of each of the model's parameters -> its first name (tied weights have several)."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        out[n] = first.setdefault(id(p), n)
+    return out
+
+
+def _side(module: Any, canon: dict[str, str]) -> _Side:
+    """This rank's holdings in ``module`` (None: none), under canonical names."""
+    side = _Side()
+    if module is not None:
+        for name, (mesh, layout, shape) in module.state_holdings().items():
+            side.holdings[canon.get(name, name)] = [Holding(mesh, tuple(layout), tuple(shape))]
     return side
 
 
-def _check_survivors(cm: Any, lost: frozenset[int]) -> None:
+def _merge(sides: Sequence[_Side]) -> _Side:
+    out = _Side()
+    for side in sides:
+        for fqn, hs in side.holdings.items():
+            for h in hs:
+                if h not in out.holdings.setdefault(fqn, []):
+                    out.holdings[fqn].append(h)
+    for hs in out.holdings.values():
+        hs.sort(key=lambda h: h.mesh.devices)
+    return out
+
+
+def _strided(h: Holding) -> bool:
+    from spmdc.dialects.shard import StridedShard
+
+    return any(isinstance(p, StridedShard) for p in h.layout)
+
+
+def _descriptors(old: Any, canon: dict[str, str]) -> tuple[dict[Any, Any], dict[str, Any], dict[Any, Any]]:
+    """This rank's local pieces per (fqn, slot), optimizer scalars and dtypes per (fqn, slot) of
+    what it holds in the old module."""
+    local: dict[Any, Any] = {}
+    scalars: dict[str, Any] = {}
+    for name in old.state_holdings():
+        fqn = canon.get(name, name)
+        sc: dict[str, Any] = {}
+        tensors = []
+        for slot, v in old.state_pieces(name).items():
+            if slot == "param" or (isinstance(v, torch.Tensor) and v.dim() > 0):
+                local[(fqn, slot)] = v
+                if slot != "param":
+                    tensors.append(slot)
+            else:
+                sc[slot] = (v.detach().cpu().clone(), v.device.type) if isinstance(v, torch.Tensor) else (v, None)
+        scalars[fqn] = {"scalars": sc, "tensors": sorted(tensors)}
+    return local, scalars, {k: v.dtype for k, v in local.items()}
+
+
+def _check_survivors(old: _Side, lost: frozenset[int]) -> None:
     """Every parameter is whole on the ranks that are not lost (else: refused, naming it)."""
     from spmdc.dialects.shard import ShardingAttr
     from spmdc.sharding.slices import pieces
 
-    side, _ = _old_side(cm)
-    for fqn, (h,) in sorted(side.holdings.items()):
-        full = ((0, n) for n in h.shape)
-        box = tuple(full)
+    for fqn, hs in sorted(old.holdings.items()):
+        if len(hs) != 1:
+            continue   # several holders: the slice tables find (or miss) a surviving copy
+        (h,) = hs
+        box = tuple((0, n) for n in h.shape)
         kept = [p for p in pieces(h.shape, ShardingAttr("old", h.layout), {"old": h.mesh}) if p.device not in lost]
         covered = sum(_numel(p.box) for p in _distinct(kept))
         if covered < _numel(box):
@@ -159,35 +179,33 @@ def _distinct(ps: list[Any]) -> list[Any]:
     return out
 
 
-def _plans(old: _Side, new: _Side, lost: frozenset[int] = frozenset()) -> dict[str, list[BsrPlan]]:
+def _source(hs: list[Holding]) -> tuple[Any, dict[str, MeshSpec]]:
+    """The old layout of a tensor: its one holding, or the ``dup`` union of several whole copies."""
+    from spmdc.dialects.shard import Dup, ShardingAttr, UnionShardingAttr
+
+    if len(hs) == 1:
+        return ShardingAttr("old", hs[0].layout), {"old": hs[0].mesh}
+    members = tuple(ShardingAttr(f"old{k}", h.layout) for k, h in enumerate(hs))
+    return UnionShardingAttr(Dup(), members), {f"old{k}": h.mesh for k, h in enumerate(hs)}
+
+
+def _plans(old: _Side, new: _Side, fqns: Sequence[str], lost: frozenset[int] = frozenset()) -> dict[str, list[BsrPlan]]:
     from spmdc.dialects.shard import ShardingAttr
 
     out = {}
-    for fqn, dsts in sorted(new.holdings.items()):
-        if fqn not in old.holdings:
-            raise ValueError(f"the new module has parameter '{fqn}', which the old one does not hold")
-        (src,) = old.holdings[fqn]
+    for fqn in sorted(fqns):
+        src, meshes = _source(old.holdings[fqn])
+        shape = old.holdings[fqn][0].shape
         plans = []
-        for k, dst in enumerate(dsts):
-            meshes = {"old": src.mesh, f"new{k}": dst.mesh}
+        for k, dst in enumerate(new.holdings[fqn]):
             try:
-                plans.append(bsr_plan(src.shape, ShardingAttr("old", src.layout), ShardingAttr(f"new{k}", dst.layout),
-                                      meshes, lost))
+                plans.append(bsr_plan(shape, src, ShardingAttr(f"new{k}", dst.layout), {**meshes, f"new{k}": dst.mesh},
+                                      lost))
             except (ValueError, NotImplementedError) as e:
-                raise NotImplementedError(f"parameter '{fqn}': cannot move {src.layout} to {dst.layout}: {e}") from None
+                layouts = [h.layout for h in old.holdings[fqn]]
+                raise NotImplementedError(f"parameter '{fqn}': cannot move {layouts} to {dst.layout}: {e}") from None
         out[fqn] = plans
     return out
-
-
-def _targets(new: Any) -> dict[str, tuple[Any, Any]]:
-    """fqn -> (parameter, optimizer) of the new module on this rank."""
-    if new is None:
-        return {}
-    from spmdc.api.pipeline_module import PipelineModule
-
-    if isinstance(new, PipelineModule):
-        return {new._aliases(n)[0]: (p, new.optimizer) for n, p in new.params.items()}
-    return {fqn: (new.get_parameter(fqn), new.optimizer) for fqn in new._storage}
 
 
 def transfer(plans: dict[str, list[BsrPlan]], slots: dict[str, list[str]], local: dict[Any, Any], rank: int,
@@ -215,7 +233,7 @@ def transfer(plans: dict[str, list[BsrPlan]], slots: dict[str, list[str]], local
             parts = [box_view(local[(fqn, slot)], cell, sbox).reshape(-1).to(torch.float32 if
                      dtypes[(fqn, slot)].is_floating_point else dtypes[(fqn, slot)])
                      for fqn, slot, (cell, sbox, _) in cells]
-            buf = torch.cat(parts).contiguous()
+            buf = torch.cat(parts).contiguous().to(device)
             keep.append(buf)
             sent += buf.numel() * buf.element_size()
             ops.append(dist.P2POp(dist.isend, buf, d))
@@ -237,97 +255,181 @@ def transfer(plans: dict[str, list[BsrPlan]], slots: dict[str, list[str]], local
     return out, sum(1 for op in ops if op.op is dist.isend), sent
 
 
-def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None,
-           lost: Sequence[int] = (), **options: Any) -> Any:
-    """Every rank of the job calls it; see the module doc. Returns the new module on its ranks,
-    None elsewhere; ``spmdc.api.switch.last_report`` (and the new module's ``switch_report``)
-    say what moved. ``lost``: ranks whose state is gone (failed devices; they still take part in
-    setting up the new groups but send nothing): every slice comes from a surviving copy, or the
-    switch is refused naming the parameter (restore from a checkpoint then)."""
+def _stream(old: Any, new: Any, fqn: str, slots: list[str], old_side: _Side, new_side: _Side, names: dict[str, str],
+            dtypes: dict[Any, Any], device: Any) -> int:
+    """The general path for one parameter: each of its tensors gathered whole by its old holders
+    (broadcast from the first when they are not the whole job), cut by the new ranks. Returns the
+    bytes this rank broadcast."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    holders = sorted({d for h in old_side.holdings[fqn] for d in h.mesh.devices})
+    receivers = {d for h in new_side.holdings.get(fqn, []) for d in h.mesh.devices}
+    shape = old_side.holdings[fqn][0].shape
+    sent = 0
+    for slot in slots:
+        full = old.full_state_tensor(names.get(fqn, fqn), slot) if rank in holders else None   # collective
+        if not receivers <= set(holders):
+            buf = full.to(device).contiguous() if rank == holders[0] else \
+                torch.empty(shape, dtype=dtypes[(fqn, slot)], device=device)
+            if len(holders) < world:
+                dist.broadcast(buf, src=holders[0])
+                sent += buf.numel() * buf.element_size() if rank == holders[0] else 0
+            full = buf if full is None else full
+        if new is not None and rank in receivers:
+            new.load_state_piece(fqn, slot, full, full=True)
+    return sent
+
+
+def _fit_options(args: dict[str, Any], old_cls: type, new_cls: type, what: str) -> dict[str, Any]:
+    """The old module's options that the new kind takes; one it does not take, set to other than
+    its default, is refused by name (it would silently change the training)."""
+    takes = inspect.signature(new_cls.__init__).parameters
+    defaults = {k: p.default for k, p in inspect.signature(old_cls.__init__).parameters.items()}
+    out = {}
+    for k, v in args.items():
+        if k in takes:
+            out[k] = v
+        elif k != "train" and not _same(v, defaults.get(k, inspect.Parameter.empty)):
+            raise NotImplementedError(f"switch to {what}: the old module's option {k}={v!r} is not taken by "
+                                      f"{new_cls.__name__} (the training would change); switch from a module "
+                                      "without it")
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or (a is None and b is None)
+    except Exception:  # noqa: BLE001 - tensors and other values without a truth value
+        return a is b
+
+
+def _build(old: Any, plan: Any, mesh: Any, ranks: Sequence[int] | None, options: dict[str, Any]) -> tuple[Any, list]:
+    """The new module on this rank (None outside the new ranks) and the new ranks."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
     from spmdc.api.compiled_module import CompiledModule
+    from spmdc.api.pipeline_module import PipelineModule
+    from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.mesh import Mesh
     from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    args = dict(old.compile_args())
+    model, example = args.pop("model"), args.pop("example_inputs")
+    for k in ("plan", "mesh", "device_mesh", "group", "dump", "eager_trace", "schedule", "microbatches"):
+        args.pop(k, None)   # the old layout's own (the new plan, mesh and schedule are given)
+    args.update(options)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if isinstance(plan, (PipelinePlan, HeteroPlan)):
+        what = "pipeline plan" if isinstance(plan, PipelinePlan) else "plan (device groups)"
+        if mesh is not None or ranks is not None:
+            raise ValueError(f"{what} '{plan.name}' names its ranks and meshes: pass no mesh or ranks")
+        if plan.world != world:
+            raise NotImplementedError(f"{what} '{plan.name}' has {plan.world} ranks but the job has {world}: "
+                                      "a pipeline or device-group target spans the whole job")
+        if isinstance(plan, PipelinePlan):
+            kw = _fit_options(args, type(old), PipelineModule, f"pipeline plan '{plan.name}'")
+            return PipelineModule(model, example, plan=plan, **kw), list(range(world))
+        kw = _fit_options(args, type(old), CompiledModule, f"plan '{plan.name}'")
+        return CompiledModule(model, example, mesh=None, plan=plan, **{**kw, "train": True}), list(range(world))
+    if mesh is None:
+        raise ValueError("switch(plan=...) needs mesh= (e.g. 'tp=4'), or a pipeline or device-group plan")
+    mesh = mesh if isinstance(mesh, Mesh) else Mesh.of(mesh)
+    members = list(ranks) if ranks is not None else list(range(mesh.size))
+    if len(members) != mesh.size or len(set(members)) != len(members) or not set(members) <= set(range(world)):
+        raise ValueError(f"ranks {members} must be {mesh.size} distinct ranks of the job (0..{world - 1}) for mesh "
+                         f"{mesh}")
+    kw = _fit_options(args, type(old), CompiledModule, f"plan '{getattr(plan, 'name', plan)}' on {mesh}")
+    device = kw.get("device") or "cpu"
+    dm = DeviceMesh(device, torch.tensor(members).reshape(mesh.shape), mesh_dim_names=mesh.axis_names)
+    group = dist.new_group(members)   # every rank of the job takes part: new groups over the survivors
+    if rank not in members:
+        return None, members
+    return CompiledModule(model, example, mesh=mesh, plan=plan, device_mesh=dm, group=group,
+                          **{**kw, "train": True}), members
+
+
+def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None,
+           lost: Sequence[int] = (), direct: bool = True, **options: Any) -> Any:
+    """Every rank of the job calls it; see the module doc. Returns the new module on its ranks,
+    None elsewhere; ``spmdc.api.switch.last_report`` (and the new module's ``switch_report``)
+    say what moved. ``lost``: ranks whose state is gone (failed devices; they still take part in
+    setting up the new groups but send nothing): every slice comes from a surviving copy, or the
+    switch is refused naming the parameter (restore from a checkpoint then). ``direct=False``:
+    every tensor through its whole value (the general path). ``options``: compile options of the
+    new module that differ from the old one's."""
+    import torch.distributed as dist
+
     from spmdc.sharding.plan import Plan
 
     global last_report
     t0 = time.perf_counter()
-    if not isinstance(cm, CompiledModule):
+    if not _is_module(cm):
         raise TypeError(f"switch moves a module of spmdc.compile; got {type(cm).__name__}")
-    if cm._hetero is not None:
-        raise NotImplementedError("switching from a heterogeneous plan (device groups) is not supported yet")
-    if cm.members != list(range(dist.get_world_size())):
-        raise NotImplementedError("switch is called by every rank of the job: the old module must span the job "
-                                  f"(it spans ranks {cm.members})")
+    rank, world = dist.get_rank(), dist.get_world_size()
     if isinstance(plan, str) and plan.endswith((".json", ".yaml", ".yml")):
         plan = Plan.load(plan)
+    from spmdc.api.compiled_module import CompiledModule
+    from spmdc.sharding.device_groups import HeteroPlan
+
+    spec = cm.compile_args()
+    if isinstance(cm, CompiledModule) and not isinstance(spec["plan"], HeteroPlan) and cm.members != list(range(world)):
+        raise NotImplementedError("switch is called by every rank of the job: the old module must span the job "
+                                  f"(it spans ranks {cm.members})")
+    canon = _canonical_names(spec["model"])
+    covered: list[Any] = [None] * world
+    dist.all_gather_object(covered, _side(cm, canon))
+    old_side = _merge(covered)
     lost_set = frozenset(int(r) for r in lost)
     if lost_set:
-        _check_survivors(cm, lost_set)   # before compiling anything
-    o = cm._opts
-    model_args, loss_args, kwargs = cm._example
-    example = (tuple(model_args), tuple(loss_args)) if loss_args else tuple(model_args)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    new: Any = None
-    if isinstance(plan, PipelinePlan):
-        if mesh is not None or ranks is not None:
-            raise ValueError(f"pipeline plan '{plan.name}' names its stages' ranks and meshes: pass no mesh or ranks")
-        if plan.world != world:
-            raise NotImplementedError(f"pipeline plan '{plan.name}' has {plan.world} ranks but the job has {world}: "
-                                      "a pipeline target spans the whole job")
-        from spmdc.api.pipeline_module import PipelineModule
-
-        members = list(range(world))
-        new = PipelineModule(cm._model, example, plan=plan, loss_fn=o.loss_fn, optimizer=cm._optimizer_spec,
-                             example_kwargs=kwargs, device=cm.device.type, target=o.target, **options)
-    else:
-        if mesh is None:
-            raise ValueError("switch(plan=...) needs mesh= (e.g. 'tp=4'), or a pipeline plan")
-        mesh = mesh if isinstance(mesh, Mesh) else Mesh.of(mesh)
-        members = list(ranks) if ranks is not None else list(range(mesh.size))
-        if len(members) != mesh.size or len(set(members)) != len(members) or not set(members) <= set(range(world)):
-            raise ValueError(f"ranks {members} must be {mesh.size} distinct ranks of the job (0..{world - 1}) for mesh "
-                             f"{mesh}")
-        dm = DeviceMesh(cm.device.type, torch.tensor(members).reshape(mesh.shape), mesh_dim_names=mesh.axis_names)
-        group = dist.new_group(members)   # every rank of the job takes part: new groups over the survivors
-        if rank in members:
-            kw = dict(train=o.can_train, loss_fn=o.loss_fn, optimizer=cm._optimizer_spec, device=cm.device.type,
-                      target=o.target, bucket=o.bucket, example_kwargs=kwargs, rng=o.rng, checkpoint=o.checkpoint,
-                      clip_grad_norm=o.clip, grad_accum=o.accum, inputs=o.inputs, check_inputs=o.check_inputs)
-            kw.update(options)
-            new = CompiledModule(cm._model, example, mesh=mesh, plan=plan, device_mesh=dm, group=group, **kw)
+        if not direct or any(_strided(h) for hs in old_side.holdings.values() for h in hs):
+            raise NotImplementedError(f"lost ranks {sorted(lost_set)}: the general path (strided shards, "
+                                      "direct=False) gathers every tensor from all its holders; restore from a "
+                                      "checkpoint instead")
+        _check_survivors(old_side, lost_set)   # before compiling anything
+    dev = torch.device("cuda", torch.cuda.current_device()) if spec["device"] == "cuda" else None
+    with torch.random.fork_rng(devices=[dev] if dev is not None else []):   # the job's draws go on as before
+        new, members = _build(cm, plan, mesh, ranks, options)
     compile_s = time.perf_counter() - t0
-    # descriptors: the old side (identical on the old ranks), each rank's new side, the scalars
-    old_side, local = _old_side(cm)
-    mine = (_new_side(new), _scalars(cm) if rank == 0 else None,
-            {k: v.dtype for k, v in local.items()} if rank == 0 else None)
+    # descriptors: each rank's new holdings, its old scalars and dtypes
+    local, scalars, dtypes = _descriptors(cm, canon)
     every: list[Any] = [None] * world
-    dist.all_gather_object(every, mine)
-    new_side = _Side()
-    for side, _, _ in every:
-        for fqn, hs in side.holdings.items():
-            for h in hs:
-                if h not in new_side.holdings.setdefault(fqn, []):
-                    new_side.holdings[fqn].append(h)
-    scalars, dtypes = every[0][1], every[0][2]
+    dist.all_gather_object(every, (_side(new, canon), scalars, dtypes))
+    new_side = _merge([e[0] for e in every])
+    all_scalars: dict[str, Any] = {}
+    all_dtypes: dict[Any, Any] = {}
+    for _, sc, dt in every:
+        for k, v in sc.items():
+            all_scalars.setdefault(k, v)
+        for k, v in dt.items():
+            all_dtypes.setdefault(k, v)
     if lost_set & set(members):
         raise ValueError(f"lost ranks {sorted(lost_set & set(members))} cannot be in the new mesh (ranks {members})")
+    missing = sorted(set(new_side.holdings) - set(old_side.holdings))
+    if missing:
+        raise ValueError(f"the new module has parameter '{missing[0]}', which the old one does not hold")
+    slots = {fqn: ["param"] + all_scalars.get(fqn, {}).get("tensors", []) for fqn in new_side.holdings}
+    streamed = sorted(f for f in new_side.holdings if not direct or any(
+        _strided(h) for h in old_side.holdings[f] + new_side.holdings[f]))
     try:
-        plans = _plans(old_side, new_side, lost_set)
+        plans = _plans(old_side, new_side, [f for f in new_side.holdings if f not in streamed], lost_set)
     except NotImplementedError as e:
         raise NotImplementedError(f"{e}: restore from a checkpoint instead" if lost_set else str(e)) from None
-    slots = {fqn: ["param"] + scalars.get(fqn, {}).get("__tensors__", []) for fqn in plans}
     t1 = time.perf_counter()
-    got, messages, sent = transfer(plans, slots, local, rank, dtypes, cm.device)
+    device = dev if dev is not None else torch.device("cpu")
+    names = {canon.get(n, n): n for n in cm.state_holdings()}
+    with torch.no_grad():
+        got, messages, sent = transfer(plans, slots, local, rank, all_dtypes, device)
+        for fqn in streamed:
+            sent += _stream(cm, new, fqn, slots[fqn], old_side, new_side, names, all_dtypes, device)
+        if new is not None:
+            _install(new, got, slots, all_scalars, canon)
     transfer_s = time.perf_counter() - t1
-    if new is not None:
-        _install(new, got, slots, scalars)
-    total = torch.tensor([float(sent)])
+    total = torch.tensor([float(sent)], device=device)
     dist.all_reduce(total)
     report = SwitchReport(time.perf_counter() - t0, compile_s, transfer_s, messages, sent, int(total.item()),
-                          sum(len(s) for s in slots.values()))
+                          sum(len(slots[f]) for f in slots), sum(len(slots[f]) for f in streamed))
     last_report = report
     if new is not None:
         new.switch_report = report
@@ -337,32 +439,20 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
 last_report: SwitchReport | None = None
 
 
-def _install(new: Any, got: dict[Any, Any], slots: dict[str, list[str]], scalars: dict[str, Any]) -> None:
-    """Received pieces into the new module's parameters and optimizer state."""
-    from torch.distributed.tensor import DTensor
-
-    from spmdc.runtime.dtensors import contiguous_stride
-
-    for fqn, (p, opt) in _targets(new).items():
-        with torch.no_grad():
-            target = p.to_local() if hasattr(p, "to_local") else p
-            target.copy_(got[(fqn, "param")])
-        if opt is None:
+def _install(new: Any, got: dict[Any, Any], slots: dict[str, list[str]], scalars: dict[str, Any],
+             canon: dict[str, str]) -> None:
+    """Received pieces and the optimizer's scalars into the new module (its public interface)."""
+    for name in new.state_holdings():
+        fqn = canon.get(name, name)
+        for slot in slots.get(fqn, []):
+            if (fqn, slot) in got:
+                new.load_state_piece(name, slot, got[(fqn, slot)])
+        if getattr(new, "optimizer", None) is None:
             continue
-        state: dict[str, Any] = {}
-        for k, v in scalars.get(fqn, {}).items():
-            if k != "__tensors__":
-                state[k] = v.to(p.device if not hasattr(p, "device_mesh") else p.to_local().device) \
-                    if isinstance(v, torch.Tensor) else v
-        for slot in slots[fqn][1:]:
-            piece = got[(fqn, slot)]
-            if hasattr(p, "device_mesh"):
-                state[slot] = DTensor.from_local(piece, p.device_mesh, p.placements, run_check=False,
-                                                 shape=tuple(p.shape), stride=contiguous_stride(p.shape))
-            else:
-                state[slot] = piece
-        if state:
-            opt.state[p] = state
+        for k, (v, kind) in scalars.get(fqn, {}).get("scalars", {}).items():
+            if isinstance(v, torch.Tensor):   # where it was (AdamW keeps ``step`` on the CPU)
+                v = v.clone() if kind == "cpu" else v.to(new.state_pieces(name)["param"].device)
+            new.load_state_piece(name, k, v)
 
 
 __all__ = ["Holding", "SwitchReport", "switch", "transfer"]

@@ -35,8 +35,8 @@ import torch.nn as nn
 from spmdc.frontend import torch_compat
 from spmdc.frontend.program import ExportError
 
-__all__ = ["BoundaryValue", "Stage", "StageError", "StageSplit", "auto_stages", "buffer_updates", "expand_pattern",
-           "random_ops", "split_stages"]
+__all__ = ["ORDER_META", "BoundaryValue", "Stage", "StageError", "StageModule", "StageSplit", "auto_stages",
+           "buffer_updates", "expand_pattern", "random_nodes", "random_ops", "split_stages"]
 
 
 class StageError(ValueError):
@@ -136,9 +136,16 @@ _RANDOM = ("dropout", "native_dropout", "bernoulli", "rand", "randn", "randint",
            "randint_like", "normal", "uniform", "randperm", "multinomial", "feature_dropout", "alpha_dropout")
 
 
-def random_ops(module: torch.fx.GraphModule) -> list[str]:
-    """``op (module path)`` of every op in ``module`` that draws random numbers (a dropout with
-    ``p = 0`` or not training draws nothing)."""
+# attention ops that draw a dropout mask when their dropout_p (at this argument position) is not 0
+_ATTENTION_DROPOUT = {"scaled_dot_product_attention": 4, "scaled_dot_product_flash_attention_for_cpu": 3,
+                      "scaled_dot_product_flash_attention": 3, "scaled_dot_product_efficient_attention": 5,
+                      "scaled_dot_product_cudnn_attention": 5}
+ORDER_META = "spmdc_order"   # node.meta key: the op's place in the whole model's order (kept in every stage)
+
+
+def random_nodes(module: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, str]]:
+    """``(node, "op in module 'path'")`` of every op in ``module`` that draws random numbers, in
+    the graph's order (a dropout with ``p = 0`` or not training draws nothing)."""
     out = []
     for node in module.graph.nodes:
         namer = getattr(node.target, "name", None)   # an aten OpOverload: "aten::dropout"
@@ -146,6 +153,12 @@ def random_ops(module: torch.fx.GraphModule) -> list[str]:
             continue
         full = str(namer()).split("::")[-1]
         name = full.split(".")[0].lstrip("_")
+        if name in _ATTENTION_DROPOUT:   # attention with dropout_p > 0 in training draws its mask
+            pos = _ATTENTION_DROPOUT[name]
+            p = node.args[pos] if len(node.args) > pos else node.kwargs.get("dropout_p", 0.0)
+            if p:
+                out.append((node, f"aten.{full} (dropout_p={p}) in module '{_module_path(node) or '<root>'}'"))
+            continue
         if name not in _RANDOM:
             continue
         if "dropout" in name:
@@ -153,8 +166,13 @@ def random_ops(module: torch.fx.GraphModule) -> list[str]:
             train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
             if not train or p == 0:
                 continue
-        out.append(f"aten.{full} in module '{_module_path(node) or '<root>'}'")
+        out.append((node, f"aten.{full} in module '{_module_path(node) or '<root>'}'"))
     return out
+
+
+def random_ops(module: torch.fx.GraphModule) -> list[str]:
+    """``op (module path)`` of every op in ``module`` that draws random numbers (see :func:`random_nodes`)."""
+    return [what for _, what in random_nodes(module)]
 
 
 def buffer_updates(module: torch.fx.GraphModule) -> list[str]:
@@ -197,14 +215,22 @@ def _owner(path: str, owners: Mapping[str, int]) -> int | None:
 
 
 def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, loss_inputs: tuple,
-                    kwargs: Mapping[str, Any]) -> torch.fx.GraphModule:
-    """The model + loss as one fx graph over aten ops, parameters read by their model names."""
+                    kwargs: Mapping[str, Any], policy: Any = None, checkpoint: str | None = None
+                    ) -> torch.fx.GraphModule:
+    """The model + loss as one fx graph over aten ops, parameters read by their model names;
+    under a mixed-precision ``policy`` with its casts (parameters and inputs to ``param_dtype``,
+    every dtype-dependent op traced in that dtype), with ``checkpoint="blocks"`` each repeated
+    block's ops marked as a checkpoint region (:mod:`spmdc.frontend.checkpoint`)."""
+    import contextlib
+
+    from spmdc.frontend.checkpoint import marking_checkpoints
     from spmdc.frontend.export import kept_modes
     from spmdc.frontend.loss import LossWrapper
 
-    root = LossWrapper(model, loss_fn, len(inputs), False, None)
+    root = LossWrapper(model, loss_fn, len(inputs), False, policy)
+    marking = marking_checkpoints(model, blocks=True) if checkpoint == "blocks" else contextlib.nullcontext()
     try:   # every module traced in its own mode (a frozen submodule in eval), each flag kept
-        with kept_modes(model):
+        with kept_modes(model), marking:
             ep = torch.export.export(root, inputs + loss_inputs, dict(kwargs), strict=False)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e
@@ -215,6 +241,8 @@ def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, l
     for node in list(graph.nodes):
         if node.op == "call_module" and node.target == "_guards_fn":
             graph.erase_node(node)
+        elif node.op == "call_function" and "_assert_tensor_metadata" in str(node.target) and not node.users:
+            graph.erase_node(node)   # a trace-time check of a .to(): it would pull its operand into the last stage
         elif node.op == "get_attr":
             original = node.target
             node.target = original[len("model."):] if original.startswith("model.") else original
@@ -257,9 +285,14 @@ def _install(holder: nn.Module, path: str, value: Any, persistent: set[str]) -> 
 
 def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Sequence[str]],
                  loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
-                 kwargs: Mapping[str, Any] | None = None) -> StageSplit:
+                 kwargs: Mapping[str, Any] | None = None, mixed_precision: Any = None,
+                 checkpoint: str | None = None) -> StageSplit:
     """Cut ``model`` (+ ``loss_fn``) into ``len(stages)`` stages (see the module doc). User inputs
-    are numbered ``[*inputs, *loss_inputs, *kwargs.values()]``."""
+    are numbered ``[*inputs, *loss_inputs, *kwargs.values()]``. ``mixed_precision`` (a policy):
+    the model is cut as it runs under it — each stage casts the parameters it reads, its ops and
+    boundary values in the dtypes the policy gives (a bf16 hidden state crosses as bf16).
+    ``checkpoint="blocks"``: each repeated block is a checkpoint region, which a training capture
+    of its stage recomputes in the backward."""
     if len(stages) < 2:
         raise StageError(f"a pipeline needs at least 2 stages, got {len(stages)}")
     names = [n for n, _ in model.named_modules() if n]
@@ -281,10 +314,15 @@ def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Se
         if not mine:
             raise StageError(f"stage {k} lists no module")
         listed.append(mine)
-    gm = _exported_graph(model, tuple(inputs), loss_fn, tuple(loss_inputs), dict(kwargs or {}))
+    from spmdc.frontend.mixed_precision import MixedPrecision
+
+    gm = _exported_graph(model, tuple(inputs), loss_fn, tuple(loss_inputs), dict(kwargs or {}),
+                         MixedPrecision.parse(mixed_precision), checkpoint)
     where: dict[torch.fx.Node, int] = {}
     last = len(stages) - 1
     ops = [x for x in gm.graph.nodes if x.op not in ("placeholder", "get_attr", "output")]
+    for i, node in enumerate(ops):   # (node_copy keeps meta: each stage's ops know their place)
+        node.meta[ORDER_META] = i
     owner = {x: _owner(_module_path(x) or "", owners) for x in ops}
     late: dict[torch.fx.Node, int] = {}   # an op outside the listed modules runs with its first reader
     for node in reversed(ops):
@@ -315,6 +353,49 @@ def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Se
     return split
 
 
+class StageModule(torch.fx.GraphModule):
+    """A stage's fx graph whose ``forward`` runs it node by node under ``preserve_node_meta``: a
+    capture of the stage then records each op with the model's module path (``nn_module_stack``)
+    and checkpoint region (``custom``), as a capture of the whole model does."""
+
+    def recompile(self) -> Any:
+        out = super().recompile()
+        type(self).forward = StageModule.interpreted_forward   # (GraphModule sets the generated forward)
+        return out
+
+    def interpreted_forward(self, *args: Any) -> Any:
+        import torch.fx.traceback as fx_traceback
+
+        with fx_traceback.preserve_node_meta():
+            return torch.fx.Interpreter(self, graph=self.graph).run(*args)
+
+
+def _parameter_only(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """Ops computed from parameters alone (a mixed-precision cast ``p.to(bf16)``, a transpose):
+    pure, deterministic, no user input or buffer upstream. A stage reading one recomputes it
+    rather than receiving it (a tied weight's cast is then each stage's own, its parameter shared)."""
+    import operator
+
+    def parameter(a: torch.fx.Node) -> bool:
+        try:
+            gm.get_parameter(str(a.target))
+        except AttributeError:
+            return False
+        return True
+
+    out: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not node.all_input_nodes:
+            continue
+        schema = getattr(node.target, "_schema", None)
+        pure = node.target is operator.getitem or (schema is not None and not schema.is_mutable)
+        name = str(getattr(node.target, "__name__", node.target)).split(".")[0].lstrip("_")
+        if pure and name not in _RANDOM and all(a in out or (a.op == "get_attr" and parameter(a))
+                                                for a in node.all_input_nodes):
+            out.add(node)
+    return out
+
+
 def _cut(gm: torch.fx.GraphModule, model: nn.Module, where: dict[torch.fx.Node, int],
          listed: list[list[str]]) -> StageSplit:
     """One fx graph per stage: its ops, the parameters they read (by their model names), the user
@@ -323,11 +404,12 @@ def _cut(gm: torch.fx.GraphModule, model: nn.Module, where: dict[torch.fx.Node, 
     placeholders = [x for x in gm.graph.nodes if x.op == "placeholder"]
     values: dict[torch.fx.Node, int] = {}       # boundary node -> value id
     consumers: dict[torch.fx.Node, set[int]] = {}
+    copied = _parameter_only(gm)   # recomputed by each stage that reads them, never sent
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr", "output"):
             continue
         for a in node.all_input_nodes:
-            if a in where and where[a] != where[node]:
+            if a in where and where[a] != where[node] and a not in copied:
                 consumers.setdefault(a, set()).add(where[node])
     for node in gm.graph.nodes:
         if node in consumers:
@@ -356,6 +438,8 @@ def _cut(gm: torch.fx.GraphModule, model: nn.Module, where: dict[torch.fx.Node, 
                 return env[a]
             if a.op == "get_attr":
                 env[a] = graph.get_attr(a.target)
+            elif a in copied and where.get(a) != k:   # a parameter's cast: this stage's own copy
+                env[a] = graph.node_copy(a, read)
             elif a.op == "placeholder":
                 env[a] = graph.placeholder(a.name)
                 ins.append(("input", placeholders.index(a)))
@@ -368,11 +452,11 @@ def _cut(gm: torch.fx.GraphModule, model: nn.Module, where: dict[torch.fx.Node, 
         mine = [x for x in gm.graph.nodes if where.get(x) == k]
         for node in mine:   # inputs first, in the order the ops read them
             for a in node.all_input_nodes:
-                if where.get(a) != k and a.op != "get_attr":
+                if where.get(a) != k and a.op != "get_attr" and a not in copied:
                     read(a)
         for node in mine:
             for a in node.all_input_nodes:
-                if a.op == "get_attr":
+                if a.op == "get_attr" or (a in copied and where.get(a) != k):
                     read(a)
             env[node] = graph.node_copy(node, lambda a: env[a])
         outs = [x for x in mine if x in values and max(consumers[x]) > k]
@@ -380,7 +464,7 @@ def _cut(gm: torch.fx.GraphModule, model: nn.Module, where: dict[torch.fx.Node, 
             graph.output((env[loss],))
         else:
             graph.output(tuple(env[x] for x in outs))
-        module = torch.fx.GraphModule(model, graph)
+        module = StageModule(model, graph)
         stages.append(Stage(k, module, ins, [values[x] for x in outs] if k < n - 1 else [], listed[k],
                             [name for name, _ in module.named_parameters()]))
     infos = {}

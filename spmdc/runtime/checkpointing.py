@@ -11,6 +11,12 @@ ops draw on from where they stopped), the optimizer's class (or that there was n
 ``extra`` dict of the caller's (pickled). DCP maps saved shards onto the loading job's layout, so
 a checkpoint of fsdp on 4 ranks loads into megatron on 2; the values are bitwise what was saved.
 
+Every layout kind writes the same checkpoint (:class:`CheckpointView`: what a module gives save
+and load): one mesh; device groups (the first group writes: every group holds the whole model);
+pipeline stages (each stage its part, a tied parameter by the first stage that holds it, the
+optimizer's ``params`` the whole model's). So a pipeline job resumes under fsdp and back, and a
+device-group job on one mesh.
+
 Nothing is lost and nothing is silently wrong:
 
 * a save writes into a sibling directory (``.<name>.saving``) and renames it into place once
@@ -62,6 +68,42 @@ class CheckpointWarning(UserWarning):
     """A checkpoint loaded with a difference the caller should know of (an optimizer setting)."""
 
     every_rank = True   # each rank loads the same settings: ``spmdc run`` prints rank 0's
+
+
+@dataclass
+class CheckpointView:
+    """One rank's part of a module, as :func:`save` and :func:`load` see it, for every layout kind.
+
+    ``module`` is an ``nn.Module`` holding this rank's parameters (DTensors) and persistent buffers
+    under the model's own names (``get_state_dict(module, opt)`` gives its entries): the compiled
+    module itself on one mesh and on device groups, a view of its stage's parameters in a pipeline.
+    The groups say which ranks take part: ``group`` every rank that calls save/load (errors are
+    agreed over it), ``write_group`` the ranks that write when ``writes`` (device groups: the first
+    group's, since every group holds the whole model), ``read_group`` the ranks that read together.
+    A pipeline stage holds part of the model: ``entries`` are the whole model's (key -> global
+    shape; None: the module's own), ``written_elsewhere`` the entries (model keys and optimizer
+    names) this rank holds but another stage writes (a tied parameter), ``params`` every parameter
+    name of the model (the optimizer's ``params`` as a one-mesh checkpoint holds them; None: the
+    optimizer's own). Ragged parameters exist on one mesh only (``module._ragged_layout``)."""
+
+    module: Any
+    optimizer: Any
+    can_train: bool
+    plan: str
+    mesh: str
+    device: Any
+    group: Any = None
+    write_group: Any = None
+    writes: bool = True
+    read_group: Any = None
+    entries: dict[str, tuple[int, ...] | None] | None = None
+    written_elsewhere: frozenset[str] = frozenset()
+    params: list[str] | None = None
+
+    def ragged_layout(self, key: str) -> Any:
+        """The storage layout of model entry ``key`` when it is a ragged parameter, else None."""
+        fn = getattr(self.module, "_ragged_layout", None)
+        return fn(key) if fn is not None else None
 
 
 # -- where a checkpoint is --------------------------------------------------------------------------
@@ -195,21 +237,23 @@ def _writer(path: str) -> Any:
     return _Writer(path)
 
 
-def _agreed(cm: Any, error: str | None) -> None:
-    """Every rank of ``cm`` learns every rank's error (a collective); all raise the first one."""
+def _agreed(view: CheckpointView, error: str | None) -> None:
+    """Every rank of ``view.group`` learns every rank's error (a collective); all raise the first one."""
     import torch.distributed as dist
 
-    errors: list[Any] = [None] * (len(cm.members) if cm.group is not None else dist.get_world_size())
-    dist.all_gather_object(errors, error, group=cm.group)
+    errors: list[Any] = [None] * dist.get_world_size(view.group)
+    dist.all_gather_object(errors, error, group=view.group)
     first = next((e for e in errors if e), None)
     if first:
         raise CheckpointError(first)
 
 
-def _leader(cm: Any) -> bool:
+def _leader(view: CheckpointView) -> bool:
+    """Whether this rank tidies and commits: the first writer (DCP's coordinator, whose save
+    returns once every writer's files and ``.metadata`` are written)."""
     import torch.distributed as dist
 
-    return dist.get_rank(cm.group) == 0 if cm.group is not None else dist.get_rank() == 0
+    return view.writes and dist.get_rank(view.write_group) == 0
 
 
 def _dcp(what: str, path: str, fn: Any, md: Any = None) -> Any:
@@ -342,21 +386,21 @@ def _record(opt: Any) -> dict[str, Any] | None:
     return None if opt is None else {"class": _class_name(opt), "groups": len(opt.param_groups)}
 
 
-def live_optimizers(cm: Any) -> list[Any]:
-    """The live ``torch.optim`` optimizers other than ``cm.optimizer`` over any of ``cm``'s parameters."""
+def live_optimizers(view: CheckpointView) -> list[Any]:
+    """The live ``torch.optim`` optimizers other than the module's own over any of its parameters."""
     import gc
 
     import torch
 
-    mine = {id(p) for p in cm.parameters()}
+    mine = {id(p) for p in view.module.parameters()}
     gc.collect()   # an optimizer dropped but caught in a reference cycle is not live
-    return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer) and o is not cm.optimizer
+    return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer) and o is not view.optimizer
             and any(id(p) in mine for g in o.param_groups for p in g["params"])]
 
 
-def _found(cm: Any, doing: str, path: str) -> Any:
-    """The one live optimizer over ``cm``'s parameters (None without one); several: refused."""
-    found = live_optimizers(cm)
+def _found(view: CheckpointView, doing: str, path: str) -> Any:
+    """The one live optimizer over the module's parameters (None without one); several: refused."""
+    found = live_optimizers(view)
     if len(found) > 1:
         names = ", ".join(sorted(type(o).__name__ for o in found))
         raise CheckpointError(f"{doing}('{path}'): {len(found)} optimizers ({names}) are over this module's "
@@ -365,16 +409,16 @@ def _found(cm: Any, doing: str, path: str) -> Any:
     return found[0] if found else None
 
 
-def _save_optimizer(cm: Any, path: str, optimizer: Any, model_only: bool) -> Any:
-    """The optimizer whose state a save writes: the one given, ``cm.optimizer``, or the live one
+def _save_optimizer(view: CheckpointView, path: str, optimizer: Any, model_only: bool) -> Any:
+    """The optimizer whose state a save writes: the one given, the module's own, or the live one
     over the module's parameters."""
     if model_only:
         return None
     if optimizer is not None:
         return optimizer
-    if cm.optimizer is not None:
-        return cm.optimizer
-    return _found(cm, "cm.save", path) if cm._opts.can_train else None
+    if view.optimizer is not None:
+        return view.optimizer
+    return _found(view, "cm.save", path) if view.can_train else None
 
 
 def _saved_optimizer(md: Any, meta: dict[str, Any]) -> dict[str, Any] | None:
@@ -385,17 +429,18 @@ def _saved_optimizer(md: Any, meta: dict[str, Any]) -> dict[str, Any] | None:
     return {"class": None} if any(k.startswith("optim.") for k in md.state_dict_metadata) else None
 
 
-def _load_optimizer(cm: Any, path: str, optimizer: Any, model_only: bool, md: Any, meta: dict[str, Any]) -> Any:
+def _load_optimizer(view: CheckpointView, path: str, optimizer: Any, model_only: bool, md: Any,
+                    meta: dict[str, Any]) -> Any:
     """The optimizer a load reads state into (None: the model alone); refuses a checkpoint with
     optimizer state and nowhere to put it (in a training module)."""
     if model_only:
         return None
-    opt = optimizer if optimizer is not None else cm.optimizer
-    if opt is None and cm._opts.can_train:
-        opt = _found(cm, "cm.load", path)
+    opt = optimizer if optimizer is not None else view.optimizer
+    if opt is None and view.can_train:
+        opt = _found(view, "cm.load", path)
     saved = _saved_optimizer(md, meta)
     if opt is None:
-        if saved is not None and cm._opts.can_train:
+        if saved is not None and view.can_train:
             what = f"optimizer {_short(saved['class'])}" if saved.get("class") else "an optimizer"
             raise CheckpointError(f"checkpoint '{path}' holds the state of {what}, and this module has no "
                                   "optimizer to load it into: pass it (cm.load(path, opt)), or model_only=True to "
@@ -460,16 +505,19 @@ def _keep_settings(path: str, opt: Any, mine: list[dict[str, Any]], saved: list[
 
 # -- the model a checkpoint is read into ---------------------------------------------------------------
 
-def _shape(cm: Any, key: str, value: Any) -> tuple[int, ...] | None:
+def _shape(view: CheckpointView, key: str, value: Any) -> tuple[int, ...] | None:
     """The global shape of model entry ``key`` (a ragged parameter's is its whole tensor's)."""
-    if cm._ragged_layout(key) is not None:
+    if view.ragged_layout(key) is not None:
+        cm = view.module
         return tuple(cm._shapes[_fqn(cm, key)])
     return tuple(value.shape) if hasattr(value, "shape") else None
 
 
-def _check_model(cm: Any, path: str, md: Any, model: dict[str, Any]) -> None:
-    """The checkpoint holds exactly this model's entries, each of this model's shape; else one
-    error naming the first difference (with the nearest names there)."""
+def _check_model(view: CheckpointView, path: str, md: Any, state: dict[str, Any]) -> None:
+    """The checkpoint holds exactly this model's entries (the whole model's, of which a pipeline
+    stage holds some), each of this model's shape; else one error naming the first difference
+    (with the nearest names there)."""
+    model = view.entries if view.entries is not None else {k: _shape(view, k, v) for k, v in state.items()}
     saved = {k[len("model."):]: m for k, m in md.state_dict_metadata.items() if k.startswith("model.")}
     def refuse(names: list[str], among: Any, what: str, shown: Any, where: str) -> None:
         if names:
@@ -484,26 +532,11 @@ def _check_model(cm: Any, path: str, md: Any, model: dict[str, Any]) -> None:
            lambda k: "model." + k, "there")
     extra = [k for k in saved if k not in model]
     refuse(extra, model, f"holds {len(extra)} model entries this model does not have", repr, "here")
-    for key, value in model.items():
-        there, here = getattr(saved[key], "size", None), _shape(cm, key, value)
-        if there is not None and here is not None and tuple(there) != here:
+    for key, here in model.items():
+        there = getattr(saved[key], "size", None)
+        if there is not None and here is not None and tuple(there) != tuple(here):
             raise CheckpointError(f"checkpoint '{path}': parameter '{key}' has shape {tuple(there)} there, "
-                                  f"{here} in this model")
-
-
-def check_parameter(path: str, fqn: str, shape: tuple[int, ...], md: Any) -> None:
-    """Parameter ``fqn`` of global ``shape`` is in the checkpoint at ``path`` with that shape;
-    else one error naming it (with the nearest name there) or both shapes."""
-    saved = md.state_dict_metadata.get(f"model.{fqn}")
-    if saved is None:
-        names = [k[len("model."):] for k in md.state_dict_metadata if k.startswith("model.")]
-        near = difflib.get_close_matches(fqn, names, n=1)
-        hint = f" (nearest there: '{near[0]}')" if near else ""
-        raise CheckpointError(f"checkpoint '{path}' has no parameter '{fqn}'{hint}: it was saved from another model")
-    there = getattr(saved, "size", None)
-    if there is not None and tuple(there) != tuple(shape):
-        raise CheckpointError(f"checkpoint '{path}': parameter '{fqn}' has shape {tuple(there)} there, "
-                              f"{tuple(shape)} in this model")
+                                  f"{tuple(here)} in this model")
 
 
 def read_state(path: str, md: Any, state: dict[str, Any], group: Any = None) -> None:
@@ -528,11 +561,13 @@ def _check_optim_keys(path: str, md: Any, state: dict[str, Any]) -> None:
 
 # -- save and load -------------------------------------------------------------------------------------
 
-def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None,
+def save(view: CheckpointView, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None,
          model_only: bool = False) -> None:
-    """Write ``cm``'s state and its optimizer's (``optimizer``, else ``cm.optimizer``, else the one
-    live optimizer over its parameters; none with ``model_only``) to the directory ``path``,
-    atomically: every rank calls it, and until it returns the previous checkpoint there stays whole."""
+    """Write the module's state and its optimizer's (``optimizer``, else the module's own, else the
+    one live optimizer over its parameters; none with ``model_only``) to the directory ``path``,
+    atomically: every rank of ``view.group`` calls it, and until it returns the previous checkpoint
+    there stays whole. The ranks of ``view.write_group`` write (each value once: DCP keeps one copy
+    of what several ranks hold alike)."""
     import torch
     import torch.distributed.checkpoint as dcp
 
@@ -540,30 +575,32 @@ def save(cm: Any, path: str, optimizer: Any = None, extra: dict[str, Any] | None
     error = _replaceable(places, path)
     opt = None
     try:
-        opt = _save_optimizer(cm, path, optimizer, model_only)
-        if error is None and _leader(cm):
+        opt = _save_optimizer(view, path, optimizer, model_only)
+        if error is None and _leader(view):
             _tidy(places)
     except (CheckpointError, OSError) as e:
         error = error or (str(e) if isinstance(e, CheckpointError) else _os_error("save", path, e))
-    _agreed(cm, error)   # also the barrier: nothing is written before the leftovers are gone
-    state, _ = _state(cm, opt)
-    state = _containers_copied(state)   # entries are swapped below: never in the optimizer's own state
-    meta = {"extra": dict(extra or {}), "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if cm.device.type == "cuda" else None,
-            "plan": cm.plan_name, "mesh": str(cm.mesh), "optimizer": _record(opt)}
-    state["spmdc"] = io.BytesIO(pickle.dumps(meta))
-    for container, key, dt in _strided_entries(state):
-        container[key] = _plain(dt, dt.full_tensor())
-    for container, key, piece, layout, shape in _ragged_entries(cm, state):
-        container[key] = _as_shard(cm, layout, shape, cm._full(piece.detach(), layout, shape), piece)
-    _dcp("saving", path, lambda: dcp.save(state, storage_writer=_writer(places.saving), process_group=cm.group))
+    _agreed(view, error)   # also the barrier: nothing is written before the leftovers are gone
+    if view.writes:
+        state = _state(view, opt, saving=True)
+        meta = {"extra": dict(extra or {}), "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state() if view.device.type == "cuda" else None,
+                "plan": view.plan, "mesh": view.mesh, "optimizer": _record(opt)}
+        state["spmdc"] = io.BytesIO(pickle.dumps(meta))
+        for container, key, dt in _strided_entries(state):
+            container[key] = _plain(dt, dt.full_tensor())
+        for container, key, piece, layout, shape in _ragged_entries(view, state):
+            cm = view.module
+            container[key] = _as_shard(cm, layout, shape, cm._full(piece.detach(), layout, shape), piece)
+        _dcp("saving", path, lambda: dcp.save(state, storage_writer=_writer(places.saving),
+                                              process_group=view.write_group))
     error = None
-    if _leader(cm):
+    if _leader(view):
         try:
             _commit(places)
         except (CheckpointError, OSError) as e:
             error = str(e) if isinstance(e, CheckpointError) else _os_error("save", path, e)
-    _agreed(cm, error)
+    _agreed(view, error)
 
 
 def _os_error(doing: str, path: str, e: OSError) -> str:
@@ -571,21 +608,22 @@ def _os_error(doing: str, path: str, e: OSError) -> str:
     return f"cannot {doing} checkpoint '{path}': {e.strerror or e}" + (f" ('{e.filename}')" if e.filename else "")
 
 
-def load(cm: Any, path: str, optimizer: Any = None, model_only: bool = False) -> dict[str, Any]:
-    """Read a checkpoint of :func:`save` into ``cm`` and its optimizer (``optimizer``, else
-    ``cm.optimizer``, else the one live optimizer over its parameters; none with ``model_only``),
-    resharded to their current layouts; restores torch's generator; returns the saved ``extra``.
-    The optimizer keeps its own settings (a difference from the saved ones: a CheckpointWarning)."""
+def load(view: CheckpointView, path: str, optimizer: Any = None, model_only: bool = False) -> dict[str, Any]:
+    """Read a checkpoint of :func:`save` (of any layout kind) into the module and its optimizer
+    (``optimizer``, else the module's own, else the one live optimizer over its parameters; none
+    with ``model_only``), resharded to their current layouts; restores torch's generator; returns
+    the saved ``extra``. The optimizer keeps its own settings (a difference from the saved ones: a
+    CheckpointWarning). Every rank of ``view.read_group`` calls it together."""
     import torch
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     md = read_metadata(path)
     if "spmdc" not in md.state_dict_metadata:
         raise CheckpointError(f"checkpoint '{path}' was not written by spmdc (no 'spmdc' entry)")
-    opt = _load_optimizer(cm, path, optimizer, model_only, md, _read_spmdc(path))
+    opt = _load_optimizer(view, path, optimizer, model_only, md, _read_spmdc(path))
     mine = _settings(opt) if opt is not None else []
-    state, _ = _state(cm, opt)
-    _check_model(cm, path, md, state["model"])
+    state = _state(view, opt, saving=False)
+    _check_model(view, path, md, state["model"])
     _check_optim_keys(path, md, state)
     for i, group in enumerate(state.get("optim", {}).get("param_groups", [])):
         for key in [k for k in group if f"optim.param_groups.{i}.{k}" not in md.state_dict_metadata]:
@@ -596,14 +634,14 @@ def load(cm: Any, path: str, optimizer: Any = None, model_only: bool = False) ->
         container[key] = _plain(dt)
         swapped.append((container, key, dt, container[key]))
     ragged = []
-    for container, key, piece, layout, shape in _ragged_entries(cm, state):
-        container[key] = _as_shard(cm, layout, shape, None, piece)
+    for container, key, piece, layout, shape in _ragged_entries(view, state):
+        container[key] = _as_shard(view.module, layout, shape, None, piece)
         ragged.append((container, key, piece, layout, container[key]))
-    read_state(path, md, state, cm.group)
-    _restore_strided(swapped, cm)
-    _restore_ragged(ragged, cm)
+    read_state(path, md, state, view.read_group)
+    _restore_strided(swapped)
+    _restore_ragged(ragged, view.module)
     saved_groups = [dict(g) for g in state.get("optim", {}).get("param_groups", [])]
-    set_state_dict(cm, opt if opt is not None else [], model_state_dict=state["model"],
+    set_state_dict(view.module, opt if opt is not None else [], model_state_dict=state["model"],
                    optim_state_dict=state.get("optim", {}))
     if opt is not None:
         _keep_settings(path, opt, mine, saved_groups)
@@ -611,19 +649,31 @@ def load(cm: Any, path: str, optimizer: Any = None, model_only: bool = False) ->
     buf.seek(0)
     meta = pickle.loads(buf.read())
     torch.set_rng_state(meta["rng"])
-    if meta.get("cuda_rng") is not None and cm.device.type == "cuda":
+    if meta.get("cuda_rng") is not None and view.device.type == "cuda":
         torch.cuda.set_rng_state(meta["cuda_rng"])
     return meta["extra"]
 
 
-def _state(cm: Any, optimizer: Any) -> tuple[dict[str, Any], Any]:
+def _state(view: CheckpointView, optimizer: Any, saving: bool) -> dict[str, Any]:
+    """``{"model": ..., "optim": ...}`` of the module (torch's ``get_state_dict``); when saving,
+    without what another rank writes and with the whole model's parameter names."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    model_sd, optim_sd = get_state_dict(cm, optimizer if optimizer is not None else [])
+    model_sd, optim_sd = get_state_dict(view.module, optimizer if optimizer is not None else [])
     state: dict[str, Any] = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
-    return state, optim_sd
+    if not saving:
+        return state
+    state = _containers_copied(state)   # entries are swapped and dropped: never in the optimizer's own state
+    model_sd, optim_sd = state["model"], state.get("optim", {})
+    for key in view.written_elsewhere:
+        model_sd.pop(key, None)
+        if optimizer is not None:
+            optim_sd["state"].pop(key, None)
+    if optimizer is not None and view.params is not None and len(optim_sd["param_groups"]) == 1:
+        optim_sd["param_groups"][0]["params"] = list(view.params)
+    return state
 
 
 def _strided_entries(tree: Any) -> list[tuple[Any, Any, Any]]:
@@ -661,16 +711,17 @@ def _containers_copied(tree: Any) -> Any:
     return tree
 
 
-def _ragged_entries(cm: Any, state: dict[str, Any]) -> list[tuple[Any, Any, Any, Any, tuple[int, ...]]]:
+def _ragged_entries(view: CheckpointView, state: dict[str, Any]) -> list[tuple[Any, Any, Any, Any, tuple[int, ...]]]:
     """``(container, key, piece, layout, global shape)`` for every ragged parameter in
-    ``state["model"]`` and every tensor of its optimizer state shaped like its piece."""
+    ``state["model"]`` and every tensor of its optimizer state shaped like its piece (one mesh)."""
     out = []
+    cm = view.module
     for key, v in state["model"].items():
-        lay = cm._ragged_layout(key)
+        lay = view.ragged_layout(key)
         if lay is not None:
             out.append((state["model"], key, v, lay, cm._shapes[_fqn(cm, key)]))
     for fqn, stats in state.get("optim", {}).get("state", {}).items():
-        lay = cm._ragged_layout(fqn)
+        lay = view.ragged_layout(fqn)
         if lay is None:
             continue
         piece_shape = tuple(cm.get_parameter(fqn).shape)
@@ -698,15 +749,19 @@ def _as_shard(cm: Any, layout: Any, shape: tuple[int, ...], full: Any, like: Any
     return distribute_tensor(full, cm.device_mesh, placements, src_data_rank=None)
 
 
-def _restore_strided(swapped: list[tuple[Any, Any, Any, Any]], cm: Any) -> None:
-    """Cut each loaded plain-layout value back into its strided DTensor (in place)."""
+def _restore_strided(swapped: list[tuple[Any, Any, Any, Any]]) -> None:
+    """Cut each loaded plain-layout value back into its strided DTensor (in place), on the
+    DTensor's own mesh (a stage's or a group's as well as the module's)."""
+    import torch.distributed as dist
 
     from spmdc.runtime.executor import local_piece
-    from spmdc.sharding.mesh import to_placement
+    from spmdc.sharding.mesh import Mesh, to_placement
 
     for container, key, orig, plain in swapped:
-        full = plain.full_tensor()
-        piece = local_piece(full, [to_placement(p) for p in orig.placements], cm.mesh, cm.rank)
+        dm = orig.device_mesh
+        names = dm.mesh_dim_names or tuple(f"d{i}" for i in range(dm.ndim))
+        mesh, rank = Mesh(dict(zip(names, dm.shape))), dm.mesh.flatten().tolist().index(dist.get_rank())
+        piece = local_piece(plain.full_tensor(), [to_placement(p) for p in orig.placements], mesh, rank)
         orig.to_local().copy_(piece)
         container[key] = orig
 

@@ -20,10 +20,18 @@ the model's repeated blocks are cut evenly). The batch is cut into ``microbatche
 
 :func:`stage_actions` gives one stage's compute order; :mod:`spmdc.passes.pipeline_schedule` turns it
 into each rank's program with its sends and receives.
+
+A mesh with a ``pp`` axis and a one-mesh preset is a pipeline too (:meth:`PipelinePlan.from_mesh`,
+:func:`split_pp_axis`): stage ``k`` is the ranks whose ``pp`` coordinate is ``k`` (row-major over the
+axes as written, as ``init_device_mesh`` numbers them), each stage the preset on the other axes::
+
+    PipelinePlan.from_mesh("pp=2,dp=2,tp=2", "fsdp+tp")   # stage0: ranks 0-3, stage1: ranks 4-7, dp=2,tp=2
+    PipelinePlan.from_mesh("dp=2,pp=2,tp=2", "fsdp+tp")   # stage0: ranks 0,1,4,5, stage1: ranks 2,3,6,7
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +39,10 @@ from typing import Any
 
 from spmdc.sharding.device_groups import HeteroPlan
 from spmdc.sharding.mesh import Mesh
-from spmdc.sharding.plan import Places, PlanError, check_keys
+from spmdc.sharding.plan import Places, PlanError, check_keys, preset
 
 SCHEDULES = ("gpipe", "1f1b")
+PP_AXIS = "pp"   # the mesh axis whose coordinates are pipeline stages (from_mesh)
 PLAN_KEYS = ("stages", "name", "schedule", "microbatches", "batch")
 STAGE_KEYS = ("modules", "ranks", "mesh", "plan", "name")
 
@@ -56,6 +65,7 @@ class PipelinePlan:
     schedule: str = "1f1b"
     microbatches: int = 1
     batch: int | None = None
+    mesh: Mesh | None = None   # the mesh with a ``pp`` axis the stages were cut from (from_mesh), else None
 
     @property
     def world(self) -> int:
@@ -124,7 +134,7 @@ class PipelinePlan:
         """This plan with the schedule or micro-batch count replaced (``--pp-schedule``, ``--microbatches``)."""
         d = {"stages": [], "name": self.name, "schedule": schedule or self.schedule,
              "microbatches": microbatches if microbatches is not None else self.microbatches}
-        out = PipelinePlan(list(self.stages), self.name, self.schedule, self.microbatches, self.batch)
+        out = dataclasses.replace(self, stages=list(self.stages))
         if d["schedule"] not in SCHEDULES:
             near = difflib.get_close_matches(str(d["schedule"]), SCHEDULES, n=1)
             raise PlanError(f"unknown pipeline schedule '{d['schedule']}' (schedules: {', '.join(SCHEDULES)})"
@@ -134,6 +144,38 @@ class PipelinePlan:
             raise PlanError(f"microbatches must be a positive integer, got {mb!r}")
         out.schedule, out.microbatches = str(d["schedule"]), int(mb)
         return out
+
+    @staticmethod
+    def from_mesh(mesh: Any, plan: Any, *, schedule: str | None = None,
+                  microbatches: int | None = None) -> PipelinePlan:
+        """Stages over the ``pp`` axis of ``mesh`` (a Mesh, ``"pp=2,dp=2,tp=2"`` or a mapping), each
+        stage ``plan`` (a preset, or a :class:`~spmdc.sharding.plan.Plan` refining one) on the other
+        axes, its modules cut automatically (the repeated blocks evenly). Stage ``k``: the ranks whose
+        ``pp`` coordinate is ``k``, row-major over the axes as written (``pp`` may be anywhere);
+        ``pp`` alone: each stage one rank, mesh ``dp=1``. ``schedule`` defaults to 1f1b,
+        ``microbatches`` to the number of stages (torchtitan's default). Refused: a ``pp`` axis
+        missing or of size 1 (one stage: :func:`split_pp_axis` keeps the one-mesh plan), a plan with
+        its own stages or device groups, a plan of per-parameter layouts."""
+        mesh = Mesh.of(mesh)
+        if PP_AXIS not in mesh.axis_names:
+            raise PlanError(f"mesh {mesh} has no '{PP_AXIS}' axis to cut into pipeline stages")
+        n = mesh.axis_size(PP_AXIS)
+        if n < 2:
+            raise PlanError(f"mesh {mesh}: a '{PP_AXIS}' axis of size 1 is one stage, not a pipeline; use plan "
+                            f"'{_plan_name(plan)}' on the mesh itself")
+        _check_stage_plan(mesh, plan)
+        stage_mesh = Mesh([(a, k) for a, k in mesh.axes if a != PP_AXIS] or [("dp", 1)])
+        try:
+            preset(getattr(plan, "preset", None) or plan, stage_mesh, {})
+        except PlanError as e:
+            raise PlanError(f"mesh {mesh}: each pipeline stage runs plan '{_plan_name(plan)}' on the other axes, "
+                            f"{stage_mesh}: {e}") from None
+        ranks: list[list[int]] = [[] for _ in range(n)]
+        for r in range(mesh.size):
+            ranks[mesh.coords(r)[PP_AXIS]].append(r)
+        stages = [StageSpec(f"stage{k}", None, tuple(rs), stage_mesh, plan) for k, rs in enumerate(ranks)]
+        out = PipelinePlan(stages, f"{_plan_name(plan)} in {n} pp stages", "1f1b", n, None, mesh)
+        return out.with_schedule(schedule, microbatches)
 
     def check_presets(self) -> None:
         from spmdc.sharding.plan import preset
@@ -145,10 +187,74 @@ class PipelinePlan:
             except PlanError as e:
                 raise PlanError(f"stage '{s.name}': {e}") from None
 
+    def check_batch(self, shapes: Sequence[tuple[int, ...]], what: str = "input") -> None:
+        """Every micro-batch of the inputs of ``shapes`` gives every rank of every stage a piece of
+        the same rows: the micro-batches divide dim 0, and each stage's preset splits a micro-batch's
+        rows evenly over the axes it shards the batch over (``dp``, ``rep``); an empty or uneven
+        piece is refused here, before anything compiles."""
+        for i, shape in enumerate(shapes):
+            if not shape or shape[0] % self.microbatches:
+                raise PlanError(f"pipeline plan '{self.name}': {self.microbatches} micro-batches split every "
+                                f"{what} along dim 0, but {what} #{i} has shape {tuple(shape)}")
+        for s in self.stages:
+            layouts = preset(getattr(s.plan, "preset", None) or s.plan, s.mesh, {}, [len(x) for x in shapes]).inputs
+            for i, (shape, lay) in enumerate(zip(shapes, layouts)):
+                axes = [a for a, pl in (lay.items() if isinstance(lay, Mapping) else ())
+                        if getattr(pl, "dim", None) == 0 and type(pl).__name__ == "Shard"]
+                pieces = 1
+                for a in axes:
+                    pieces *= s.mesh.axis_size(a)
+                rows = shape[0] // self.microbatches
+                if rows % pieces:
+                    raise PlanError(f"pipeline plan '{self.name}': stage '{s.name}' ({s.mesh}, "
+                                    f"{_plan_name(s.plan)}) splits the batch over {'×'.join(axes)} in {pieces} "
+                                    f"pieces, but each of the {self.microbatches} micro-batches of {what} #{i} "
+                                    f"(shape {tuple(shape)}) has {rows} row{'s' if rows != 1 else ''}; give a batch "
+                                    f"that {self.microbatches * pieces} divides, or fewer micro-batches")
+
     def describe(self) -> str:
         return (f"{self.schedule}, {self.microbatches} micro-batches; "
                 + "; ".join(f"{s.name}: ranks {list(s.ranks)} {s.mesh} {getattr(s.plan, 'name', s.plan)}"
                             + (f" [{' '.join(s.modules)}]" if s.modules else "") for s in self.stages))
+
+
+def split_pp_axis(mesh: Any, plan: Any, *, schedule: str | None = None,
+                  microbatches: int | None = None) -> tuple[Any, Any]:
+    """What ``mesh`` and ``plan`` mean together: ``(None, PipelinePlan.from_mesh(...))`` when the mesh
+    has a ``pp`` axis of size 2 or more; else ``(mesh, plan)`` as given (no ``pp`` axis, or one of
+    size 1: one stage, the one-mesh plan; a size-1 axis is used by no layout, which is allowed)."""
+    if mesh is None:
+        return mesh, plan
+    m = Mesh.of(mesh)
+    if PP_AXIS not in m.axis_names or m.axis_size(PP_AXIS) < 2:
+        return mesh, plan
+    return None, PipelinePlan.from_mesh(m, plan, schedule=schedule, microbatches=microbatches)
+
+
+def _plan_name(plan: Any) -> str:
+    return str(getattr(plan, "name", plan))
+
+
+def _check_stage_plan(mesh: Mesh, plan: Any) -> None:
+    """A plan the stages of a ``pp`` axis can each take: a preset, or a plan refining one."""
+    from spmdc.sharding.plan import Plan
+
+    if isinstance(plan, PipelinePlan):
+        raise PlanError(f"mesh {mesh} has a '{PP_AXIS}' axis and plan '{plan.name}' has its own stages "
+                        f"({len(plan.stages)} stages with their own meshes): the {PP_AXIS} axis would cut stages "
+                        f"a second time; drop the '{PP_AXIS}' axis (and the mesh) or use a one-mesh preset")
+    if isinstance(plan, HeteroPlan):
+        raise PlanError(f"mesh {mesh}: a '{PP_AXIS}' axis with plan '{plan.name}' of device groups is not "
+                        f"supported: the stages a {PP_AXIS} axis cuts each take a one-mesh preset (write a "
+                        "pipeline plan file with 'stages' for stages that differ)")
+    if isinstance(plan, Plan):
+        if plan.preset is None:
+            raise PlanError(f"mesh {mesh}: plan '{plan.name}' lays out parameters by name; the stages a "
+                            f"'{PP_AXIS}' axis cuts take a preset or a plan refining one ('preset: fsdp+tp')")
+        return
+    if not isinstance(plan, str) or not plan:
+        raise PlanError(f"mesh {mesh}: the stages a '{PP_AXIS}' axis cuts take a preset name (dp, fsdp, hsdp, "
+                        f"megatron, fsdp+tp, ...) or a Plan refining one, got {plan!r}")
 
 
 def stage_actions(schedule: str, n_stages: int, microbatches: int, stage: int) -> list[tuple[str, int]]:
@@ -189,4 +295,4 @@ def in_flight(actions: Sequence[tuple[str, int]]) -> int:
     return most
 
 
-__all__ = ["SCHEDULES", "PipelinePlan", "StageSpec", "in_flight", "stage_actions"]
+__all__ = ["PP_AXIS", "SCHEDULES", "PipelinePlan", "StageSpec", "in_flight", "split_pp_axis", "stage_actions"]

@@ -126,9 +126,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="build the workload with this batch size (its factory's 'batch' argument; default: the "
                          "factory's, or a heterogeneous plan's 'batch')")
     ap.add_argument("--pp-schedule", choices=("gpipe", "1f1b"), default=None,
-                    help="pipeline schedule of a plan with 'stages' (default: the plan's, else 1f1b)")
+                    help="pipeline schedule of a plan with 'stages' or a --mesh with a 'pp' axis (default: the "
+                         "plan's, else 1f1b)")
     ap.add_argument("--microbatches", type=positive(int), default=None, metavar="N",
-                    help="micro-batches per step of a pipeline plan (default: the plan's)")
+                    help="micro-batches per step of a pipeline (default: the plan's; with a 'pp' mesh axis, the "
+                         "number of stages)")
     ap.add_argument("--switch", action="append", default=[], metavar="STEP:PLAN[:MESH]",
                     help="after STEP steps, move the training state to PLAN (a preset or plan file) on MESH with one "
                          "batched send/recv and go on; a smaller MESH drops the last ranks (repeatable)")
@@ -223,11 +225,15 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     from spmdc.sharding.plan import Plan
 
     loaded = Plan.load(cfg.plan) if cfg.plan.endswith((".json", ".yaml", ".yml")) else None
+    pp_mesh = _pp_mesh(cfg)
+    if pp_mesh is not None:
+        return resolve_pp_mesh(cfg, pp_mesh, loaded)
     if isinstance(loaded, PipelinePlan):
         return resolve_pipeline(cfg, loaded)
     if cfg.pp_schedule or cfg.microbatches:
         option = "--pp-schedule" if cfg.pp_schedule else "--microbatches"
-        raise UserError(f"{option} is for a pipeline plan (a plan file with 'stages', see docs/plans.md); "
+        raise UserError(f"{option} is for a pipeline plan (a plan file with 'stages', or --mesh with a 'pp' axis; "
+                        "see docs/plans.md); "
                         f"plan '{cfg.plan or 'default'}' has none" + ("" if cfg.pp_schedule else
                                                                      " (micro-batches of one plan: --grad-accum)"))
     if isinstance(loaded, HeteroPlan):
@@ -244,9 +250,7 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
         cfg.nproc = mesh.size
     if mesh.size != cfg.nproc:
         raise UserError(f"mesh {mesh} has {mesh.size} devices but --nproc is {cfg.nproc}")
-    plan: Any = cfg.plan or ("fsdp+tp" if set(mesh.axis_names) == {"dp", "tp"}
-                             else "hsdp" if set(mesh.axis_names) == {"rep", "dp"}
-                             else "megatron" if mesh.axis_names == ("tp",) else "fsdp")
+    plan: Any = cfg.plan or _default_plan(mesh)
     if isinstance(plan, str) and plan.endswith((".json", ".yaml", ".yml")):
         plan = Plan.load(plan)
     if cfg.fsdp_shard != "even":
@@ -264,9 +268,56 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     return mesh, plan
 
 
+def _default_plan(mesh: Any) -> str:
+    """The preset for a mesh without --plan, by its axes other than ``pp``: fsdp+tp on dp × tp, hsdp
+    on rep × dp, megatron on tp, dp when only ``pp`` is left (each stage one rank), else fsdp."""
+    names = tuple(a for a in mesh.axis_names if a != "pp")
+    if set(names) == {"dp", "tp"}:
+        return "fsdp+tp"
+    if set(names) == {"rep", "dp"}:
+        return "hsdp"
+    return "megatron" if names == ("tp",) else "dp" if not names else "fsdp"
+
+
+def _pp_mesh(cfg: RunConfig) -> Any:
+    """``--mesh`` when it has a ``pp`` axis of size 2 or more (pipeline stages), else None."""
+    from spmdc.sharding.mesh import Mesh
+    from spmdc.sharding.pipeline_plan import PP_AXIS
+
+    if cfg.mesh is None:
+        return None
+    try:
+        mesh = Mesh.parse(cfg.mesh)
+    except ValueError as e:
+        raise UserError(f"--mesh: {e}") from None
+    return mesh if PP_AXIS in mesh.axis_names and mesh.axis_size(PP_AXIS) > 1 else None
+
+
+def resolve_pp_mesh(cfg: RunConfig, mesh: Any, loaded: Any) -> tuple[Any, Any]:
+    """``--mesh`` with a ``pp`` axis: pipeline stages, stage k the ranks whose pp coordinate is k, each
+    running ``--plan`` (default: by the other axes) on the other axes; the ranks are the mesh's."""
+    from spmdc.sharding.device_groups import HeteroPlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+    from spmdc.sharding.plan import PlanError
+
+    if isinstance(loaded, (PipelinePlan, HeteroPlan)):
+        what = "pipeline stages" if isinstance(loaded, PipelinePlan) else "device groups"
+        raise UserError(f"--mesh {cfg.mesh} has a 'pp' axis, which cuts the job into pipeline stages, but plan "
+                        f"'{cfg.plan}' has {what} with their own meshes; give a one-mesh preset with the pp axis, "
+                        "or drop --mesh")
+    if cfg.nproc and cfg.nproc != mesh.size:
+        raise UserError(f"mesh {mesh} has {mesh.size} devices but --nproc is {cfg.nproc}")
+    cfg.nproc = mesh.size
+    try:
+        built = PipelinePlan.from_mesh(mesh, loaded if loaded is not None else cfg.plan or _default_plan(mesh))
+    except PlanError as e:
+        raise UserError(str(e)) from None
+    return resolve_pipeline(cfg, built)
+
+
 def _own_meshes(cfg: RunConfig, plan: Any, what: str, parts: str) -> None:
     """A plan whose groups or stages have their own meshes: no --mesh, --nproc is theirs."""
-    if cfg.mesh is not None:
+    if cfg.mesh is not None and getattr(plan, "mesh", None) is None:   # not cut from --mesh's pp axis
         raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' has {what} with their own meshes "
                         f"({plan.describe()}); drop --mesh")
     if cfg.nproc and cfg.nproc != plan.world:
@@ -277,8 +328,7 @@ def _own_meshes(cfg: RunConfig, plan: Any, what: str, parts: str) -> None:
 def resolve_hetero(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
     """A plan with device groups: the ranks are its groups', each group's mesh its own."""
     _own_meshes(cfg, plan, "device groups", "groups")
-    for option, bad in (("--eager", cfg.eager), ("--grad-accum", cfg.grad_accum > 1), ("--save", cfg.save),
-                        ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even"),
+    for option, bad in (("--eager", cfg.eager), ("--fsdp-shard", cfg.fsdp_shard != "even"),
                         ("--forward (device groups train)", not cfg.train)):
         if bad:
             raise UserError(f"{option} is not supported with a heterogeneous plan (device groups) yet")
@@ -304,10 +354,8 @@ def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
     from spmdc.sharding.plan import PlanError
 
     _own_meshes(cfg, plan, "pipeline stages", "stages")
-    for option, bad in (("--eager", cfg.eager), ("--grad-accum (micro-batches are --microbatches)", cfg.grad_accum > 1),
-                        ("--save", cfg.save), ("--load", cfg.load), ("--fsdp-shard", cfg.fsdp_shard != "even"),
-                        ("--clip-grad-norm", cfg.clip_grad_norm), ("--checkpoint", cfg.checkpoint),
-                        ("--mixed-precision", cfg.mixed_precision), ("--rng philox", cfg.rng != "eager"),
+    for option, bad in (("--eager", cfg.eager), ("--fsdp-shard", cfg.fsdp_shard != "even"),
+                        ("--rng philox", cfg.rng != "eager"),
                         ("--forward (a pipeline trains)", not cfg.train)):
         if bad:
             raise UserError(f"{option} is not supported with a pipeline plan yet")
@@ -316,6 +364,20 @@ def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
     except PlanError as e:
         raise UserError(f"plan '{cfg.plan}': {e}") from None
     return None, _presets_checked(cfg, plan)
+
+
+def reference_settings(cfg: RunConfig, plan: Any) -> Any:
+    """What ``--check``'s single-device run replays: the run's settings; for a pipeline plan over
+    the pipeline's micro-batches (``--grad-accum`` rounds x the plan's micro-batches, each loss
+    divided by their number: the whole batch's loss for a mean loss, and under --mixed-precision
+    the same low-precision rounding per micro-batch)."""
+    import dataclasses
+
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    if not isinstance(plan, PipelinePlan):
+        return cfg.settings
+    return dataclasses.replace(cfg.settings, grad_accum=cfg.grad_accum * plan.microbatches)
 
 
 def check_pipeline(cfg: RunConfig, plan: Any) -> None:
@@ -337,25 +399,36 @@ def check_pipeline(cfg: RunConfig, plan: Any) -> None:
                 near = difflib.get_close_matches(pat, names, n=3)
                 raise UserError(f"plan '{cfg.plan}', stage {k} ({s.name}): workload '{cfg.workload}' has no module "
                                 f"'{pat}'" + (f" (did you mean {', '.join(repr(x) for x in near)}?)" if near else ""))
+    n = plan.microbatches * cfg.grad_accum   # --grad-accum rounds of the schedule, each over its micro-batches
     for i, t in enumerate((*w.inputs, *w.loss_inputs, *w.kwargs.values())):
-        if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % plan.microbatches:
-            raise UserError(f"{plan.microbatches} micro-batches split every input along dim 0, but input #{i} of "
-                            f"workload '{cfg.workload}' has shape {tuple(t.shape)} (--microbatches, or --batch)")
+        if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % n:
+            raise UserError(f"{plan.microbatches} micro-batches" + (f" x {cfg.grad_accum} rounds (--grad-accum)"
+                                                                    if cfg.grad_accum > 1 else "")
+                            + f" split every input along dim 0, but input #{i} of workload '{cfg.workload}' has "
+                            f"shape {tuple(t.shape)} (--microbatches, or --batch)")
+    from spmdc.sharding.plan import PlanError
+
+    try:   # (each round of --grad-accum takes its share of the batch)
+        plan.check_batch([(t.shape[0] // cfg.grad_accum, *t.shape[1:])
+                          for t in (*w.inputs, *w.loss_inputs, *w.kwargs.values())])
+    except PlanError as e:
+        raise UserError(f"workload '{cfg.workload}': {e} (--batch, --microbatches)") from None
 
 
 def parse_switches(cfg: RunConfig, mesh: Any, plan: Any) -> list[dict[str, Any]]:
     """``--switch STEP:PLAN[:MESH]`` options, checked before ranks start."""
+    from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.mesh import Mesh
     from spmdc.sharding.pipeline_plan import PipelinePlan
     from spmdc.sharding.plan import Plan, PlanError, preset
 
     out: list[dict[str, Any]] = []
-    if cfg.switch and (mesh is None or not isinstance(plan, (str, Plan))):
-        raise UserError("--switch moves the state of a single-mesh plan; this run's plan has device groups or "
-                        "pipeline stages")
+    if cfg.switch and isinstance(plan, PipelinePlan):
+        raise UserError("--switch from a pipeline plan is not supported by spmdc run yet (pm.switch(...) in Python "
+                        "is); start on one mesh or device groups")
     if cfg.switch and (not cfg.train or cfg.eager):
         raise UserError("--switch moves training state: drop " + ("--forward" if not cfg.train else "--eager"))
-    size = mesh.size if mesh is not None else 0
+    size = mesh.size if mesh is not None else plan.world if isinstance(plan, HeteroPlan) else 0
     last = 0
     for text in cfg.switch:
         parts = text.split(":")
@@ -372,15 +445,27 @@ def parse_switches(cfg: RunConfig, mesh: Any, plan: Any) -> list[dict[str, Any]]
             raise UserError(f"--switch '{text}': {e}") from None
         new_mesh = None
         if isinstance(new_plan, PipelinePlan):
-            if cfg.save:
-                raise UserError(f"--switch '{text}' with --save: a pipeline module cannot be saved yet")
             if len(parts) == 3:
                 raise UserError(f"--switch '{text}': pipeline plan '{name}' has its own stage meshes; drop ':MESH'")
             if new_plan.world != size:
                 raise UserError(f"--switch '{text}': pipeline plan '{name}' has {new_plan.world} ranks, the run {size}")
             new_plan = new_plan.with_schedule(cfg.pp_schedule, cfg.microbatches)
             check_pipeline(cfg, new_plan)
+        elif isinstance(new_plan, HeteroPlan):
+            if len(parts) == 3:
+                raise UserError(f"--switch '{text}': plan '{name}' has device groups with their own meshes; "
+                                "drop ':MESH'")
+            if new_plan.world != size:
+                raise UserError(f"--switch '{text}': plan '{name}' has {new_plan.world} ranks in its groups, the run "
+                                f"{size}")
+            try:
+                new_plan.check_presets()
+            except PlanError as e:
+                raise UserError(f"--switch '{text}': {e}") from None
         else:
+            if len(parts) == 2 and mesh is None:
+                raise UserError(f"--switch '{text}': this run's plan has device groups; give the new mesh "
+                                f"(STEP:PLAN:MESH, e.g. {step}:fsdp:dp={size})")
             try:
                 new_mesh = Mesh.parse(parts[2]) if len(parts) == 3 else Mesh.parse(str(mesh))
             except ValueError as e:
@@ -442,9 +527,16 @@ def check_layouts_up_front(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     """Before ranks start: a custom plan's parameter patterns match parameters of the workload, and
     every mesh axis is used by some layout of the plan, else its ranks would repeat each other's
     work (compiling checks the same on the planned program). Pipeline stages hold parts of the
-    model: they are checked when each stage compiles; device groups are not checked yet."""
+    model: they are checked when each stage compiles, except stages cut by --mesh's ``pp`` axis (the
+    axis the stages use), which all run one plan on the other axes: that is checked here, once; device
+    groups are not checked yet."""
+    from spmdc.sharding.pipeline_plan import PipelinePlan
     from spmdc.sharding.plan import Plan, PlanError
 
+    where = ""
+    if isinstance(plan, PipelinePlan) and plan.mesh is not None:
+        where = f"each pipeline stage of mesh {plan.mesh} (on {plan.stages[0].mesh}): "
+        mesh, plan = plan.stages[0].mesh, plan.stages[0].plan
     if mesh is None or not isinstance(plan, (str, Plan)):
         return
     if all(n == 1 for n in mesh.shape) and not isinstance(plan, Plan):
@@ -452,7 +544,7 @@ def check_layouts_up_front(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     try:
         _check_axes_of(mesh, plan, plan if isinstance(plan, str) else plan.name, *_shapes(cfg))
     except PlanError as e:
-        raise UserError(str(e)) from None
+        raise UserError(where + str(e)) from None
 
 
 def _shapes(cfg: RunConfig) -> tuple[dict[str, tuple[int, ...]], list[int]]:
@@ -652,13 +744,15 @@ def run_main(cfg: RunConfig) -> int:
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
            "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket,
            "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint, "save": cfg.save, "load": cfg.load,
-           "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum, "settings": cfg.settings.as_dict(),
+           "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum,
+           "settings": reference_settings(cfg, plan).as_dict(),   # what a checkpoint's steps replay (--check)
            "overlap": cfg.overlap, "memory_cap": cfg.memory_cap, "mixed_precision": cfg.mixed_precision,
            "eager": cfg.eager, "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg),
            "switch": parse_switches(cfg, mesh, plan), "input_check": cfg.input_check}
     plan_name = plan if isinstance(plan, str) else plan.name
     if mesh is None:
-        mesh = f"per group ({plan.describe()})"
+        mesh = (f"{plan.mesh}, stages over pp ({plan.describe()})" if getattr(plan, "mesh", None) is not None
+                else f"per group ({plan.describe()})")
     if cfg.batch is not None:
         plan_name += f", batch {cfg.batch}"
     console.print(Text("spmdc run", style="bold"), f"{cfg.workload}: {'training' if cfg.train else 'forward'}, "
@@ -702,7 +796,7 @@ def run_main(cfg: RunConfig) -> int:
     console.print(comm)
     from spmdc.sharding.device_groups import HeteroPlan
 
-    if isinstance(plan, HeteroPlan) and all(g.ranks[0] in results for g in plan.groups):
+    if isinstance(plan, HeteroPlan) and not job["switch"] and all(g.ranks[0] in results for g in plan.groups):
         by_group = Table(title="collectives per step by device group (each group's first rank)")
         for col in ("group", "ranks", "mesh", "op", "count", "bytes"):
             by_group.add_column(col, justify="right" if col in ("count", "bytes") else "left")
@@ -741,7 +835,8 @@ def run_main(cfg: RunConfig) -> int:
         before = (start_step, TrainSettings(**r0["resumed_settings"]))
         console.print(f"--check: the reference trains steps 1-{start_step} (as saved) before the compared ones")
     seed = r0.get("resumed_seed", cfg.seed)   # a resumed run's random numbers go on from the saved run's
-    ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before,
+    settings = reference_settings(cfg, plan)
+    ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, settings, before,
                           workload_args=workload_args(cfg))
     rtol, atol = cfg.tolerances
     ok, rows = compare(ref, r0, rtol, atol)
@@ -751,7 +846,7 @@ def run_main(cfg: RunConfig) -> int:
     if second:
         import torch
 
-        ref64 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, cfg.settings, before, dtype=torch.float64,
+        ref64 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, settings, before, dtype=torch.float64,
                                 workload_args=workload_args(cfg))
         ok = judge_by_float64(rows, ref, ref64, r0, atol)
     mp = f", both in {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else ""

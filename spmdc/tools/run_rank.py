@@ -113,25 +113,23 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         from spmdc.api.pipeline_module import PipelineModule
 
         if isinstance(cm, PipelineModule):   # switched to a pipeline plan
-            return {**_pipeline_result(cm, job, rank, losses, times, compile_s), "switched": switched,
-                    "steps_here": steps_here}
+            if job.get("save"):
+                save_checkpoint(cm, job, start_step, resumed)
+            return {**_pipeline_result(cm, job, rank, losses, times, compile_s, start_step, resumed),
+                    "switched": switched, "steps_here": steps_here}
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
         if job.get("eager_trace") and rank == 0:
             with open(job["eager_trace"], "w") as f:
                 f.write("\n".join(cm.eager_trace) + "\n")
         if job.get("save"):
-            cm.save(job["save"], extra={"step": start_step + job["steps"], "workload": job["workload"],
-                                        "seed": resumed.get("seed", job.get("seed", 0)),
-                                        "settings": job["settings"]})
+            save_checkpoint(cm, job, start_step, resumed)
         prog = cm.programs["train" if job["train"] else "forward"]
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
                 "peak_bytes": None if job.get("eager") else prog.peak_bytes, "measured_peak": measured,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
-                "start_step": start_step, "switched": switched, "steps_here": steps_here,
-                **({"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]}
-                                             if resumed else {})}
+                "start_step": start_step, "switched": switched, "steps_here": steps_here, **_resumed(resumed)}
     except BaseException:
         # no teardown: destroying the group would close the peers' connections before this rank's
         # error is recorded (they would be reported as the failure); the process ends anyway
@@ -181,7 +179,9 @@ def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, 
     pm = PipelineModule(w.model, tuple(w.inputs), plan=job["plan"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                         optimizer=Optimizer(job["optimizer"], lr=job["lr"]), example_kwargs=w.kwargs,
                         dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), target=job.get("target"),
-                        check_inputs=job.get("input_check", True))
+                        check_inputs=job.get("input_check", True), mixed_precision=job.get("mixed_precision"),
+                        checkpoint=job.get("checkpoint"), clip_grad_norm=job.get("clip_grad_norm"),
+                        grad_accum=job.get("grad_accum", 1))
     compile_s = time.perf_counter() - t0
     say(f"[rank 0] compiled {pm.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})", flush=True)
     if job.get("dump_ir") and rank == 0:   # the pipeline module: stage meshes, boundaries, every rank's schedule
@@ -192,33 +192,52 @@ def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, 
     pm.comm.stats.counts.clear()
     pm.comm.stats.bytes.clear()
     torch.manual_seed(job.get("seed", 0))
+    resumed = resume(pm, job) if job.get("load") else {}
+    start_step = resumed.get("step", 0)
     losses, times = [], []
     for k in range(job["steps"]):
         start = time.perf_counter()
         losses.append(float(pm.step(*w.inputs, *w.loss_inputs, **w.kwargs)))
         times.append(time.perf_counter() - start)
-        say(f"[rank 0] step {k + 1}/{job['steps']}: loss {losses[-1]:.6f}  ({1000 * times[-1]:.1f} ms)", flush=True)
-    return _pipeline_result(pm, job, rank, losses, times, compile_s)
+        say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: loss {losses[-1]:.6f}  "
+            f"({1000 * times[-1]:.1f} ms)", flush=True)
+    if job.get("save"):
+        save_checkpoint(pm, job, start_step, resumed)
+    return _pipeline_result(pm, job, rank, losses, times, compile_s, start_step, resumed)
 
 
 def _pipeline_result(pm: Any, job: dict[str, Any], rank: int, losses: list[float], times: list[float],
-                     compile_s: float) -> dict[str, Any]:
+                     compile_s: float, start_step: int = 0, resumed: dict[str, Any] | None = None) -> dict[str, Any]:
     state = pm.full_state_dict() if job["check"] else None
     return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s,
             "counts": dict(pm.comm.stats.counts), "bytes": dict(pm.comm.stats.bytes),
             "peak_bytes": None, "measured_peak": None,
-            "state": state if rank == 0 else None, "target": pm.target, "kernels": None, "start_step": 0,
+            "state": state if rank == 0 else None, "target": pm.target, "kernels": None, "start_step": start_step,
             "stage": pm.stage, "schedule_ir": pm.schedule_ir, "timeline": pm.timeline() if rank == 0 else None,
-            "peak_stash": pm.peak_stash_bytes, "stages": pm.split.table() if rank == 0 else None}
+            "peak_stash": pm.peak_stash_bytes, "stages": pm.split.table() if rank == 0 else None,
+            **_resumed(resumed or {})}
 
 
 def _plain(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:
     return fn(*args, **kwargs), None
 
 
+def save_checkpoint(module: Any, job: dict[str, Any], start_step: int, resumed: dict[str, Any]) -> None:
+    """``--save``: the state of ``module`` (any layout kind) after the run's steps, with what a
+    resumed run goes on from (the step count, the seed of the first run, the settings it trained
+    with) and the workload it belongs to."""
+    module.save(job["save"], extra={"step": start_step + job["steps"], "workload": job["workload"],
+                                    "seed": resumed.get("seed", job.get("seed", 0)), "settings": job["settings"]})
+
+
+def _resumed(resumed: dict[str, Any]) -> dict[str, Any]:
+    """What a run resumed by ``--load`` reports for ``--check``: the saved settings and seed."""
+    return {"resumed_settings": resumed["settings"], "resumed_seed": resumed["seed"]} if resumed else {}
+
+
 def resume(cm: Any, job: dict[str, Any]) -> dict[str, Any]:
-    """``--load``: the checkpoint into ``cm`` (resharded to this plan and mesh); the saved step,
-    seed and settings. The learning rate of ``--lr`` wins over the saved one."""
+    """``--load``: the checkpoint into ``cm`` (a compiled or pipeline module, resharded to its
+    layout); the saved step, seed and settings. The learning rate of ``--lr`` wins over the saved one."""
     extra = cm.load(job["load"])   # workload and optimizer were checked before the ranks started
     for group in cm.optimizer.param_groups:
         group["lr"] = job["lr"]

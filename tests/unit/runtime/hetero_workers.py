@@ -24,6 +24,9 @@ def spec(name: str) -> str:
     """The workload spec of a case."""
     return {"contrastive": CONTRASTIVE, "hf-gpt2": HF_GPT2}.get(name, name.split()[0])
 BATCH, STEPS, LR = 6, 3, 0.1
+# grad_accum=2 under device groups (AdamW): micro-batches of 6 rows, each split 4 + 2 across the groups
+ACCUM = {"gpt2-tiny accum": PLAN, "llama-tiny fsdp accum": FSDP}
+ACCUM_BATCH, ACCUM_LR = 12, 1e-3
 
 
 def hetero_six() -> dict[str, Any]:
@@ -56,13 +59,31 @@ def hetero_six() -> dict[str, Any]:
                          "local_numel": sum(p.to_local().numel() for p in cm.parameters()),
                          "holder_sets": sorted(cm.comm.subgroups), "grp": cm.comm.coord("grp"),
                          "virtual_rank": cm.rank}
-            try:
-                cm.save("/nonexistent")
-            except NotImplementedError as e:
-                out[name]["save_refused"] = str(e)
+        for name, plan in ACCUM.items():
+            out[name] = accumulated(name, plan, rank)
         return out
     finally:
         dist.destroy_process_group()
+
+
+def accumulated(name: str, plan: dict[str, Any], rank: int) -> dict[str, Any]:
+    """STEPS AdamW steps with grad_accum=2 under device groups: losses, the state on one rank per
+    group, the split all-reduces issued and those of one micro-batch's program."""
+    from spmdc.api.entry import CompiledModule
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.sharding.device_groups import HeteroPlan
+
+    torch.manual_seed(0)
+    w = load_workload(name.split()[0], batch=ACCUM_BATCH)
+    cm = CompiledModule(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(plan), train=True,
+                        loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), optimizer=("adamw", {"lr": ACCUM_LR}),
+                        example_kwargs=w.kwargs, grad_accum=2)
+    cm.comm.stats.counts.clear()
+    torch.manual_seed(1)
+    losses = [float(cm.step(*w.inputs, *w.loss_inputs)) for _ in range(STEPS)]
+    state = cm.full_state_dict()
+    return {"losses": losses, "state": state if rank in (0, 4) else None, "issued": dict(cm.comm.stats.counts),
+            "micro_ops": cm.programs["train"].comm_ops.get("comm.split_all_reduce", 0)}
 
 
 class Contrastive(torch.nn.Module):

@@ -19,14 +19,16 @@ def assert_step_matches(step: Any, per_rank: list[dict], loss: torch.Tensor, gra
         assert r["issued"] == r["comm_ops"]
 
 
-def close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e-5) -> None:
-    """``got`` equals ``want`` within tolerance: tensors, numbers, or dicts of them (same keys)."""
+def close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e-5, where: str = "") -> None:
+    """``got`` equals ``want`` within tolerance: tensors, numbers, or dicts of them (same keys; a
+    mismatch names its key)."""
     if isinstance(want, dict):
         assert set(got) == set(want)
         for k in want:
-            close(got[k], want[k], rtol, atol)
+            close(got[k], want[k], rtol, atol, f"{where}{k}: ")
         return
-    torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), rtol=rtol, atol=atol)
+    torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), rtol=rtol, atol=atol,
+                               msg=lambda m: f"{where}{m}")
 
 
 def train_one_device(model: Any, inputs: Any, target: Any, loss_fn: Any, opt: Any, steps: int,

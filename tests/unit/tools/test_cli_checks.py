@@ -36,8 +36,8 @@ CASES = [
     ("mesh-negative", ["mlp", "--mesh", "dp=-4"], "mesh axis 'dp' has size -4; sizes must be positive integers"),
     ("mesh-fraction", ["mlp", "--mesh", "dp=1.5"], "mesh axis 'dp' has size '1.5'; sizes must be positive"),
     # -- mesh axes the plan never uses ----------------------------------------------------------------
-    ("unused-axis-preset", ["gpt2-tiny", "--mesh", "pp=2,dp=2,tp=2", "--plan", "fsdp+tp"],
-     "spmdc run: error: mesh axis 'pp' (size 2) is used by no layout of plan 'fsdp+tp': 4 of the 8 ranks would "
+    ("unused-axis-preset", ["gpt2-tiny", "--mesh", "x=2,dp=2,tp=2", "--plan", "fsdp+tp"],   # (pp: stages)
+     "spmdc run: error: mesh axis 'x' (size 2) is used by no layout of plan 'fsdp+tp': 4 of the 8 ranks would "
      "duplicate the others' work; drop the axis, or use a plan that shards over it"),
     ("unused-axis-dp-plan", ["mlp", "--mesh", "dp=2,tp=2", "--plan", "dp"],
      "mesh axis 'tp' (size 2) is used by no layout of plan 'dp': 2 of the 4 ranks would duplicate"),
@@ -73,6 +73,10 @@ CASES = [
      "spmdc run: error: --forward (device groups train) is not supported with a heterogeneous plan (device groups) "
      "yet", {"g.yaml": "groups:\n  - {ranks: [0, 1], mesh: tp=2, plan: megatron}\n"
                        "  - {ranks: [2], mesh: tp=1, plan: megatron}\n"}),
+    ("groups-switch-without-mesh", ["mlp", "--plan", "{d}/g.yaml", "--switch", "1:fsdp"],
+     "spmdc run: error: --switch '1:fsdp': this run's plan has device groups; give the new mesh (STEP:PLAN:MESH, "
+     "e.g. 1:fsdp:dp=3)", {"g.yaml": "groups:\n  - {ranks: [0, 1], mesh: tp=2, plan: megatron}\n"
+                                     "  - {ranks: [2], mesh: tp=1, plan: megatron}\n"}),
     # -- --save ----------------------------------------------------------------------------------------
     ("save-parent-is-a-file", ["mlp", "--save", "{d}/f/ckpt"], "spmdc run: error: --save '{d}/f/ckpt': cannot "
                                                                  "create it: Not a directory", {"f": "x"}),
@@ -158,16 +162,20 @@ def _spmdc(*args: str, tmpdir: Path, timeout: float = 300) -> subprocess.Complet
                           timeout=timeout, env={**os.environ, "TMPDIR": str(tmpdir)})
 
 
-def test_device_groups_clip_the_global_gradient_norm_as_one_device(tmp_path):
+def test_device_groups_clip_accumulate_and_switch_as_one_device(tmp_path):
     """Each group holds the whole (cross-group reduced) gradient, so its norm is the global one:
     --check compares losses and parameters with one device's clip_grad_norm_ (rtol 1e-4, atol 1e-5).
-    The norm 0.01 is far below the gradients' (about 1): every step is clipped."""
+    The norm 0.01 is far below the gradients' (about 1): every step is clipped. With --grad-accum 2
+    the two micro-batches' gradients cross the groups once per step; after step 2 the run switches
+    from the groups to fsdp on all three ranks and goes on as one device would."""
     plan = tmp_path / "hetero.yaml"
     plan.write_text(HETERO)
-    res = _spmdc("mlp", "--plan", str(plan), "--clip-grad-norm", "0.01", "--steps", "2", "--check", tmpdir=tmp_path)
+    res = _spmdc("mlp", "--plan", str(plan), "--clip-grad-norm", "0.01", "--grad-accum", "2", "--switch",
+                 "2:fsdp:dp=3", "--steps", "3", "--check", tmpdir=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "check passed" in res.stdout and "(rtol 0.0001, atol 1e-05)" in " ".join(res.stdout.split())
-    assert "comm.split_all_reduce" in res.stdout
+    out = " ".join(res.stdout.split())
+    assert "check passed" in out and "(rtol 0.0001, atol 1e-05)" in out
+    assert "mesh per group" in out and "switched to fsdp on dp=3 after step 2" in out
 
 
 def _leftovers(tmpdir: Path) -> list[str]:

@@ -128,8 +128,8 @@ CASES = [
          1, "spmdc run: error: unknown plan preset '[bold]x'"),
     # -- pipelines and switching (issue 16) ---------------------------------------------------
     Case("run-pp-schedule-without-stages", "spmdc", ["run", "gpt2-tiny", "--pp-schedule", "gpipe"], 1,
-         "spmdc run: error: --pp-schedule is for a pipeline plan (a plan file with 'stages', see docs/plans.md); "
-         "plan 'default' has none"),
+         "spmdc run: error: --pp-schedule is for a pipeline plan (a plan file with 'stages', or --mesh with a 'pp' "
+         "axis; see docs/plans.md); plan 'default' has none"),
     Case("run-microbatches-without-stages", "spmdc", ["run", "gpt2-tiny", "--microbatches", "4"], 1,
          "has none (micro-batches of one plan: --grad-accum)"),
     Case("run-pipeline-with-mesh", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--mesh", "tp=4"], 1,
@@ -142,11 +142,31 @@ CASES = [
          "spmdc run: error: plan '{d}/pp.yaml', stage 1 (stage1): workload 'gpt2-tiny' has no module 'h.2' "
          "(did you mean",
          {"pp.yaml": b"stages:\n  - {modules: [h.0], ranks: [0]}\n  - {modules: [h.2], ranks: [1]}\n"}),
-    Case("run-pipeline-grad-accum", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--grad-accum", "2"],
-         1, "spmdc run: error: --grad-accum (micro-batches are --microbatches) is not supported with a pipeline plan"),
+    Case("run-pipeline-grad-accum-does-not-divide", "spmdc",
+         ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--grad-accum", "4"], 1,
+         "spmdc run: error: 4 micro-batches x 4 rounds (--grad-accum) split every input along dim 0, but input #0 "
+         "of workload 'gpt2-tiny' has shape (8, 8)"),
     Case("run-pipeline-misspelt-schedule", "spmdc", ["run", "gpt2-tiny", "--plan", "{d}/pp.yaml"], 1,
          "unknown schedule '1f1f' (schedules: gpipe, 1f1b); did you mean '1f1b'?",
          {"pp.yaml": b"schedule: 1f1f\nstages:\n  - {ranks: [0]}\n  - {ranks: [1]}\n"}),
+    # -- a --mesh with a pp axis: stages over its coordinates (issue 26) ------------------------------
+    Case("run-pp-mesh-with-stages-plan", "spmdc", ["run", "llama-tiny", "--mesh", "pp=2,tp=2", "--plan",
+                                                   "{x}/pp2_tp2.yaml"], 1,
+         "spmdc run: error: --mesh pp=2,tp=2 has a 'pp' axis, which cuts the job into pipeline stages, but plan "
+         "'{x}/pp2_tp2.yaml' has pipeline stages with their own meshes"),
+    Case("run-pp-mesh-with-groups-plan", "spmdc", ["run", "llama-tiny", "--mesh", "pp=2,dp=2", "--plan",
+                                                   "{x}/hetero_dp.yaml"], 1,
+         "but plan '{x}/hetero_dp.yaml' has device groups with their own meshes"),
+    Case("run-pp-mesh-nproc", "spmdc", ["run", "llama-tiny", "--mesh", "pp=2,dp=2", "--nproc", "2"], 1,
+         "spmdc run: error: mesh pp=2,dp=2 has 4 devices but --nproc is 2"),
+    Case("run-pp-mesh-preset-misfits-stage", "spmdc", ["run", "llama-tiny", "--mesh", "pp=2,dp=2", "--plan",
+                                                       "megatron"], 1,
+         "spmdc run: error: mesh pp=2,dp=2: each pipeline stage runs plan 'megatron' on the other axes, dp=2: "
+         "plan preset 'megatron' needs mesh axis 'tp'"),
+    Case("run-pp-mesh-axis-unused-in-stages", "spmdc", ["run", "llama-tiny", "--mesh", "pp=2,dp=2,tp=2", "--plan",
+                                                        "fsdp", "--batch", "8"], 1,
+         "spmdc run: error: each pipeline stage of mesh pp=2,dp=2,tp=2 (on dp=2,tp=2): mesh axis 'tp' (size 2) is "
+         "used by no layout of plan 'fsdp'"),
     Case("run-switch-format", "spmdc", ["run", "gpt2-tiny", "--switch", "megatron"], 1,
          "spmdc run: error: --switch 'megatron': expected STEP:PLAN[:MESH], e.g. 2:megatron:tp=4"),
     Case("run-switch-step-out-of-range", "spmdc", ["run", "gpt2-tiny", "--switch", "3:megatron:tp=4"], 1,
@@ -157,8 +177,8 @@ CASES = [
          "spmdc run: error: --switch '1:megatorn:tp=4': unknown plan preset 'megatorn'"),
     Case("run-switch-from-pipeline", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--switch",
                                                "1:fsdp:dp=4"], 1,
-         "spmdc run: error: --switch moves the state of a single-mesh plan; this run's plan has device groups or "
-         "pipeline stages"),
+         "spmdc run: error: --switch from a pipeline plan is not supported by spmdc run yet (pm.switch(...) in Python "
+         "is); start on one mesh or device groups"),
 ]
 
 
