@@ -36,7 +36,8 @@ import torch
 import torch.nn as nn
 
 from spmdc.api.compile_shared import compile_shared
-from spmdc.compiler import Dump, RankProgram, compile_rank, default_target, split_example_inputs
+from spmdc.compiler import Dump, RankProgram, compile_rank, split_example_inputs
+from spmdc.compiler.options import CompileOptions
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate
 from spmdc.frontend.deferred_init import fake_parameters
 from spmdc.frontend.export import ModuleModes, module_flags
@@ -61,21 +62,20 @@ class CompiledModule(nn.Module):
     def __init__(self, model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp",
                  train: bool = False, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                  optimizer: Any = None, device_mesh: Any = None, device: str | None = None,
-                 target: str | None = None, bucket: bool = True, dump: Dump | None = None,
-                 example_kwargs: dict[str, Any] | None = None, rng: str = "eager",
-                 checkpoint: str | None = None, clip_grad_norm: float | None = None, grad_accum: int = 1,
-                 inputs: str = "global", init: Callable[[Any], Any] | None = None, overlap: bool = True,
-                 memory_cap: int = 0, mixed_precision: Any = None, fuse_collectives: bool = True,
-                 execution: str = "compiled", eager_hints: bool = True, eager_trace: bool = False,
-                 group: Any = None, check_inputs: bool = True):
-        if target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
+                 dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
+                 init: Callable[[Any], Any] | None = None, group: Any = None,
+                 options: CompileOptions | None = None, **option_kw: Any):
+        options = CompileOptions.of(options, "spmdc.compile", **option_kw)   # (every option checked there)
+        if options.target == "triton":  # on CPU, interpret kernels (best before anything imports triton)
             from spmdc.codegen.cache import prepare_triton
 
             prepare_triton()
         import torch.distributed as dist
 
         super().__init__()
-        self._init_args = _arguments(CompiledModule.__init__, locals())   # what compile_args() gives back
+        self._init_args = {**_arguments(CompiledModule.__init__, locals()), "options": options}
+        self._init_args.pop("option_kw", None)   # (what compile_args() gives back)
+        object.__setattr__(self, "options", options)   # how its programs are compiled and run (frozen)
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
@@ -84,8 +84,7 @@ class CompiledModule(nn.Module):
         self._hetero = plan if isinstance(plan, HeteroPlan) else None
         world = dist.get_world_size()
         if self._hetero is not None:   # device groups, each its own mesh and plan (spmdc.runtime.group_comm)
-            mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, execution,
-                                                           inputs, grad_accum)
+            mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, options)
         if mesh is None and device_mesh is None:
             raise ValueError("spmdc.compile needs mesh= (a Mesh, 'dp=2,tp=2', {'dp': 2} or a named DeviceMesh), "
                              "unless the plan is a HeteroPlan with device groups")
@@ -104,19 +103,6 @@ class CompiledModule(nn.Module):
         # (``group``: a process group over ``members`` the caller made, e.g. spmdc.api.switch)
         self.group = None if members == list(range(world)) else group if group is not None else \
             dist.new_group(members, use_local_synchronization=True)
-        if execution not in ("compiled", "eager"):
-            raise ValueError(f"execution must be 'compiled' or 'eager', got {execution!r}")
-        if inputs not in ("global", "local"):
-            raise ValueError(f"inputs must be 'global' or 'local', got {inputs!r}")
-        if grad_accum < 1 or int(grad_accum) != grad_accum:
-            raise ValueError(f"grad_accum must be a positive integer, got {grad_accum!r}")
-        if clip_grad_norm is not None and not clip_grad_norm > 0:
-            raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm!r}")
-        if memory_cap < 0 or int(memory_cap) != memory_cap:
-            raise ValueError(f"memory_cap must be a number of bytes >= 0 (0: no cap), got {memory_cap!r}")
-        from spmdc.frontend.mixed_precision import MixedPrecision
-
-        mixed_precision = MixedPrecision.parse(mixed_precision)
         if device is None:
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         self.mesh, self.rank = mesh, members.index(dist.get_rank())   # this rank's place in the mesh
@@ -135,7 +121,7 @@ class CompiledModule(nn.Module):
             g = self._hetero.group_of(dist.get_rank())
             self.rank = self._hetero.virtual_rank(g, dist.get_rank())
             self.comm = HeteroComm(device_mesh, g, len(self._hetero.groups), dist.get_rank())
-        self._input_check = self._make_input_check(inputs, check_inputs, execution)
+        self._input_check = self._make_input_check(options.inputs, options.check_inputs, options.execution)
         object.__setattr__(self, "_model", model)   # compiles new programs from it; not a submodule
         self._tape = _init_tape(model, init)       # a meta model: how to initialize it
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
@@ -143,23 +129,17 @@ class CompiledModule(nn.Module):
         self._example = (tuple(model_args), tuple(loss_args), kwargs)   # what switch() compiles again from
         self._optimizer_spec = optimizer
         self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
-        self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), bucket=bucket, dump=dump, rng=rng,
-                              checkpoint=checkpoint, clip=clip_grad_norm, accum=int(grad_accum), inputs=inputs,
-                              target=target or default_target(), can_train=train, execution=execution,
-                              eager_hints=eager_hints, eager_trace=eager_trace, check_inputs=check_inputs,
-                              comm=dict(bucket=bucket, overlap=overlap, memory_cap=int(memory_cap),
-                                        mixed_precision=mixed_precision, fuse_collectives=fuse_collectives,
-                                        execution=execution))
-        self.target = self._opts.target
+        self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), dump=dump, can_train=train)
+        self.target = options.resolved_target()
         self._runners: dict[tuple, RankRunner] = {}
         example = list(model_args) + list(loss_args) + list(kwargs.values())
-        if train and grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
+        if train and options.grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
             from spmdc.api.pipeline_module import check_micro_batch_mean
 
             check_micro_batch_mean(model, loss_fn, len(model_args), self._kw_names, example, self._micro(example),
                                    first=members[0], group=self.group, eval_mode=True)
         if train:
-            self._runner("train", example if grad_accum == 1 else self._micro(example)[0], compile_now=True,
+            self._runner("train", example if options.grad_accum == 1 else self._micro(example)[0], compile_now=True,
                          forward_too=list(model_args) + list(kwargs.values()))
         else:
             self._runner("forward", list(model_args) + list(kwargs.values()), compile_now=True)
@@ -176,8 +156,8 @@ class CompiledModule(nn.Module):
         if self._tape is None:
             self.init_peak_bytes = None
 
-    def _hetero_setup(self, hplan: Any, mesh: Any, device_mesh: Any, device: str | None, execution: str,
-                      inputs: str, grad_accum: int) -> tuple[Any, Any, str]:
+    def _hetero_setup(self, hplan: Any, mesh: Any, device_mesh: Any, device: str | None,
+                      options: CompileOptions) -> tuple[Any, Any, str]:
         """A heterogeneous plan: this rank's group's virtual mesh and DeviceMesh (every group's is
         built on every rank); what it does not support yet is refused by name."""
         import torch.distributed as dist
@@ -189,7 +169,8 @@ class CompiledModule(nn.Module):
         if dist.get_world_size() != hplan.world:
             raise ValueError(f"plan '{hplan.name}' has {hplan.world} ranks in its groups but the job has "
                              f"{dist.get_world_size()}")
-        for what, bad in (("execution='eager'", execution == "eager"), ("inputs='local'", inputs == "local")):
+        for what, bad in (("execution='eager'", options.execution == "eager"),
+                          ("inputs='local'", options.inputs == "local")):
             if bad:
                 raise ValueError(f"{what} is not supported with a heterogeneous plan (device groups) yet")
         device = device or ("cuda" if dist.get_backend() == "nccl" else "cpu")
@@ -249,7 +230,7 @@ class CompiledModule(nn.Module):
         tensors = [t.full_tensor() if _is_dtensor(t) else t for t in tensors]
         if forward_too is not None:
             forward_too = [t.full_tensor() if _is_dtensor(t) else t for t in forward_too]
-        o = self._opts
+        o, opts = self._opts, self.options
         n_model = len(tensors) - (o.n_loss if kind != "forward" else 0) - len(self._kw_names)
         kw = dict(zip(self._kw_names, tensors[len(tensors) - len(self._kw_names):]))
         model_in = list(tensors[:n_model])
@@ -259,11 +240,11 @@ class CompiledModule(nn.Module):
             if kind != "forward":   # the forward of the whole batch (a training step may take micro-batches)
                 n_fwd = len(forward_too) - len(self._kw_names)
                 fwd_in, fwd_kw = list(forward_too)[:n_fwd], dict(zip(self._kw_names, list(forward_too)[n_fwd:]))
-            jobs.append(dict(inputs=fwd_in, train=False, dump=o.dump, kwargs=fwd_kw, rng=o.rng, **o.comm))
+            jobs.append(dict(inputs=fwd_in, train=False, dump=o.dump, kwargs=fwd_kw, options=opts))
         if kind != "forward":
-            jobs.append(dict(inputs=model_in, train=True, loss_fn=o.loss_fn, dump=o.dump, kwargs=kw, **o.comm,
-                             rng=o.rng, checkpoint=o.checkpoint, loss_inputs=list(tensors[n_model:n_model + o.n_loss]),
-                             clip_grad_norm=o.clip if kind == "train" else None,
+            jobs.append(dict(inputs=model_in, train=True, loss_fn=o.loss_fn, dump=o.dump, kwargs=kw,
+                             loss_inputs=list(tensors[n_model:n_model + o.n_loss]),
+                             options=opts if kind == "train" else opts.replace(clip_grad_norm=None),
                              partial_grads=kind == "train_partial"))
         model = self._model   # captured with every module in the mode the user set
         with fake_parameters(model) if self._tape is not None else nullcontext():
@@ -274,13 +255,13 @@ class CompiledModule(nn.Module):
             else:
                 steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
         for job, step in zip(jobs, steps):
-            if o.execution == "eager":
+            if opts.execution == "eager":
                 from spmdc.api.eager import EagerRunner, eager_program
 
                 runner: Any = EagerRunner(eager_program(step, self.rank), self.comm, device=self.device,
-                                          hints=o.eager_hints, trace=o.eager_trace)
+                                          hints=opts.eager_hints, trace=opts.eager_trace)
             else:
-                prog = compile_rank(step, self.rank, o.target, o.dump)
+                prog = compile_rank(step, self.rank, self.target, o.dump)
                 if self._hetero is not None:
                     self.comm.register(prog.module)   # its cross-group subgroups (collective)
                 runner = RankRunner(prog, self.comm, device=self.device)
@@ -469,7 +450,7 @@ class CompiledModule(nn.Module):
         for i, v in enumerate(values):
             self._global(v, f"input #{i}")
         self._check_inputs(kind, values)
-        if self._opts.inputs == "local":
+        if self.options.inputs == "local":
             values = self._from_local(values, kind)
         return values
 
@@ -595,7 +576,7 @@ class CompiledModule(nn.Module):
         ``loss.backward()`` would; returns the loss (0-d tensor). With ``grad_accum=N`` the batch is
         split into N micro-batches along dim 0 and the gradients are reduced once."""
         values = self._batch(batch, kwargs)
-        if self._opts.accum > 1:
+        if self.options.grad_accum > 1:
             return self._backward_accumulated(values)
         loss, grads, norm = self._train_program("train", values)
         self.last_grad_norm = norm
@@ -605,7 +586,7 @@ class CompiledModule(nn.Module):
         return loss
 
     def _micro(self, values: list[Any]) -> list[list[Any]]:
-        n = self._opts.accum
+        n = self.options.grad_accum
         for v in values:
             if v.dim() == 0 or v.shape[0] % n:
                 raise ValueError(f"grad_accum={n} splits every input along dim 0, but an input has shape "
@@ -617,7 +598,7 @@ class CompiledModule(nn.Module):
         """N micro-batches through the program whose gradients stay unreduced (``P(sum)`` where the
         batch is split), summed locally, then one reduction per gradient; the loss and the
         gradients are the mean over micro-batches (one big batch, for a mean-reduced loss)."""
-        n = self._opts.accum
+        n = self.options.grad_accum
         acc: dict[str, list[Any]] = {}
         losses = []
         for micro in self._micro(values):
@@ -647,10 +628,10 @@ class CompiledModule(nn.Module):
                        for f, g in self._group_grads.reduce(mean, as_dtensor, relayout).items()}
         else:
             reduced = reduce_gradients(mean, self._storage, CountingComm(self.comm), as_dtensor, stored, relayout)
-        if self._opts.clip is not None:   # (a group's layouts without grp: each group holds the whole gradient)
+        if self.options.clip_grad_norm is not None:   # (a group's layouts without grp: it holds the whole gradient)
             own = 1 if self._hetero is not None else 0
             self.last_grad_norm = clip_grads_([(g, self._storage[f][own:]) for f, g in reduced.items()],
-                                              self._opts.clip, self.comm, self.group)
+                                              self.options.clip_grad_norm, self.comm, self.group)
         self._accumulate(reduced)
         return torch.stack(losses).mean()
 

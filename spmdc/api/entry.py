@@ -21,6 +21,7 @@ from typing import Any
 
 from spmdc.api.compiled_module import CompiledModule
 from spmdc.compiler import Dump
+from spmdc.compiler.options import CompileOptions
 from spmdc.runtime.dtensors import dtensor_placements
 from spmdc.runtime.optimizers import OPTIMIZERS, Optimizer, make_optimizer
 from spmdc.sharding.plan import Plan
@@ -31,13 +32,14 @@ __all__ = ["OPTIMIZERS", "CompiledModule", "Optimizer", "compile", "dtensor_plac
 
 def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Plan = "fsdp", train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), optimizer: Any = None,
-            device_mesh: Any = None, device: str | None = None, target: str | None = None,
-            bucket: bool = True, dump: Dump | None = None, example_kwargs: dict[str, Any] | None = None,
-            rng: str = "eager", checkpoint: str | None = None, clip_grad_norm: float | None = None,
-            grad_accum: int = 1, inputs: str = "global", init: Callable[[Any], Any] | None = None,
-            overlap: bool = True, memory_cap: int = 0, mixed_precision: Any = None,
-            fuse_collectives: bool = True, check_inputs: bool = True) -> CompiledModule:
+            device_mesh: Any = None, device: str | None = None, dump: Dump | None = None,
+            example_kwargs: dict[str, Any] | None = None, init: Callable[[Any], Any] | None = None,
+            options: CompileOptions | None = None, **option_kw: Any) -> Any:
     """Compile ``model`` for ``mesh`` under ``plan``; call on every rank of an initialized job.
+
+    How to compile is one :class:`~spmdc.compiler.options.CompileOptions` (``options=``), with any
+    keyword options replaced (``clip_grad_norm=1.0``): every option below is a field there, checked
+    once, whatever the layout kind — one mesh, device groups, pipeline stages.
 
     ``example_inputs``: the model's positional inputs (or ``((inputs...), (loss inputs...))``);
     ``loss_fn(output, *loss_inputs)`` gives the loss for ``train=True``; ``optimizer`` see the
@@ -86,19 +88,17 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     """
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
+    options = CompileOptions.of(options, "spmdc.compile", **option_kw)
     mesh, plan = _pp_stages(mesh, plan)
+    common = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, optimizer=optimizer, device=device,
+                  dump=dump, example_kwargs=example_kwargs, options=options)
     if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline_module)
-        return _pipeline(model, example_inputs, plan, mesh=mesh, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
-                         optimizer=optimizer, device=device, target=target, dump=dump, example_kwargs=example_kwargs,
-                         device_mesh=device_mesh, rng=rng, checkpoint=checkpoint, clip_grad_norm=clip_grad_norm,
-                         grad_accum=grad_accum, inputs=inputs, init=init, mixed_precision=mixed_precision,
-                         check_inputs=check_inputs)
-    return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
-                          loss_inputs=loss_inputs, optimizer=optimizer, device_mesh=device_mesh, device=device,
-                          target=target, bucket=bucket, dump=dump, example_kwargs=example_kwargs, rng=rng,
-                          checkpoint=checkpoint, clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, inputs=inputs,
-                          init=init, overlap=overlap, memory_cap=memory_cap, mixed_precision=mixed_precision,
-                          fuse_collectives=fuse_collectives, check_inputs=check_inputs)
+        return _pipeline(model, example_inputs, plan, mesh=mesh, device_mesh=device_mesh, init=init, **common)
+    for what, given in (("pp_schedule", options.pp_schedule), ("microbatches", options.microbatches)):
+        if given is not None:
+            raise ValueError(f"spmdc.compile: {what}={given!r} is for a pipeline plan (stages, or a mesh with a 'pp' "
+                             f"axis); plan {getattr(plan, 'name', plan)!r} has none (grad_accum= splits the batch)")
+    return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, device_mesh=device_mesh, init=init, **common)
 
 
 def _pp_stages(mesh: Any, plan: Any) -> tuple[Any, Any]:
@@ -118,20 +118,18 @@ def _pp_stages(mesh: Any, plan: Any) -> tuple[Any, Any]:
     return new_mesh, new_plan
 
 
-def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, rng: str,
-              checkpoint: Any, clip_grad_norm: Any, grad_accum: int, inputs: str, init: Any, mixed_precision: Any,
+def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, init: Any,
               **kw: Any) -> Any:
-    """A :class:`~spmdc.api.pipeline_module.PipelineModule`; what pipelines do not support is refused by name."""
+    """A :class:`~spmdc.api.pipeline_module.PipelineModule`; what pipelines do not support is refused by name
+    (here the layout's; the options' in the module)."""
     from spmdc.api.pipeline_module import PipelineModule
 
     for what, bad in (("mesh= (each stage has its own mesh in the plan; pass mesh=None)", mesh is not None),
                       ("device_mesh=", device_mesh is not None), ("train=False (a pipeline trains)", not train),
-                      ("rng='philox'", rng != "eager"),
-                      ("inputs='local'", inputs != "global"), ("init= (a meta model)", init is not None)):
+                      ("init= (a meta model)", init is not None)):
         if bad:
             raise ValueError(f"pipeline plan '{plan.name}': {what} is not supported with a pipeline plan yet")
-    return PipelineModule(model, example_inputs, plan=plan, mixed_precision=mixed_precision, checkpoint=checkpoint,
-                          clip_grad_norm=clip_grad_norm, grad_accum=grad_accum, **kw)
+    return PipelineModule(model, example_inputs, plan=plan, **kw)
 
 
 def sampler_args(cm: Any) -> tuple[int, int]:
@@ -160,5 +158,9 @@ def eager(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsd
         if k in kwargs:
             raise TypeError(f"spmdc.eager runs the global program op by op: '{k}' is an option of the compiled "
                             "program (spmdc.compile)")
-    return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, execution="eager", eager_hints=hints,
-                          eager_trace=trace, bucket=False, overlap=False, fuse_collectives=False, **kwargs)
+    names = CompileOptions.names()
+    base = CompileOptions.of(kwargs.pop("options", None), "spmdc.eager",
+                             **{k: kwargs.pop(k) for k in list(kwargs) if k in names})
+    options = base.replace(execution="eager", eager_hints=hints, eager_trace=trace, bucket=False, overlap=False,
+                           fuse_collectives=False)
+    return compile(model, example_inputs, mesh=mesh, plan=plan, options=options, **kwargs)

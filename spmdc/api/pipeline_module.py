@@ -134,16 +134,17 @@ class PipelineModule:
 
     def __init__(self, model: Any, example_inputs: Any, *, plan: PipelinePlan, loss_fn: Callable | None = None,
                  loss_inputs: Sequence[Any] = (), optimizer: Any = None, example_kwargs: dict | None = None,
-                 device: str | None = None, target: str | None = None, dump: Any = None,
-                 schedule: str | None = None, microbatches: int | None = None, check_inputs: bool = True,
-                 mixed_precision: Any = None, checkpoint: str | None = None, clip_grad_norm: float | None = None,
-                 grad_accum: int = 1):
+                 device: str | None = None, dump: Any = None, options: Any = None, **option_kw: Any):
         from spmdc.api.compiled_module import _arguments
+        from spmdc.compiler.options import CompileOptions
 
-        self._init_args = _arguments(PipelineModule.__init__, locals())   # what compile_args() gives back
+        options = CompileOptions.of(options, "spmdc.compile", **option_kw)   # (every option checked there)
+        self._init_args = {**_arguments(PipelineModule.__init__, locals()), "options": options}
+        self._init_args.pop("option_kw", None)   # (what compile_args() gives back)
+        self.options = options
         import torch.distributed as dist
 
-        from spmdc.compiler import default_target, split_example_inputs
+        from spmdc.compiler import split_example_inputs
         from spmdc.frontend.stages import auto_stages, split_stages
         from spmdc.runtime.collectives import Collectives
         from spmdc.runtime.group_comm import group_meshes
@@ -151,8 +152,12 @@ class PipelineModule:
 
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("a pipeline needs an initialized torch.distributed job (torchrun)")
-        plan = plan.with_schedule(schedule, microbatches)
-        self._set_training_options(mixed_precision, checkpoint, clip_grad_norm, grad_accum)
+        for what, bad in (("rng='philox'", options.rng != "eager"), ("inputs='local'", options.inputs != "global"),
+                          ("execution='eager'", options.execution != "compiled")):
+            if bad:
+                raise ValueError(f"pipeline plan '{plan.name}': {what} is not supported with a pipeline plan yet")
+        plan = plan.with_schedule(options.pp_schedule, options.microbatches)
+        self._set_training_options(options)
         if dist.get_world_size() != plan.world:
             raise ValueError(f"pipeline plan '{plan.name}' has {plan.world} ranks in its stages but the job has "
                              f"{dist.get_world_size()}")
@@ -160,7 +165,7 @@ class PipelineModule:
         self.stage = plan.stage_of(self.rank)
         self.n_stages, self.micro = len(plan.stages), plan.microbatches
         self.device = torch.device(device or ("cuda" if dist.get_backend() == "nccl" else "cpu"))
-        self.target = target or default_target()
+        self.target = options.resolved_target()
         spec = self.plan.stages[self.stage]
         self.meshes = group_meshes(_Groups(plan.stages), self.device.type)   # every rank builds every stage's
         self.device_mesh = self.meshes[self.stage]
@@ -168,7 +173,7 @@ class PipelineModule:
         self.index = self.members.index(self.rank)       # this rank's place on its stage's mesh
         self.comm = Collectives(self.device_mesh)
         self._input_check = InputCheck.for_groups(
-            plan.stages, "stage", rank=self.rank, device=self.device, enabled=check_inputs,
+            plan.stages, "stage", rank=self.rank, device=self.device, enabled=options.check_inputs,
             where=f"pipeline plan '{plan.name}'", hint="every rank of a pipeline passes the same global batch "
             "(the first stage reads its inputs, the last its loss inputs)")
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
@@ -223,19 +228,10 @@ class PipelineModule:
         self.last_grad_norm: Any = None
 
     # -- building ---------------------------------------------------------------------------------
-    def _set_training_options(self, mixed_precision: Any, checkpoint: str | None, clip_grad_norm: float | None,
-                              grad_accum: int) -> None:
-        """Validate and keep the options each stage trains with (see the module doc)."""
-        from spmdc.frontend.mixed_precision import MixedPrecision
-
-        if checkpoint not in (None, "blocks"):
-            raise ValueError(f"checkpoint={checkpoint!r}: expected None or 'blocks'")
-        if clip_grad_norm is not None and not clip_grad_norm > 0:
-            raise ValueError(f"clip_grad_norm must be positive, got {clip_grad_norm!r}")
-        if isinstance(grad_accum, bool) or int(grad_accum) != grad_accum or grad_accum < 1:
-            raise ValueError(f"grad_accum must be a positive integer, got {grad_accum!r}")
-        self.mixed_precision = MixedPrecision.parse(mixed_precision)
-        self.checkpoint, self.clip, self.accum = checkpoint, clip_grad_norm, int(grad_accum)
+    def _set_training_options(self, options: Any) -> None:
+        """The options each stage trains with (see the module doc), checked by the options object."""
+        self.mixed_precision = options.mixed_precision
+        self.checkpoint, self.clip, self.accum = options.checkpoint, options.clip_grad_norm, options.grad_accum
 
     def _check(self) -> None:
         from spmdc.frontend.stages import buffer_updates
@@ -285,19 +281,22 @@ class PipelineModule:
         last = self.stage == self.n_stages - 1
         ins, grads = self._examples(stage, mb)
         plain = [t.detach() for t in ins]
+        # (no mixed_precision= in the stages' programs: each stage's graph was cut from the model run
+        # under the policy and holds its casts; casting the stage's inputs again would cast loss inputs
+        # too. Clipping and accumulation span the stages: this module does them)
+        opts = self.options.replace(mixed_precision=None, clip_grad_norm=None, grad_accum=1, pp_schedule=None,
+                                    microbatches=None)
         jobs = []
         if not last:
-            jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}))
+            jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}, options=opts))
 
         def surrogate(outs: Any, *gs: Any) -> Any:
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
             diff = [o for o, v in zip(outs, stage.outputs) if self.split.values[v].differentiable]
             return sum((o * g).sum() for o, g in zip(diff, gs))
 
-        # (no mixed_precision= here: the stage's graph was cut from the model run under the policy
-        # and holds its casts; casting the stage's inputs again would cast loss inputs too)
         jobs.append(dict(inputs=ins, train=True, dump=dump, kwargs={}, loss_fn=None if last else surrogate,
-                         loss_inputs=[] if last else grads, checkpoint=self.checkpoint))
+                         loss_inputs=[] if last else grads, options=opts))
         group = None
         if len(self.members) > 1:
             import torch.distributed as dist

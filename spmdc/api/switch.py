@@ -311,15 +311,21 @@ def _build(old: Any, plan: Any, mesh: Any, ranks: Sequence[int] | None, options:
 
     from spmdc.api.compiled_module import CompiledModule
     from spmdc.api.pipeline_module import PipelineModule
+    from spmdc.compiler.options import CompileOptions
     from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.mesh import Mesh
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
     args = dict(old.compile_args())
     model, example = args.pop("model"), args.pop("example_inputs")
-    for k in ("plan", "mesh", "device_mesh", "group", "dump", "eager_trace", "schedule", "microbatches"):
-        args.pop(k, None)   # the old layout's own (the new plan, mesh and schedule are given)
-    args.update(options)
+    for k in ("plan", "mesh", "device_mesh", "group", "dump"):
+        args.pop(k, None)   # the old layout's own (the new plan and mesh are given)
+    names = CompileOptions.names()
+    # the old module's options, without its layout's own (eager_trace, the old pipeline's schedule),
+    # with the switch's changes; the new kind refuses by name what it cannot run
+    args["options"] = CompileOptions.of(args.get("options"), "switch", eager_trace=False, pp_schedule=None,
+                                        microbatches=None, **{k: v for k, v in options.items() if k in names})
+    args.update({k: v for k, v in options.items() if k not in names})
     rank, world = dist.get_rank(), dist.get_world_size()
     if isinstance(plan, (PipelinePlan, HeteroPlan)):
         what = "pipeline plan" if isinstance(plan, PipelinePlan) else "plan (device groups)"

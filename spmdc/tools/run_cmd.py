@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from spmdc.compiler.options import CompileOptions, byte_size, positive  # noqa: F401
 from spmdc.runtime.optimizers import OPTIMIZERS
 from spmdc.tools.errors import UserError
 
@@ -38,31 +39,29 @@ class RunConfig:
     dump_ir: str | None = None
     dump_codegen: str | None = None
     timeout: float = 300.0
-    target: str | None = None
-    bucket: bool = True
     force: bool = False
     verbose: bool = False
     seed: int = 0
-    rng: str = "eager"
-    checkpoint: str | None = None
     save: str | None = None
     load: str | None = None
-    clip_grad_norm: float | None = None
-    grad_accum: int = 1
     rtol: float | None = None
     atol: float | None = None
-    overlap: bool = True
-    memory_cap: int = 0
-    mixed_precision: str | None = None
     fsdp_shard: str = "even"
-    eager: bool = False
     eager_trace: str | None = None
     batch: int | None = None
-    pp_schedule: str | None = None
-    microbatches: int | None = None
     switch: list[str] = field(default_factory=list)
-    input_check: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    options: CompileOptions = field(default_factory=CompileOptions)   # how to compile and run (--bucket, ...)
+
+    @property
+    def eager(self) -> bool:
+        return self.options.execution == "eager"
+
+    @property
+    def mixed_precision(self) -> str | None:
+        """The policy's short name (bf16, fp16), as --mixed-precision gives it."""
+        mp = self.options.mixed_precision
+        return None if mp is None else {"bfloat16": "bf16", "float16": "fp16"}.get(mp.name, mp.name)
 
     @property
     def tolerances(self) -> tuple[float, float]:
@@ -76,38 +75,10 @@ class RunConfig:
     def settings(self) -> Any:
         from spmdc.tools.reference import TrainSettings
 
-        return TrainSettings(self.optimizer, self.lr, self.clip_grad_norm, self.grad_accum, self.mixed_precision)
+        o = self.options
+        return TrainSettings(self.optimizer, self.lr, o.clip_grad_norm, o.grad_accum, self.mixed_precision)
 
 
-def positive(kind: type) -> Any:
-    """An argparse type: a number of ``kind`` greater than zero (the option's name comes with the error)."""
-    def convert(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'") from None
-        if value != value or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text}")
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-    convert.__name__ = f"positive {kind.__name__}"
-    return convert
-
-
-def byte_size(text: str) -> int:
-    """An argparse type: bytes, as ``1073741824``, ``512MiB``, ``2GB``, ``64k`` (0: no cap)."""
-    import re
-
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 512MiB, 2GB or 1048576, got '{text}'")
-    value, unit, suffix = float(m.group(1)), m.group(2).upper(), m.group(3) or ""
-    base = 1024 if suffix.lower() == "ib" or (unit and not suffix) else 1000
-    return int(value * base ** " KMGT".index(unit or " "))
-
-
-byte_size.__name__ = "size"
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -125,12 +96,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--batch", type=positive(int), default=None,
                     help="build the workload with this batch size (its factory's 'batch' argument; default: the "
                          "factory's, or a heterogeneous plan's 'batch')")
-    ap.add_argument("--pp-schedule", choices=("gpipe", "1f1b"), default=None,
-                    help="pipeline schedule of a plan with 'stages' or a --mesh with a 'pp' axis (default: the "
-                         "plan's, else 1f1b)")
-    ap.add_argument("--microbatches", type=positive(int), default=None, metavar="N",
-                    help="micro-batches per step of a pipeline (default: the plan's; with a 'pp' mesh axis, the "
-                         "number of stages)")
     ap.add_argument("--switch", action="append", default=[], metavar="STEP:PLAN[:MESH]",
                     help="after STEP steps, move the training state to PLAN (a preset or plan file) on MESH with one "
                          "batched send/recv and go on; a smaller MESH drops the last ranks (repeatable)")
@@ -140,10 +105,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", metavar="NAME",
                     help=f"a torch.optim class by name: {', '.join(OPTIMIZERS)} (default sgd)")
     ap.add_argument("--lr", type=positive(float), default=0.05)
-    ap.add_argument("--clip-grad-norm", type=positive(float), default=None, metavar="X",
-                    help="clip gradients to global 2-norm X inside the step (as torch.nn.utils.clip_grad_norm_)")
-    ap.add_argument("--grad-accum", type=positive(int), default=1, metavar="N",
-                    help="split each batch into N micro-batches; gradients are reduced once per step")
     ap.add_argument("--save", default=None, metavar="DIR",
                     help="after the steps, save parameters, optimizer state and step (torch.distributed.checkpoint)")
     ap.add_argument("--load", default=None, metavar="DIR",
@@ -163,37 +124,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--force", action="store_true", help="let --dump-ir/--dump-codegen write into a non-empty DIR")
     ap.add_argument("--timeout", type=positive(float), default=300.0,
                     help="seconds before a stuck collective or rendezvous fails the run (default 300)")
-    ap.add_argument("--bucket", dest="bucket", action="store_true", default=True,
-                    help="one all-gather / reduce-scatter / all-reduce per model block instead of per parameter "
-                         "(bucket-collectives; the default)")
-    ap.add_argument("--no-bucket", dest="bucket", action="store_false",
-                    help="one collective per parameter (for debugging a plan)")
-    ap.add_argument("--no-overlap", dest="overlap", action="store_false", default=True,
-                    help="issue every collective synchronously where it is needed (default: async, the next "
-                         "block's all-gather prefetched while this one computes: schedule-collectives)")
-    ap.add_argument("--no-input-check", dest="input_check", action="store_false", default=True,
-                    help="skip the first step's check that every rank was given the same global batch (one "
-                         "checksum all-gather per program; see docs/runtime.md)")
-    ap.add_argument("--memory-cap", type=byte_size, default=0, metavar="SIZE",
-                    help="per-rank cap on the step's estimated peak memory for prefetching, e.g. 512MiB "
-                         "(default 0: no cap)")
-    ap.add_argument("--mixed-precision", choices=("bf16", "fp16", "none"), default="none",
-                    help="cast each parameter's shard to bf16/fp16 before it is gathered and compute in it; "
-                         "gradients reduced and parameters, optimizer state kept in float32 (FSDP2's "
-                         "MixedPrecisionPolicy; default none)")
-    ap.add_argument("--target", choices=("torch", "triton"), default=None,
-                    help="codegen target: aten calls, or fused Triton kernels (default: triton on GPUs, "
-                         "torch on CPUs; on CPU triton runs in the Triton interpreter)")
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of torch's generator before the first step, on every rank and in --check's "
                          "eager run (dropout masks, random ops; default 0)")
-    ap.add_argument("--rng", choices=("eager", "philox"), default="eager",
-                    help="random numbers: 'eager' draws what single-device PyTorch draws (each rank draws "
-                         "whole tensors), 'philox' draws only each rank's piece, the same on any number of "
-                         "ranks but not eager's numbers (--check then compares losses only loosely)")
-    ap.add_argument("--checkpoint", choices=("blocks",), default=None,
-                    help="activation checkpointing: recompute every repeated block (layers.N) in the backward "
-                         "(torch.utils.checkpoint calls in the model are kept either way)")
     ap.add_argument("--eager", action="store_true",
                     help="run the sharded global program op by op, each op dispatched at run time (spmdc.eager: "
                          "for stepping through a plan; bitwise equal to the compiled program without bucketing, "
@@ -201,21 +134,20 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--eager-trace", default=None, metavar="FILE",
                     help="with --eager: write rank 0's last step to FILE, one line per op: layouts in -> out and "
                          "the collectives it issued")
+    CompileOptions.add_arguments(ap)   # every compile option's flag, declared with the option
     ap.add_argument("--verbose", action="store_true",
                     help="show every rank's stderr and Python tracebacks (else a failed run writes them to a log)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    eager = {"execution": "eager", "eager_trace": bool(args.eager_trace), "bucket": False, "overlap": False,
+             "fuse_collectives": False} if args.eager else {}
     return RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, args.steps, args.train, args.check,
                      args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout,
-                     target=args.target, bucket=args.bucket, force=args.force, verbose=args.verbose,
-                     seed=args.seed, rng=args.rng, checkpoint=args.checkpoint, save=args.save, load=args.load,
-                     clip_grad_norm=args.clip_grad_norm, grad_accum=args.grad_accum, rtol=args.rtol, atol=args.atol,
-                     overlap=args.overlap, memory_cap=args.memory_cap,
-                     mixed_precision=None if args.mixed_precision == "none" else args.mixed_precision,
-                     fsdp_shard=args.fsdp_shard, eager=args.eager, eager_trace=args.eager_trace, batch=args.batch,
-                     pp_schedule=args.pp_schedule, microbatches=args.microbatches, switch=list(args.switch),
-                     input_check=args.input_check)
+                     force=args.force, verbose=args.verbose, seed=args.seed, save=args.save, load=args.load,
+                     rtol=args.rtol, atol=args.atol, fsdp_shard=args.fsdp_shard, eager_trace=args.eager_trace,
+                     batch=args.batch, switch=list(args.switch),
+                     options=CompileOptions.from_arguments(args, **eager))
 
 
 def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
@@ -230,11 +162,11 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
         return resolve_pp_mesh(cfg, pp_mesh, loaded)
     if isinstance(loaded, PipelinePlan):
         return resolve_pipeline(cfg, loaded)
-    if cfg.pp_schedule or cfg.microbatches:
-        option = "--pp-schedule" if cfg.pp_schedule else "--microbatches"
+    if cfg.options.pp_schedule or cfg.options.microbatches:
+        option = "--pp-schedule" if cfg.options.pp_schedule else "--microbatches"
         raise UserError(f"{option} is for a pipeline plan (a plan file with 'stages', or --mesh with a 'pp' axis; "
                         "see docs/plans.md); "
-                        f"plan '{cfg.plan or 'default'}' has none" + ("" if cfg.pp_schedule else
+                        f"plan '{cfg.plan or 'default'}' has none" + ("" if cfg.options.pp_schedule else
                                                                      " (micro-batches of one plan: --grad-accum)"))
     if isinstance(loaded, HeteroPlan):
         return resolve_hetero(cfg, loaded)
@@ -355,12 +287,12 @@ def resolve_pipeline(cfg: RunConfig, plan: Any) -> tuple[Any, Any]:
 
     _own_meshes(cfg, plan, "pipeline stages", "stages")
     for option, bad in (("--eager", cfg.eager), ("--fsdp-shard", cfg.fsdp_shard != "even"),
-                        ("--rng philox", cfg.rng != "eager"),
+                        ("--rng philox", cfg.options.rng != "eager"),
                         ("--forward (a pipeline trains)", not cfg.train)):
         if bad:
             raise UserError(f"{option} is not supported with a pipeline plan yet")
     try:
-        plan = plan.with_schedule(cfg.pp_schedule, cfg.microbatches)
+        plan = plan.with_schedule(cfg.options.pp_schedule, cfg.options.microbatches)
     except PlanError as e:
         raise UserError(f"plan '{cfg.plan}': {e}") from None
     return None, _presets_checked(cfg, plan)
@@ -377,7 +309,7 @@ def reference_settings(cfg: RunConfig, plan: Any) -> Any:
 
     if not isinstance(plan, PipelinePlan):
         return cfg.settings
-    return dataclasses.replace(cfg.settings, grad_accum=cfg.grad_accum * plan.microbatches)
+    return dataclasses.replace(cfg.settings, grad_accum=cfg.options.grad_accum * plan.microbatches)
 
 
 def check_pipeline(cfg: RunConfig, plan: Any) -> None:
@@ -399,17 +331,17 @@ def check_pipeline(cfg: RunConfig, plan: Any) -> None:
                 near = difflib.get_close_matches(pat, names, n=3)
                 raise UserError(f"plan '{cfg.plan}', stage {k} ({s.name}): workload '{cfg.workload}' has no module "
                                 f"'{pat}'" + (f" (did you mean {', '.join(repr(x) for x in near)}?)" if near else ""))
-    n = plan.microbatches * cfg.grad_accum   # --grad-accum rounds of the schedule, each over its micro-batches
+    n = plan.microbatches * cfg.options.grad_accum   # --grad-accum rounds of the schedule, each over its micro-batches
     for i, t in enumerate((*w.inputs, *w.loss_inputs, *w.kwargs.values())):
         if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % n:
-            raise UserError(f"{plan.microbatches} micro-batches" + (f" x {cfg.grad_accum} rounds (--grad-accum)"
-                                                                    if cfg.grad_accum > 1 else "")
+            raise UserError(f"{plan.microbatches} micro-batches" + (f" x {cfg.options.grad_accum} rounds (--grad-accum)"
+                                                                    if cfg.options.grad_accum > 1 else "")
                             + f" split every input along dim 0, but input #{i} of workload '{cfg.workload}' has "
                             f"shape {tuple(t.shape)} (--microbatches, or --batch)")
     from spmdc.sharding.plan import PlanError
 
     try:   # (each round of --grad-accum takes its share of the batch)
-        plan.check_batch([(t.shape[0] // cfg.grad_accum, *t.shape[1:])
+        plan.check_batch([(t.shape[0] // cfg.options.grad_accum, *t.shape[1:])
                           for t in (*w.inputs, *w.loss_inputs, *w.kwargs.values())])
     except PlanError as e:
         raise UserError(f"workload '{cfg.workload}': {e} (--batch, --microbatches)") from None
@@ -449,7 +381,7 @@ def parse_switches(cfg: RunConfig, mesh: Any, plan: Any) -> list[dict[str, Any]]
                 raise UserError(f"--switch '{text}': pipeline plan '{name}' has its own stage meshes; drop ':MESH'")
             if new_plan.world != size:
                 raise UserError(f"--switch '{text}': pipeline plan '{name}' has {new_plan.world} ranks, the run {size}")
-            new_plan = new_plan.with_schedule(cfg.pp_schedule, cfg.microbatches)
+            new_plan = new_plan.with_schedule(cfg.options.pp_schedule, cfg.options.microbatches)
             check_pipeline(cfg, new_plan)
         elif isinstance(new_plan, HeteroPlan):
             if len(parts) == 3:
@@ -576,8 +508,8 @@ def check_micro_batches(cfg: RunConfig) -> None:
 
     w = load_workload(cfg.workload, **workload_args(cfg))
     for t in (*w.inputs, *w.loss_inputs, *w.kwargs.values()):
-        if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % cfg.grad_accum:
-            raise UserError(f"--grad-accum {cfg.grad_accum} splits every input along dim 0, but workload "
+        if getattr(t, "dim", lambda: 0)() == 0 or t.shape[0] % cfg.options.grad_accum:
+            raise UserError(f"--grad-accum {cfg.options.grad_accum} splits every input along dim 0, but workload "
                             f"'{cfg.workload}' has an input of shape {tuple(t.shape)}")
 
 
@@ -645,21 +577,21 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         from spmdc.frontend.workloads import load_workload
 
         plan.bucket_of(n for n, _ in load_workload(cfg.workload, **workload_args(cfg)).model.named_parameters())
-    if cfg.check and cfg.rng == "philox":
+    if cfg.check and cfg.options.rng == "philox":
         raise UserError("--check compares with eager PyTorch, whose random numbers --rng philox does not "
                         "reproduce by design; use --rng eager (the default) with --check")
     if cfg.eager_trace and not cfg.eager:
         raise UserError("--eager-trace writes the op-by-op run of --eager; add --eager")
-    if cfg.eager and (cfg.target == "triton" or cfg.dump_codegen):
+    if cfg.eager and (cfg.options.target == "triton" or cfg.dump_codegen):
         raise UserError(f"--eager runs each op by its torch implementation, not generated code: drop "
-                        f"{'--target triton' if cfg.target == 'triton' else '--dump-codegen'}")
+                        f"{'--target triton' if cfg.options.target == 'triton' else '--dump-codegen'}")
     if cfg.eager_trace:
         parent = os.path.dirname(os.path.abspath(cfg.eager_trace))
         if not os.path.isdir(parent):
             raise UserError(f"--eager-trace '{cfg.eager_trace}': no directory '{parent}'")
-    if not cfg.train and (cfg.save or cfg.load or cfg.clip_grad_norm or cfg.grad_accum > 1):
+    if not cfg.train and (cfg.save or cfg.load or cfg.options.clip_grad_norm or cfg.options.grad_accum > 1):
         raise UserError("--save, --load, --clip-grad-norm and --grad-accum are for training; drop --forward")
-    if cfg.grad_accum > 1:
+    if cfg.options.grad_accum > 1:
         check_micro_batches(cfg)
     if cfg.load is not None:
         check_checkpoint(cfg.load, cfg)
@@ -734,7 +666,7 @@ def run_main(cfg: RunConfig) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     mesh, plan = resolve_mesh_and_plan(cfg)
     validate(cfg, mesh, plan)
-    if cfg.target == "triton":
+    if cfg.options.target == "triton":
         # Without a GPU, Triton must interpret kernels; the variable has to be set before
         # anything imports triton (torch does so lazily), so set it here for every rank.
         from spmdc.codegen.cache import prepare_triton
@@ -742,13 +674,11 @@ def run_main(cfg: RunConfig) -> int:
         prepare_triton()
     job = {"workload": cfg.workload, "mesh": mesh, "plan": plan, "steps": cfg.steps, "train": cfg.train,
            "check": cfg.check, "optimizer": cfg.optimizer, "lr": cfg.lr, "timeout": cfg.timeout,
-           "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "target": cfg.target, "bucket": cfg.bucket,
-           "seed": cfg.seed, "rng": cfg.rng, "checkpoint": cfg.checkpoint, "save": cfg.save, "load": cfg.load,
-           "clip_grad_norm": cfg.clip_grad_norm, "grad_accum": cfg.grad_accum,
+           "dump_ir": cfg.dump_ir, "dump_codegen": cfg.dump_codegen, "options": cfg.options,
+           "seed": cfg.seed, "save": cfg.save, "load": cfg.load,
            "settings": reference_settings(cfg, plan).as_dict(),   # what a checkpoint's steps replay (--check)
-           "overlap": cfg.overlap, "memory_cap": cfg.memory_cap, "mixed_precision": cfg.mixed_precision,
-           "eager": cfg.eager, "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg),
-           "switch": parse_switches(cfg, mesh, plan), "input_check": cfg.input_check}
+           "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg),
+           "switch": parse_switches(cfg, mesh, plan)}
     plan_name = plan if isinstance(plan, str) else plan.name
     if mesh is None:
         mesh = (f"{plan.mesh}, stages over pp ({plan.describe()})" if getattr(plan, "mesh", None) is not None
@@ -815,7 +745,7 @@ def run_main(cfg: RunConfig) -> int:
     if r0.get("kernels"):
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     if r0.get("peak_bytes") is not None:
-        note = " with --checkpoint blocks" if cfg.checkpoint else ""
+        note = " with --checkpoint blocks" if cfg.options.checkpoint else ""
         line = (f"memory the step allocates beyond parameters and inputs (rank 0{note}): "
                 f"estimated peak {r0['peak_bytes'] / 1024:,.1f} KiB (static liveness)")
         if r0.get("measured_peak"):

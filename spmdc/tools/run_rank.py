@@ -16,7 +16,7 @@ from typing import Any
 
 def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     """Run one rank of a ``spmdc run`` job; returns losses, step times, collectives and (rank 0) state."""
-    if job.get("target") == "triton":  # before torch imports triton (see spmdc.codegen.cache.prepare_triton)
+    if job["options"].target == "triton":  # before torch imports triton (see spmdc.codegen.cache.prepare_triton)
         from spmdc.codegen.cache import prepare_triton
 
         prepare_triton()
@@ -54,15 +54,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
-                            clip_grad_norm=job.get("clip_grad_norm"), grad_accum=job.get("grad_accum", 1),
-                            target=job.get("target"), bucket=job.get("bucket", True) and not job.get("eager"),
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
-                            rng=job.get("rng", "eager"), checkpoint=job.get("checkpoint"),
-                            overlap=job.get("overlap", True) and not job.get("eager"),
-                            memory_cap=job.get("memory_cap", 0),
-                            mixed_precision=job.get("mixed_precision"), check_inputs=job.get("input_check", True),
-                            **({"execution": "eager", "eager_trace": bool(job.get("eager_trace")),
-                                "fuse_collectives": False} if job.get("eager") else {}))
+                            options=job["options"])
         compile_s = time.perf_counter() - t0
         where = job["mesh"] or "its group's mesh"
         say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {where}, target {cm.target})", flush=True)
@@ -127,7 +120,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
-                "peak_bytes": None if job.get("eager") else prog.peak_bytes, "measured_peak": measured,
+                "peak_bytes": None if job["options"].execution == "eager" else prog.peak_bytes,
+                "measured_peak": measured,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
                 "start_step": start_step, "switched": switched, "steps_here": steps_here, **_resumed(resumed)}
     except BaseException:
@@ -178,10 +172,7 @@ def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, 
     t0 = time.perf_counter()
     pm = PipelineModule(w.model, tuple(w.inputs), plan=job["plan"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                         optimizer=Optimizer(job["optimizer"], lr=job["lr"]), example_kwargs=w.kwargs,
-                        dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), target=job.get("target"),
-                        check_inputs=job.get("input_check", True), mixed_precision=job.get("mixed_precision"),
-                        checkpoint=job.get("checkpoint"), clip_grad_norm=job.get("clip_grad_norm"),
-                        grad_accum=job.get("grad_accum", 1))
+                        dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), options=job["options"])
     compile_s = time.perf_counter() - t0
     say(f"[rank 0] compiled {pm.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})", flush=True)
     if job.get("dump_ir") and rank == 0:   # the pipeline module: stage meshes, boundaries, every rank's schedule

@@ -223,5 +223,5 @@ def test_cli_flag_turns_the_check_off():
 
     ap = argparse.ArgumentParser()
     add_arguments(ap)
-    assert config_from_args(ap.parse_args([])).input_check is True
-    assert config_from_args(ap.parse_args(["--no-input-check"])).input_check is False
+    assert config_from_args(ap.parse_args([])).options.check_inputs is True
+    assert config_from_args(ap.parse_args(["--no-input-check"])).options.check_inputs is False
