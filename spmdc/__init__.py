@@ -28,6 +28,7 @@ _LAZY = {
     "Shard": ("spmdc.dialects.shard", "Shard"),
     "Partial": ("spmdc.dialects.shard", "Partial"),
     "compile_step": ("spmdc.compiler", "compile_step"),
+    "CompileOptions": ("spmdc.compiler.options", "CompileOptions"),
     "deferred_init": ("spmdc.frontend.deferred_init", "deferred_init"),
     "materialize": ("spmdc.frontend.deferred_init", "materialize"),
 }

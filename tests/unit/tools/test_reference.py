@@ -2,7 +2,7 @@
 
 import torch
 
-from spmdc.tools.reference import TrainSettings, compare, eager_reference, judge_by_float64
+from spmdc.tools.reference import TrainSettings, compare, eager_reference, judge_by_float32, judge_by_float64
 
 
 def _run(value: float, w: list[float]) -> dict:
@@ -21,6 +21,30 @@ def test_float64_second_opinion_tells_noise_from_a_bug():
     wrong = _run(1.0, [1.0 - 5e-3, 2.0])   # 17x eager's own error: a bug, not rounding
     ok, rows = compare(eager, wrong, rtol=1e-4, atol=1e-5)
     assert not judge_by_float64(rows, eager, exact, wrong, atol=1e-5) and not rows[1].ok
+
+
+def test_float32_second_opinion_under_mixed_precision_counts_flipped_adam_steps():
+    """bf16 + AdamW: an element with a near-zero gradient moves lr·sign(rounding) per step, so spmdc and
+    eager bf16 sit 2·lr apart there, as eager float32 does elsewhere; many such elements are a bug."""
+    lr, n = 1e-3, 100
+    base = [1e-3 * k for k in range(n)]
+
+    def run(flipped: list[int], by: float = 2 * lr) -> dict:
+        return {"losses": [1.0], "state": {"w": torch.tensor([v + (by if k in flipped else 0.0)
+                                                              for k, v in enumerate(base)])}}
+    bf16, fp32 = run([]), run([3, 50])
+    ok, rows = compare(bf16, run([7, 8, 9]), rtol=2e-2, atol=1e-3)
+    assert not ok and judge_by_float32(rows, bf16, fp32, run([7, 8, 9]), rtol=2e-2, atol=1e-3)
+    assert rows[1].noise == "3 vs 2 of 100" and rows[1].ok
+    many = run(list(range(10)))   # 10 elements off: more than 2x eager float32's + 2
+    ok, rows = compare(bf16, many, rtol=2e-2, atol=1e-3)
+    assert not judge_by_float32(rows, bf16, fp32, many, rtol=2e-2, atol=1e-3) and not rows[1].ok
+    far = run([0], by=20 * lr)    # one element 10x further than eager float32's largest difference
+    ok, rows = compare(bf16, far, rtol=2e-2, atol=1e-3)
+    assert not judge_by_float32(rows, bf16, fp32, far, rtol=2e-2, atol=1e-3)
+    off = {"losses": [1.1], "state": bf16["state"]}   # losses are never excused
+    ok, rows = compare(bf16, off, rtol=2e-2, atol=1e-3)
+    assert not judge_by_float32(rows, bf16, fp32, off, rtol=2e-2, atol=1e-3)
 
 
 def test_reference_with_micro_batches_and_clipping_is_one_big_batch():
