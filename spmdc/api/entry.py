@@ -122,13 +122,17 @@ def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: b
               **kw: Any) -> Any:
     """A :class:`~spmdc.api.pipeline_module.PipelineModule`; what pipelines do not support is refused by name
     (here the layout's; the options' in the module)."""
+    from spmdc.api.compiled_module import _init_tape
     from spmdc.api.pipeline_module import PipelineModule
+    from spmdc.frontend.deferred_init import TAPE_ATTR
 
     for what, bad in (("mesh= (each stage has its own mesh in the plan; pass mesh=None)", mesh is not None),
-                      ("device_mesh=", device_mesh is not None), ("train=False (a pipeline trains)", not train),
-                      ("init= (a meta model)", init is not None)):
+                      ("device_mesh=", device_mesh is not None), ("train=False (a pipeline trains)", not train)):
         if bad:
             raise ValueError(f"pipeline plan '{plan.name}': {what} is not supported with a pipeline plan yet")
+    tape = _init_tape(model, init)   # a meta model: how each stage materializes its tensors
+    if init is not None:   # (recorded now, kept on the model as spmdc.deferred_init keeps its constructor's)
+        object.__setattr__(model, TAPE_ATTR, tape)
     return PipelineModule(model, example_inputs, plan=plan, **kw)
 
 

@@ -49,9 +49,12 @@ Training options, as for one mesh (``spmdc.compile``'s keywords):
 Every rank passes the same global batch: the first step at each input shape checks that it does,
 by one checksum ``all_gather`` over the job (:mod:`spmdc.runtime.input_check`; ``check_inputs=False``
 skips it). Random ops (dropout) draw one device's masks, in the forward and again in the backward's
-recomputed forward (:mod:`spmdc.api.pipeline_rng`). Refused: buffers updated in training
-(BatchNorm), a boundary value read by two stages, ``inputs="local"``,
-``rng="philox"``, a meta model.
+recomputed forward (:mod:`spmdc.api.pipeline_rng`). A value several later stages read (a skip
+connection, rotary tables) is sent to each of them; its gradient is the sum of theirs, received
+from all of them before the producer's backward. A meta model (``spmdc.deferred_init``): the stages
+are cut and compiled from fake tensors, each rank materializes only its stage's tensors (its
+pieces of the parameters), bitwise one device's initialization. Refused: buffers updated in
+training (BatchNorm), ``inputs="local"``, ``rng="philox"``.
 
 Checkpoints: ``pm.save(dir)`` / ``pm.load(dir)`` write and read the checkpoint a one-mesh module of
 the same model does (:mod:`spmdc.runtime.checkpointing`: each stage its parameters and optimizer state
@@ -243,15 +246,15 @@ class PipelineModule:
                     f"stage {s.index} updates a buffer in place ({upd[0]}, e.g. BatchNorm's running statistics in "
                     "training): a pipeline stage runs its forward twice per micro-batch and would update it twice; "
                     "not supported yet (run this model without a pipeline plan, or with the module in eval mode)")
-        for v in self.split.values.values():
-            if len(v.consumers) > 1:
-                raise NotImplementedError(f"value '{v.name}' of stage {v.producer} is read by stages "
-                                          f"{list(v.consumers)}: a boundary value with several consumer stages is "
-                                          "not supported yet (cut the stages elsewhere)")
 
     def _check_micro_batch_mean(self, model: Any, loss_fn: Any, n_model: int, every: list[Any],
                                 micro: list[list[Any]]) -> None:
-        # (a model that draws random numbers is compared in eval mode: its masks differ between the runs)
+        # (a model that draws random numbers is compared in eval mode: its masks differ between the runs;
+        # a meta model has no values to run: unchecked, as grad_accum on one mesh)
+        from spmdc.frontend.deferred_init import is_meta_model
+
+        if is_meta_model(model):
+            return
         check_micro_batch_mean(model, loss_fn, n_model, self._kw_names, every, micro, first=0,
                                eval_mode=self._rng.active)
 
@@ -302,7 +305,13 @@ class PipelineModule:
             import torch.distributed as dist
 
             group = dist.new_group(self.members, use_local_synchronization=True)
-        steps = compile_shared(stage.module, jobs, spec.mesh, spec.plan, group, self.members)
+        from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
+
+        if is_meta_model(stage.module):   # a meta model's stage: captured from fake tensors
+            with fake_parameters(stage.module):
+                steps = compile_shared(stage.module, jobs, spec.mesh, spec.plan, group, self.members)
+        else:
+            steps = compile_shared(stage.module, jobs, spec.mesh, spec.plan, group, self.members)
         runners = [RankRunner(compile_rank(s, self.index, self.target, dump), self.comm, device=self.device)
                    for s in steps]
         return _Programs(None if last else runners[0], runners[-1])
@@ -337,13 +346,14 @@ class PipelineModule:
         dist.all_gather_object(out, (self.stage, mine))
         return {s: d for s, d in reversed(out)}
 
-    def _wire_dtype(self, value: int, grad: bool) -> tuple[Any, Any]:
+    def _wire_dtype(self, value: int, grad: bool, consumer: int | None = None) -> tuple[Any, Any]:
         """(dtype a boundary value or its gradient moves in: its producer program's result dtype,
-        dtype the receiving program takes)."""
+        dtype the receiving program takes) between its producer and ``consumer`` (default: its
+        first consumer stage; every consumer's gradient leaves in one dtype, see :meth:`_schedule_module`)."""
         from spmdc.dialects.tensor.base import torch_dtype
 
         v, last = self.split.values[value], self.n_stages - 1
-        src, dst = self.split.stages[v.producer], self.split.stages[v.consumers[0]]
+        src, dst = self.split.stages[v.producer], self.split.stages[v.consumers[0] if consumer is None else consumer]
         in_pos = dst.inputs.index(("value", value))
         if not grad:
             sent = self._dtypes[src.index]["F"][1][src.outputs.index(value)]
@@ -365,8 +375,7 @@ class PipelineModule:
         return args[pos[k]]
 
     def _schedule_module(self) -> Any:
-        from spmdc.dialects.pipe import BoundaryOp
-        from spmdc.dialects.shard import MeshOp, ShardingAttr
+        from spmdc.dialects.shard import MeshOp
         from spmdc.ir.module import ModuleOp
         from spmdc.passes.pipeline_schedule import PipelineSchedule, pipeline_layout
 
@@ -374,31 +383,43 @@ class PipelineModule:
         names = [f"stage{k}" for k in range(self.n_stages)]
         for k, s in enumerate(self.plan.stages):
             module.body.append(MeshOp.build(names[k], s.mesh.axis_names, s.mesh.shape, devices=list(s.ranks)))
-        last = self.n_stages - 1
         for v in sorted(self.split.values.values(), key=lambda v: v.index):
-            src, dst = self.split.stages[v.producer], self.split.stages[v.consumers[0]]
-            out_pos = src.outputs.index(v.index)
-            in_pos = dst.inputs.index(("value", v.index))
-            attrs: dict[str, Any] = {
-                "id": v.index, "shape": list(v.shape),
-                "from": ShardingAttr(names[src.index], tuple(self._layouts[src.index]["F"][1][out_pos])),
-                "to": ShardingAttr(names[dst.index], tuple(self._user_arg(dst.index, "F" if dst.index < last
-                                                                          else "B", in_pos))),
-            }
-            if v.differentiable:
-                _, res, _, rkinds = self._layouts[dst.index]["B"]
-                key = f"grad_input:{in_pos}"
-                if key not in rkinds:
-                    raise NotImplementedError(f"stage {dst.index}'s backward has no gradient for its input "
-                                              f"'{v.name}' (a floating value it does not differentiate through)")
-                g_pos = self._diff_outputs(src).index(v.index)
-                n_in = len(src.inputs)
-                attrs["grad_from"] = ShardingAttr(names[dst.index], tuple(res[rkinds.index(key)]))
-                attrs["grad_to"] = ShardingAttr(names[src.index], tuple(self._user_arg(src.index, "B", n_in + g_pos)))
-            module.body.append(BoundaryOp.create(attributes=attrs, result_types=[]))
+            for c in v.consumers:   # a value several stages read: one boundary per consumer
+                module.body.append(self._boundary(v, c, names))
+            if v.differentiable and len({self._wire_dtype(v.index, True, c) for c in v.consumers}) > 1:
+                raise NotImplementedError(f"the gradient of value '{v.name}' leaves its consumer stages "
+                                          f"{list(v.consumers)} in different dtypes: they are summed on arrival")
         self._layout = pipeline_layout(module)
         PipelineSchedule(self.plan.schedule, self.micro).run(module)
         return module
+
+    def _boundary(self, v: Any, consumer: int, names: list[str]) -> Any:
+        """The ``pipe.boundary`` of value ``v`` from its producer to stage ``consumer``: the
+        producer's result layout, the consumer's argument layout, its gradient's way back."""
+        from spmdc.dialects.pipe import BoundaryOp
+        from spmdc.dialects.shard import ShardingAttr
+
+        last = self.n_stages - 1
+        src, dst = self.split.stages[v.producer], self.split.stages[consumer]
+        out_pos = src.outputs.index(v.index)
+        in_pos = dst.inputs.index(("value", v.index))
+        attrs: dict[str, Any] = {
+            "id": v.index, "shape": list(v.shape),
+            "from": ShardingAttr(names[src.index], tuple(self._layouts[src.index]["F"][1][out_pos])),
+            "to": ShardingAttr(names[dst.index], tuple(self._user_arg(dst.index, "F" if dst.index < last
+                                                                      else "B", in_pos))),
+        }
+        if v.differentiable:
+            _, res, _, rkinds = self._layouts[dst.index]["B"]
+            key = f"grad_input:{in_pos}"
+            if key not in rkinds:
+                raise NotImplementedError(f"stage {dst.index}'s backward has no gradient for its input "
+                                          f"'{v.name}' (a floating value it does not differentiate through)")
+            g_pos = self._diff_outputs(src).index(v.index)
+            n_in = len(src.inputs)
+            attrs["grad_from"] = ShardingAttr(names[dst.index], tuple(res[rkinds.index(key)]))
+            attrs["grad_to"] = ShardingAttr(names[src.index], tuple(self._user_arg(src.index, "B", n_in + g_pos)))
+        return BoundaryOp.create(attributes=attrs, result_types=[])
 
     def _rank_function(self, rank: int) -> Any:
         from spmdc.dialects.func import FuncOp
@@ -420,12 +441,17 @@ class PipelineModule:
         self.buffers: dict[int, Any] = {}
         self._storage: dict[str, Any] = {}
         mesh = self.plan.stages[self.stage].mesh
+        made = self._materialize(prog)   # a meta model: this stage's values, replayed here
         for i, kind in enumerate(prog.step.arg_kinds):
             if not kind.startswith("param:"):
                 continue
             name = kind[6:]
             full = module.get_parameter(name) if i not in prog.step.buffers else module.get_buffer(name)
-            local = local_piece(full.detach(), prog.arg_layouts[i], mesh, self.index).to(self.device).clone()
+            if i not in prog.step.buffers and name in made:   # (already this rank's piece)
+                local = made[name]
+            else:
+                full_value = self._init_buffers.get(name, full) if i in prog.step.buffers else full
+                local = local_piece(full_value.detach(), prog.arg_layouts[i], mesh, self.index).to(self.device).clone()
             if i in prog.step.buffers:
                 self.buffers[i] = local
                 continue
@@ -441,6 +467,47 @@ class PipelineModule:
                     raise NotImplementedError(f"parameter '{kind[6:]}' is laid out differently in stage "
                                               f"{self.stage}'s forward and backward programs")
         self.optimizer = make_optimizer(optimizer, list(self.params.values())) if optimizer is not None else None
+
+    def _materialize(self, prog: Any) -> dict[str, Any]:
+        """A meta model's (:mod:`spmdc.frontend.deferred_init`) values this stage reads, by
+        replaying its recorded initialization: this rank's piece of each of the stage's
+        parameters (cut as the backward program stores it; the full tensor one parameter at a
+        time) and the stage's buffers whole (in :attr:`_init_buffers`), bitwise what one device
+        builds; nothing of the other stages' tensors is computed. Empty for a real model."""
+        from spmdc.frontend.deferred_init import TAPE_ATTR, is_meta_model, kept_storages, replay
+        from spmdc.runtime.executor import local_piece
+
+        self._init_buffers: dict[str, Any] = {}
+        if not is_meta_model(self.mine.module):
+            return {}
+        tape = getattr(self._model, TAPE_ATTR)   # (the entry refuses a meta model without one)
+        module, mesh = self.mine.module, self.plan.stages[self.stage].mesh
+        layouts = {k[6:]: prog.arg_layouts[i] for i, k in enumerate(prog.step.arg_kinds)
+                   if k.startswith("param:") and i not in prog.step.buffers}
+        mine = {id(t): n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.device.type == "meta"}
+        local = {}   # the model's name of each of this stage's tensors -> its name in the stage
+        for name, t in [*self._model.named_parameters(remove_duplicate=False),
+                        *self._model.named_buffers(remove_duplicate=False)]:
+            if id(t) in mine:
+                local[name] = mine[id(t)]
+        out: dict[str, Any] = {}
+
+        def keep(name: str, full: Any, _rows: Any = None) -> None:
+            at = local.get(name)
+            if at is None or at in out or at in self._init_buffers:
+                return
+            if at in layouts:
+                out[at] = local_piece(full, layouts[at], mesh, self.index).to(self.device).clone()
+            else:
+                self._init_buffers[at] = full.clone()
+
+        finals = {k: refs for k, refs in kept_storages(self._model, tape).items() if any(n in local for n, _ in refs)}
+        replay(tape, finals, keep)
+        missing = sorted(set(local.values()) - set(out) - set(self._init_buffers))
+        if missing:
+            raise ValueError(f"stage {self.stage}: the meta model's recorded initialization never sets "
+                             f"'{missing[0]}'" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        return out
 
     def _tie_groups(self) -> dict[str, Any]:
         """A process group over the ranks of every stage that holds a shared parameter."""
@@ -475,7 +542,7 @@ class PipelineModule:
         from spmdc.runtime.executor import local_piece
 
         name = run.program.step.arg_kinds[i][6:]
-        full = self.mine.module.get_buffer(name)
+        full = self._init_buffers.get(name, self.mine.module.get_buffer(name))
         return local_piece(full, run.program.arg_layouts[i], self.plan.stages[self.stage].mesh,
                            self.index).to(self.device)
 
@@ -894,10 +961,23 @@ class _StepState:
         live += sum(t.numel() * t.element_size() for t in self.outbox.values())
         self.peak = max(self.peak, live)
 
+    def _moves(self, value: int, grad: bool) -> list[Any]:
+        """The tables ``value`` (or its gradient) moves by, one per consumer stage: a producer
+        sends to every consumer and sums their gradients; a consumer uses its own table."""
+        return self.pm._layout.moves(value, grad)
+
     def _keep(self, value: int, grad: bool) -> bool:
         """Whether this rank sends any of ``value`` (or its gradient): another rank's copy goes otherwise."""
-        plan = self.pm._layout.plans.get((value, grad))
-        return plan is not None and any(s == self.pm.rank and d != s for (s, d) in plan.sends)
+        return any(s == self.pm.rank and d != s for plan in self._moves(value, grad) for (s, d) in plan.sends)
+
+    def _piece(self, value: int, grad: bool) -> Any:
+        """This rank's box of ``value`` (or of its gradient) as it receives it."""
+        return next(p.box for plan in self._moves(value, grad) for p in plan.dst if p.device == self.pm.rank)
+
+    def _taken(self, value: int, grad: bool) -> tuple[Any, Any]:
+        """(dtype sent, dtype taken) of what this rank receives: a value from its producer, a
+        gradient from any consumer (they leave in one dtype)."""
+        return self.pm._wire_dtype(value, grad, None if grad else self.pm.stage)
 
     def _tag(self, value: int, mb: int, grad: bool) -> int:
         return 1 + (mb * 2 + int(grad)) * max(1, len(self.pm.split.values)) + value
@@ -907,9 +987,10 @@ class _StepState:
 
         from spmdc.sharding.slices import box_view
 
-        plan = self.pm._layout.plans[(op.value, op.grad)]
         local = self.outbox.pop((op.value, op.mb, op.grad))
-        for (s, d), cells in sorted(plan.sends.items()):
+        sends = sorted((kv for plan in self._moves(op.value, op.grad) for kv in plan.sends.items()),
+                       key=lambda kv: kv[0])
+        for (s, d), cells in sends:   # (each destination rank is in one consumer's table)
             if s != self.pm.rank:
                 continue
             buf = torch.cat([box_view(local, cell, sbox).reshape(-1) for cell, sbox, _ in cells]).contiguous()
@@ -924,11 +1005,12 @@ class _StepState:
         from spmdc.runtime.bsr import unpack_add
         from spmdc.sharding.slices import box_numel
 
-        plan = self.pm._layout.plans[(op.value, op.grad)]
-        sent, taken = self.pm._wire_dtype(op.value, op.grad)
-        mine = next(p for p in plan.dst if p.device == self.pm.rank)
-        out = torch.zeros(tuple(e - s for s, e in mine.box), dtype=sent, device=self.pm.device)
-        for (s, d), cells in sorted(plan.sends.items()):
+        sent, taken = self._taken(op.value, op.grad)
+        out = torch.zeros(tuple(e - s for s, e in self._piece(op.value, op.grad)), dtype=sent, device=self.pm.device)
+        # (a gradient from several consumers: every consumer's pieces summed into ``out``)
+        sends = sorted((kv for plan in self._moves(op.value, op.grad) for kv in plan.sends.items()),
+                       key=lambda kv: kv[0])
+        for (s, d), cells in sends:
             if d != self.pm.rank:
                 continue
             buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=sent, device=self.pm.device)
@@ -947,11 +1029,10 @@ class _StepState:
         key = (value, mb, grad)
         if key in self.inbox:
             return self.inbox.pop(key)
-        mine = next(p for p in self.pm._layout.plans[(value, grad)].dst if p.device == self.pm.rank)
-        if box_numel(mine.box):
+        box = self._piece(value, grad)
+        if box_numel(box):
             raise RuntimeError(f"rank {self.pm.rank}: value {value} of micro-batch {mb} was not received")
-        return torch.zeros(tuple(e - s for s, e in mine.box), dtype=self.pm._wire_dtype(value, grad)[1],
-                           device=self.pm.device)
+        return torch.zeros(tuple(e - s for s, e in box), dtype=self._taken(value, grad)[1], device=self.pm.device)
 
     def _inputs(self, run: Any, mb: int, micro: list[Any], stage_is: str) -> list[Any]:
         """The stage's inputs for ``run`` (user inputs cut from the micro-batch, received values)."""

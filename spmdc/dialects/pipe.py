@@ -10,6 +10,10 @@ a floating value, the layouts its gradient travels back with::
     pipe.boundary {id = 0, from = #shard<@stage0, [P(sum)]>, to = #shard<@stage1, [R]>, shape = [2, 8, 32],
                    grad_from = #shard<@stage1, [P(sum)]>, grad_to = #shard<@stage0, [R]>}
 
+A value several later stages read (a skip connection, an attention mask) has one ``pipe.boundary``
+per consumer, all with its ``id`` and the same ``from``, ``shape`` and ``grad_to``; its gradient
+is the sum of the consumers'.
+
 ``pipeline-schedule`` (:mod:`spmdc.passes.pipeline_schedule`) adds each rank's program: a
 ``func.func @rank<r>`` whose body is the rank's schedule in order — compute on micro-batch ``mb``
 (``pipe.forward``, ``pipe.backward``; the last stage's ``pipe.forward_backward``) and the
@@ -41,7 +45,8 @@ from spmdc.ir.registry import Dialect
 class BoundaryOp(Operation):
     """A value one stage computes and a later one reads: its global shape, the producer's result
     layout ``from``, the consumer's argument layout ``to`` and, for a differentiable value, the
-    layouts its gradient leaves the consumer with and reaches the producer in::
+    layouts its gradient leaves the consumer with and reaches the producer in (a value read by
+    several stages: one op per consumer, with the same ``id``)::
 
         pipe.boundary {from = #shard<@stage0, [P(sum)]>, grad_from = #shard<@stage1, [R]>,
                        grad_to = #shard<@stage0, [R]>, id = 0, shape = [2, 8, 32], to = #shard<@stage1, [R]>}

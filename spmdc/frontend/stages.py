@@ -224,13 +224,16 @@ def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, l
     import contextlib
 
     from spmdc.frontend.checkpoint import marking_checkpoints
+    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
     from spmdc.frontend.export import kept_modes
     from spmdc.frontend.loss import LossWrapper
 
     root = LossWrapper(model, loss_fn, len(inputs), False, policy)
     marking = marking_checkpoints(model, blocks=True) if checkpoint == "blocks" else contextlib.nullcontext()
+    # (a meta model is traced from fake tensors; the stages then hold its meta tensors, see PipelineModule)
+    fake = fake_parameters(model) if is_meta_model(model) else contextlib.nullcontext()
     try:   # every module traced in its own mode (a frozen submodule in eval), each flag kept
-        with kept_modes(model), marking:
+        with kept_modes(model), marking, fake:
             ep = torch.export.export(root, inputs + loss_inputs, dict(kwargs), strict=False)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}") from e

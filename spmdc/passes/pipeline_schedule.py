@@ -8,7 +8,11 @@ forward preceded by the receives of the stage's inputs and followed by the sends
 each backward preceded by the receives of its outputs' gradients and followed by the sends of its
 inputs' gradients. The ranks at the other end come from the finest-slice table between the two
 layouts (:func:`spmdc.sharding.slices.bsr_plan`): a rank sends only what a receiver lacks, a
-receiver of a partial value gets one message per term::
+receiver of a partial value gets one message per term. A value several later stages read is
+declared once per consumer (``pipe.boundary`` ops with the same ``id``, one ``to`` mesh each): its
+producer's ``pipe.send`` goes to the ranks of every consumer, and the receive of its gradient
+before the producer's backward waits for every consumer's message, the pieces summed on arrival
+(the gradient of a value read twice is the sum of the two)::
 
     // spmdc-opt --pipeline-schedule="schedule=gpipe microbatches=2"
     func.func @rank2() attributes {spmdc.rank = 2, spmdc.schedule = "gpipe", spmdc.stage = 1} {
@@ -21,7 +25,8 @@ receiver of a partial value gets one message per term::
     }
 
 Errors: a boundary between meshes that are not device groups of disjoint ranks, a stage that
-runs on no mesh, an unknown schedule.
+runs on no mesh, an unknown schedule, a value declared twice for one consumer or with another
+producer, shape or gradient layout.
 """
 
 from __future__ import annotations
@@ -53,7 +58,11 @@ class PipelineLayout:
 
     meshes: list[MeshOp]
     boundaries: list[BoundaryOp]
-    plans: dict[tuple[int, bool], BsrPlan]     # (value, grad) -> the table it moves by
+    plans: dict[tuple[int, int, bool], BsrPlan]     # (value, consumer stage, grad) -> the table it moves by
+
+    def moves(self, value: int, grad: bool) -> list[BsrPlan]:
+        """The tables ``value`` (or its gradient) moves by: one per consumer stage, in stage order."""
+        return [p for (v, _, g), p in sorted(self.plans.items(), key=lambda kv: kv[0][1]) if v == value and g == grad]
 
     def stage_of_mesh(self, name: str) -> int:
         return [m.sym_name for m in self.meshes].index(name)
@@ -88,13 +97,16 @@ def pipeline_layout(module: Operation) -> PipelineLayout:
             seen[d] = m.sym_name
     specs = {m.sym_name: MeshSpec(tuple(m.axis_names), tuple(m.shape), tuple(m.devices)) for m in meshes}
     out = PipelineLayout(meshes, boundaries, {})
+    first: dict[int, BoundaryOp] = {}
     for b in boundaries:
         if b.attributes["grad_from" if b.differentiable else "from"] is None:
             continue
+        _same_value(first.setdefault(b.id, b), b, out)
         pairs = [(False, "from", "to")] + ([(True, "grad_from", "grad_to")] if b.differentiable else [])
         for grad, src, dst in pairs:
             try:
-                out.plans[(b.id, grad)] = bsr_plan(b.shape, b.attributes[src], b.attributes[dst], specs)
+                out.plans[(b.id, out.consumer(b), grad)] = bsr_plan(b.shape, b.attributes[src],
+                                                                    b.attributes[dst], specs)
             except (ValueError, NotImplementedError) as e:
                 raise b.emit_error(f"cannot move {'the gradient of ' if grad else ''}value {b.id}: {e}") from None
         if out.producer(b) >= out.consumer(b):
@@ -106,10 +118,24 @@ def pipeline_layout(module: Operation) -> PipelineLayout:
     return out
 
 
-def _peers(plan: BsrPlan, rank: int, sending: bool) -> list[int]:
+def _same_value(first: BoundaryOp, b: BoundaryOp, layout: PipelineLayout) -> None:
+    """Refuse a second declaration of ``first``'s value that is not the same value going to
+    another consumer: same producer layout, shape and gradient layout, a new consumer stage."""
+    if b is first:
+        return
+    if layout.consumer(b) == layout.consumer(first):
+        raise b.emit_error(f"value {b.id} is declared twice for stage {layout.consumer(b)}")
+    for key in ("from", "shape", "grad_to"):
+        if str(b.attributes.get(key)) != str(first.attributes.get(key)):
+            raise b.emit_error(f"value {b.id} is declared with another '{key}' for stage {layout.consumer(b)} "
+                               f"({b.attributes.get(key)}) than for stage {layout.consumer(first)} "
+                               f"({first.attributes.get(key)}): one value, one producer layout")
+
+
+def _peers(plans: list[BsrPlan], rank: int, sending: bool) -> list[int]:
     if sending:
-        return sorted({d for (s, d) in plan.sends if s == rank and d != rank})
-    return sorted({s for (s, d) in plan.sends if d == rank and s != rank})
+        return sorted({d for plan in plans for (s, d) in plan.sends if s == rank and d != rank})
+    return sorted({s for plan in plans for (s, d) in plan.sends if d == rank and s != rank})
 
 
 def rank_schedule(layout: PipelineLayout, rank: int, schedule: str, microbatches: int) -> FuncOp:
@@ -118,6 +144,7 @@ def rank_schedule(layout: PipelineLayout, rank: int, schedule: str, microbatches
     n = len(layout.meshes)
     ins = [b for b in layout.boundaries if layout.consumer(b) == stage]
     outs = [b for b in layout.boundaries if layout.producer(b) == stage]
+    outs = [b for i, b in enumerate(outs) if all(o.id != b.id for o in outs[:i])]   # a value once, for all consumers
     func = FuncOp.build(f"rank{rank}", [], [])
     func.set_attr("spmdc.rank", IntegerAttr(rank))
     func.set_attr("spmdc.stage", IntegerAttr(stage))
@@ -125,7 +152,9 @@ def rank_schedule(layout: PipelineLayout, rank: int, schedule: str, microbatches
     body = func.body
 
     def message(cls: type, b: BoundaryOp, mb: int, grad: bool) -> None:
-        peers = _peers(layout.plans[(b.id, grad)], rank, cls is SendOp)
+        # (a value's output is sent to, its gradient received from, every consumer stage at once)
+        plans = layout.moves(b.id, grad) if layout.producer(b) == stage else [layout.plans[(b.id, stage, grad)]]
+        peers = _peers(plans, rank, cls is SendOp)
         if peers:
             attrs = {"value": IntegerAttr(b.id), "mb": IntegerAttr(mb), cls.peer_key: [int(p) for p in peers]}
             if grad:

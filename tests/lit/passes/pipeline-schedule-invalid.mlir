@@ -36,3 +36,22 @@ shard.mesh @s0 = <["dp" = 1]> devices = [0]
 shard.mesh @s1 = <["tp" = 2]> devices = [1, 2]
 // CHECK: pipeline-schedule-invalid.mlir:[[# @LINE + 1]]:1: error: 'pipe.boundary' op cannot move value 0: BSR delivers whole values: a Partial destination is not supported
 pipe.boundary {id = 0, shape = [4], from = #shard<@s0, [R]>, to = #shard<@s1, [P(sum)]>}
+
+// -----
+
+// A value with several consumers is one value: the same producer layout for each of them.
+shard.mesh @s0 = <["tp" = 2]> devices = [0, 1]
+shard.mesh @s1 = <["dp" = 1]> devices = [2]
+shard.mesh @s2 = <["dp" = 1]> devices = [3]
+pipe.boundary {id = 0, shape = [4], from = #shard<@s0, [R]>, to = #shard<@s1, [R]>}
+// CHECK: pipeline-schedule-invalid.mlir:[[# @LINE + 1]]:1: error: 'pipe.boundary' op value 0 is declared with another 'from' for stage 2
+pipe.boundary {id = 0, shape = [4], from = #shard<@s0, [S(0)]>, to = #shard<@s2, [R]>}
+
+// -----
+
+// One declaration per consumer.
+shard.mesh @s0 = <["dp" = 1]> devices = [0]
+shard.mesh @s1 = <["dp" = 1]> devices = [1]
+pipe.boundary {id = 0, shape = [4], from = #shard<@s0, [R]>, to = #shard<@s1, [R]>}
+// CHECK: pipeline-schedule-invalid.mlir:[[# @LINE + 1]]:1: error: 'pipe.boundary' op value 0 is declared twice for stage 1
+pipe.boundary {id = 0, shape = [4], from = #shard<@s0, [R]>, to = #shard<@s1, [R]>}

@@ -144,8 +144,8 @@ def test_refusals_name_the_option_on_every_rank(results):
         got = results[r]["refused"]
         assert "grad_accum=3 rounds of 2 micro-batches split every input along dim 0 into 6 pieces" \
             in got["grad_accum=3"]
-        assert "checkpoint='layers': expected None or 'blocks'" in got["checkpoint='layers'"]
-        assert "clip_grad_norm must be positive, got 0.0" in got["clip_grad_norm=0"]
+        assert "option checkpoint='layers': expected one of 'blocks'" in got["checkpoint='layers'"]
+        assert "option clip_grad_norm=0.0: expected a finite positive number" in got["clip_grad_norm=0"]
 
 
 def test_dropout_draws_in_both_stages(results):
