@@ -51,6 +51,9 @@ def one_device():
     return losses, states
 
 
+@pytest.mark.matrix("one mesh", "save/resume")
+@pytest.mark.matrix("pipeline", "save/resume")
+@pytest.mark.matrix("device groups", "save/resume")
 def test_every_segment_continues_the_uninterrupted_run(chain, one_device):
     losses, states = one_device
     for r in chain[0].values():

@@ -121,7 +121,10 @@ def test_counter_mode_masks_are_the_same_bits_under_every_plan(runs):
     assert "tensor.rng_seed" in steps[len(MESHES)].global_ir
 
 
-@pytest.mark.parametrize("first", [2 * len(MESHES), 2 * len(MESHES) + 4], ids=["plain", "checkpointed"])
+@pytest.mark.parametrize("first", [
+    pytest.param(2 * len(MESHES), id="plain", marks=[pytest.mark.matrix("one mesh", "dropout")]),
+    pytest.param(2 * len(MESHES) + 4, id="checkpointed",
+                 marks=[pytest.mark.matrix("one mesh", "dropout"), pytest.mark.matrix("one mesh", "act. ckpt")])])
 def test_training_with_dropout_matches_eager(runs, first):
     steps, results = runs
     model, x, y = _drop_model()

@@ -46,7 +46,8 @@ def one_device(name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
     return losses, {k: v.detach() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("name", list(W.CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=[pytest.mark.matrix("device groups", "dropout")]
+                                               if n == "hf-gpt2" else []) for n in W.CASES])
 def test_matches_one_device(six, name):
     losses, state = one_device(name)
     for r in range(6):
@@ -129,6 +130,7 @@ def one_device_accumulated(name: str) -> tuple[list[float], dict[str, torch.Tens
     return losses, {k: v.detach() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.matrix("device groups", "accum")
 @pytest.mark.parametrize("name", list(W.ACCUM))
 def test_gradient_accumulation_with_device_groups_matches_one_device(six, name):
     # grad_accum=2: two micro-batches of 6 rows (each split 4 + 2 across the groups), gradients summed

@@ -79,7 +79,16 @@ def one_device(workload: str, plan: dict, opts: dict[str, Any], optimizer: tuple
             "state": {k: v.detach() for k, v in model.named_parameters(remove_duplicate=False)}}
 
 
-@pytest.mark.parametrize("name", list(W.CASES))
+def _cells(name: str) -> list[Any]:
+    """The matrix cells a case covers: its options, and dropout for the HF GPT-2 cases."""
+    opts = W.CASES[name][2]
+    feats = [f for key, f in (("mixed_precision", "bf16"), ("clip_grad_norm", "clip"), ("grad_accum", "accum"),
+                              ("checkpoint", "act. ckpt")) if opts.get(key)]
+    feats += ["dropout"] if name in W.PER_MICRO_BATCH else []
+    return [pytest.mark.matrix("pipeline", f) for f in feats]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=_cells(n)) for n in W.CASES])
 def test_matches_one_device(results, name):
     workload, plan, opts, optimizer = W.CASES[name]
     ref = one_device(workload, plan, opts, optimizer, per_micro_batch=name in W.PER_MICRO_BATCH)

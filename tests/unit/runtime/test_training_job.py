@@ -81,6 +81,7 @@ def test_own_optimizer_and_scheduler_on_module_parameters(four):
     close(res[2]["bigger_batch_loss"], F.mse_loss(model(x2), y2))
 
 
+@pytest.mark.matrix("one mesh", "clip")
 def test_clipping_in_the_program_matches_clip_grad_norm(four):
     model, x, y, _ = W.mlp_job()
     losses, norms, state, _ = W.eager_steps(model, [(x, y)] * 2, lambda ps: torch.optim.SGD(ps, lr=0.1), clip=0.05)
@@ -97,6 +98,7 @@ def test_clipping_in_the_program_matches_clip_grad_norm(four):
     assert set(prog) == set(base) and "comm.all_to_all" not in prog
 
 
+@pytest.mark.matrix("one mesh", "accum")
 def test_accumulation_equals_one_big_batch(four):
     model, xb, yb, _ = W.mlp_job(batch=32)
     losses, _, state, _ = W.eager_steps(model, [(xb, yb)] * 2, lambda ps: torch.optim.SGD(ps, lr=0.1))
@@ -114,6 +116,8 @@ def test_accumulation_equals_one_big_batch(four):
     assert program == {"comm.all_gather_bucket": program["comm.all_gather_bucket"], "comm.all_reduce": 1}
 
 
+@pytest.mark.matrix("one mesh", "clip")
+@pytest.mark.matrix("one mesh", "accum")
 def test_accumulation_with_clipping(four):
     model, xb, yb, _ = W.mlp_job(batch=32)
     losses, norms, state, _ = W.eager_steps(model, [(xb, yb)] * 2, lambda ps: torch.optim.SGD(ps, lr=0.1),
@@ -169,6 +173,7 @@ def test_checkpoint_of_four_ranks_loads_on_two(four, two):
     close(loaded["after"], saved["after"], rtol=1e-6, atol=0)
 
 
+@pytest.mark.matrix("one mesh", "save/resume")
 def test_checkpointed_run_matches_one_device(four):
     model, x, y, _ = W.mlp_job()
     losses, _, _, _ = W.eager_steps(model, [(x, y)] * 4, lambda ps: torch.optim.AdamW(ps, **W.ADAMW))
@@ -291,6 +296,8 @@ def test_empty_shards_with_adamw_and_clipping(four):
         close(r["empty_state"], state)
 
 
+@pytest.mark.matrix("one mesh", "clip")
+@pytest.mark.matrix("one mesh", "save/resume")
 def test_the_documented_training_loop_matches_one_device_and_resumes(two):
     """docs/runtime.md's loop: meta init, local batches, own AdamW + cosine schedule, clipping,
     save at step 2; resumed from there it continues the uninterrupted run."""
@@ -313,6 +320,8 @@ def test_the_documented_training_loop_matches_one_device_and_resumes(two):
         close(r["doc"]["resumed"], r["doc"]["whole"][2:], rtol=1e-6, atol=0)
 
 
+@pytest.mark.matrix("one mesh", "clip")
+@pytest.mark.matrix("one mesh", "accum")
 def test_hf_model_with_keyword_labels_accumulates_and_clips(four):
     sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
     import hf_tiny
