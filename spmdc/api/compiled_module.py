@@ -134,7 +134,7 @@ class CompiledModule(nn.Module):
         self._runners: dict[tuple, RankRunner] = {}
         example = list(model_args) + list(loss_args) + list(kwargs.values())
         if train and options.grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
-            from spmdc.api.pipeline_module import check_micro_batch_mean
+            from spmdc.api.micro_batches import check_micro_batch_mean
 
             check_micro_batch_mean(model, loss_fn, len(model_args), self._kw_names, example, self._micro(example),
                                    first=members[0], group=self.group, eval_mode=True)

@@ -69,6 +69,8 @@ from typing import Any
 
 import torch
 
+from spmdc.api.micro_batches import check_micro_batch_mean, chunks
+from spmdc.api.pipeline_step import StepState
 from spmdc.sharding.pipeline_plan import PipelinePlan
 
 
@@ -76,60 +78,6 @@ from spmdc.sharding.pipeline_plan import PipelinePlan
 class _Programs:
     forward: Any   # RankRunner or None (the last stage)
     backward: Any
-
-
-def check_micro_batch_mean(model: Any, loss_fn: Any, n_model: int, kw_names: Sequence[str], every: list[Any],
-                           micro: list[list[Any]], first: int = 0, group: Any = None, eval_mode: bool = False) -> None:
-    """A step over micro-batches takes the mean of their losses: refuse a model + loss for which
-    that is not the loss of the whole batch (samples coupled across the batch, as a contrastive
-    loss; a mean over unequal token counts). Checked once, on the example batch, by eager PyTorch
-    on job rank ``first`` (the model's own forward, no gradients), the verdict broadcast over
-    ``group`` (every rank calls it). ``eval_mode``: run the model in eval mode (a model whose random
-    ops stay on: its masks would differ between the two runs; batch statistics then go unchecked)."""
-    import torch.distributed as dist
-
-    from spmdc.frontend.export import kept_modes
-    from spmdc.frontend.loss import LossWrapper
-
-    verdict: list[Any] = [None]
-    if dist.get_rank() == first and len(micro) > 1:
-        wrapper = LossWrapper(model, loss_fn, n_model, False, None)
-        n_kw = len(kw_names)
-
-        def loss_of(values: list[Any]) -> Any:
-            pos, kw = values[:len(values) - n_kw], dict(zip(kw_names, values[len(values) - n_kw:]))
-            return wrapper(*pos, **kw)[0].detach().double()
-
-        failed = None
-        with kept_modes(model):   # every module's own flag back afterwards (not the root's on all)
-            if eval_mode:
-                model.eval()
-            with torch.no_grad(), torch.random.fork_rng():
-                whole = loss_of(list(every))
-                try:
-                    parts = torch.stack([loss_of(list(m)) for m in micro]).mean()
-                except Exception as e:  # noqa: BLE001 - the model and loss do not run on a micro-batch
-                    failed = f"{type(e).__name__}: {e}"
-        if failed is not None:
-            verdict[0] = (f"the model and its loss fail on one of {len(micro)} micro-batches ({failed}): they need "
-                          "the whole batch; use one micro-batch")
-        elif not torch.allclose(whole, parts, rtol=1e-5, atol=1e-7):
-            verdict[0] = (f"the loss of the whole batch ({float(whole):.6g}) is not the mean of its {len(micro)} "
-                          f"micro-batches' losses ({float(parts):.6g}) for this model: its samples interact across "
-                          "the batch (a batch-wide loss, batch statistics) or its loss averages unequal counts; "
-                          "micro-batches would train on another loss. Use one micro-batch")
-    dist.broadcast_object_list(verdict, src=first, group=group)
-    if verdict[0] is not None:
-        raise ValueError(verdict[0])
-
-
-def _chunks(values: Sequence[Any], n: int, names: Sequence[str]) -> list[list[Any]]:
-    for v, name in zip(values, names):
-        if v.dim() == 0 or v.shape[0] % n:
-            raise ValueError(f"{n} micro-batches split every input along dim 0, but input '{name}' has shape "
-                             f"{tuple(v.shape)}")
-    pieces = [v.chunk(n, dim=0) for v in values]
-    return [[p[k] for p in pieces] for k in range(n)]
 
 
 class PipelineModule:
@@ -193,7 +141,7 @@ class PipelineModule:
                                      f"along dim 0 into {n} pieces, but {name} has shape {tuple(v.shape)}")
             plan.check_batch([(t.shape[0] // self.accum, *t.shape[1:]) for t in every],
                              f"grad_accum round's input (1/{self.accum} of the batch)")
-        micro = _chunks(every, self.micro * self.accum, names)   # every round's micro-batches
+        micro = chunks(every, self.micro * self.accum, names)   # every round's micro-batches
         mb0 = micro[0]
         modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
                                                                                                   self.n_stages)
@@ -588,7 +536,7 @@ class PipelineModule:
         names = [f"input #{i}" for i in range(len(batch))] + self._kw_names
         self._input_check(tuple((tuple(v.shape), str(v.dtype)) for v in values), values,
                           [n if n.startswith("input #") else f"input '{n}'" for n in names])
-        micro = _chunks(values, self.micro * self.accum, names)
+        micro = chunks(values, self.micro * self.accum, names)
         grads: dict[str, Any] = {}
         loss: Any = None
         self.last_timeline: list[tuple[str, float, float]] = []
@@ -684,7 +632,7 @@ class PipelineModule:
 
         from spmdc.dialects.pipe import BackwardOp, ForwardBackwardOp, ForwardOp, RecvOp, SendOp, StepOp
 
-        st = _StepState(self, grads)
+        st = StepState(self, grads)
         for op in self._rank_function(self.rank).body.ops:
             t0 = time.perf_counter()
             if isinstance(op, RecvOp):
@@ -938,174 +886,6 @@ def _state_module(entries: dict[str, Any]) -> torch.nn.Module:
 class _Groups:
     def __init__(self, stages: Sequence[Any]):
         self.groups = stages
-
-
-class _StepState:
-    """One step's live values on this rank: stashed inputs, outputs waiting to go, gradients."""
-
-    def __init__(self, pm: PipelineModule, grads: dict[str, Any]):
-        self.pm = pm
-        self.inbox: dict[tuple[int, int, bool], Any] = {}     # received: (value, mb, grad) -> local piece
-        self.outbox: dict[tuple[int, int, bool], Any] = {}    # to send
-        self.stash: dict[int, list[Any]] = {}                 # mb -> the forward's inputs (for the backward)
-        self.grads = grads                                     # the step's, summed over its rounds
-        self.sends: list[Any] = []
-        self.loss: Any = None
-        self.peak = 0
-        self.messages = 0
-        self.bytes_sent = 0
-
-    def _account(self) -> None:
-        live = sum(t.numel() * t.element_size() for ts in self.stash.values() for t in ts)
-        live += sum(t.numel() * t.element_size() for t in self.inbox.values())
-        live += sum(t.numel() * t.element_size() for t in self.outbox.values())
-        self.peak = max(self.peak, live)
-
-    def _moves(self, value: int, grad: bool) -> list[Any]:
-        """The tables ``value`` (or its gradient) moves by, one per consumer stage: a producer
-        sends to every consumer and sums their gradients; a consumer uses its own table."""
-        return self.pm._layout.moves(value, grad)
-
-    def _keep(self, value: int, grad: bool) -> bool:
-        """Whether this rank sends any of ``value`` (or its gradient): another rank's copy goes otherwise."""
-        return any(s == self.pm.rank and d != s for plan in self._moves(value, grad) for (s, d) in plan.sends)
-
-    def _piece(self, value: int, grad: bool) -> Any:
-        """This rank's box of ``value`` (or of its gradient) as it receives it."""
-        return next(p.box for plan in self._moves(value, grad) for p in plan.dst if p.device == self.pm.rank)
-
-    def _taken(self, value: int, grad: bool) -> tuple[Any, Any]:
-        """(dtype sent, dtype taken) of what this rank receives: a value from its producer, a
-        gradient from any consumer (they leave in one dtype)."""
-        return self.pm._wire_dtype(value, grad, None if grad else self.pm.stage)
-
-    def _tag(self, value: int, mb: int, grad: bool) -> int:
-        return 1 + (mb * 2 + int(grad)) * max(1, len(self.pm.split.values)) + value
-
-    def send(self, op: Any) -> None:
-        import torch.distributed as dist
-
-        from spmdc.sharding.slices import box_view
-
-        local = self.outbox.pop((op.value, op.mb, op.grad))
-        sends = sorted((kv for plan in self._moves(op.value, op.grad) for kv in plan.sends.items()),
-                       key=lambda kv: kv[0])
-        for (s, d), cells in sends:   # (each destination rank is in one consumer's table)
-            if s != self.pm.rank:
-                continue
-            buf = torch.cat([box_view(local, cell, sbox).reshape(-1) for cell, sbox, _ in cells]).contiguous()
-            self.sends.append((dist.isend(buf, d, tag=self._tag(op.value, op.mb, op.grad)), buf))
-            self.messages += 1
-            self.bytes_sent += buf.numel() * buf.element_size()
-            self.pm.comm.stats.add("send", buf.numel() * buf.element_size())
-
-    def recv(self, op: Any) -> None:
-        import torch.distributed as dist
-
-        from spmdc.runtime.bsr import unpack_add
-        from spmdc.sharding.slices import box_numel
-
-        sent, taken = self._taken(op.value, op.grad)
-        out = torch.zeros(tuple(e - s for s, e in self._piece(op.value, op.grad)), dtype=sent, device=self.pm.device)
-        # (a gradient from several consumers: every consumer's pieces summed into ``out``)
-        sends = sorted((kv for plan in self._moves(op.value, op.grad) for kv in plan.sends.items()),
-                       key=lambda kv: kv[0])
-        for (s, d), cells in sends:
-            if d != self.pm.rank:
-                continue
-            buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=sent, device=self.pm.device)
-            dist.irecv(buf, s, tag=self._tag(op.value, op.mb, op.grad)).wait()
-            self.pm.comm.stats.add("recv", buf.numel() * buf.element_size())
-            unpack_add(buf, cells, out)
-        self.inbox[(op.value, op.mb, op.grad)] = out if taken == sent else out.to(taken)
-        self._account()
-
-    def _received(self, value: int, mb: int, grad: bool) -> Any:
-        """What :meth:`recv` left of ``value`` (or its gradient) for micro-batch ``mb``; a rank whose
-        piece is empty (a dim of size 1 cut over two ranks: a mask broadcast over the batch) is sent
-        nothing and takes its empty piece."""
-        from spmdc.sharding.slices import box_numel
-
-        key = (value, mb, grad)
-        if key in self.inbox:
-            return self.inbox.pop(key)
-        box = self._piece(value, grad)
-        if box_numel(box):
-            raise RuntimeError(f"rank {self.pm.rank}: value {value} of micro-batch {mb} was not received")
-        return torch.zeros(tuple(e - s for s, e in box), dtype=self._taken(value, grad)[1], device=self.pm.device)
-
-    def _inputs(self, run: Any, mb: int, micro: list[Any], stage_is: str) -> list[Any]:
-        """The stage's inputs for ``run`` (user inputs cut from the micro-batch, received values)."""
-        pm = self.pm
-        prog = run.program
-        pos = [i for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
-        out = []
-        for k, (kind, i) in enumerate(pm.mine.inputs):
-            lay = prog.arg_layouts[pos[k]]
-            if kind == "input":
-                out.append(pm._cut(micro[i], lay))
-            else:
-                out.append(self._received(i, mb, False))
-        return out
-
-    def forward(self, op: Any, micro: list[Any], backward: bool) -> None:
-        pm = self.pm
-        pm._rng.enter(pm._mb_offset + op.mb)   # this micro-batch's masks (and the backward's recomputed ones)
-        if backward:   # the last stage: loss, gradients, input gradients at once
-            run = pm._programs.backward
-            ins = self._inputs(run, op.mb, micro, "B")
-            self._account()
-            self._run_backward(run, ins, [], op.mb, scale=1.0 / (pm.micro * pm.accum))
-            return
-        run = pm._programs.forward
-        ins = self._inputs(run, op.mb, micro, "F")
-        self.stash[op.mb] = ins
-        outs = run(pm._args(run, ins))
-        for v, out in zip(pm.mine.outputs, outs):
-            if self._keep(v, False):
-                self.outbox[(v, op.mb, False)] = out
-        self._account()
-
-    def backward(self, op: Any, micro: list[Any]) -> None:
-        pm = self.pm
-        run, fwd = pm._programs.backward, pm._programs.forward
-        ins = self.stash.pop(op.mb)
-        fpos = [i for i, k in enumerate(fwd.program.step.arg_kinds) if k.startswith("input:")]
-        bpos = [i for i, k in enumerate(run.program.step.arg_kinds) if k.startswith("input:")]
-        moved = []
-        for k, x in enumerate(ins):
-            src, dst = fwd.program.arg_layouts[fpos[k]], run.program.arg_layouts[bpos[k]]
-            moved.append(pm._relayout(x, src, dst, fwd.program.step.arg_shapes[fpos[k]]))
-        gs = [self._received(v, op.mb, True) for v in pm._diff_outputs(pm.mine)]
-        pm._rng.enter(pm._mb_offset + op.mb)   # the recomputed forward draws the forward's masks
-        self._run_backward(run, moved, gs, op.mb, scale=1.0)
-
-    def _run_backward(self, run: Any, ins: list[Any], gs: list[Any], mb: int, scale: float) -> None:
-        pm = self.pm
-        outs = run(pm._args(run, ins + gs))
-        prog = run.program
-        for i, (kind, out) in enumerate(zip(prog.step.result_kinds, outs)):
-            if kind == "loss" and pm.stage == pm.n_stages - 1:   # (summed in float32 under mixed precision)
-                part = out.float() * scale
-                self.loss = part if self.loss is None else self.loss + part
-            elif kind.startswith("grad:"):
-                g = out * scale if scale != 1.0 else out
-                name = kind[5:]
-                if tuple(prog.res_layouts[i]) != tuple(pm._storage[name]):
-                    g = pm._relayout(g, prog.res_layouts[i], pm._storage[name], prog.step.res_shapes[i])
-                self.grads[name] = g if name not in self.grads else self.grads[name] + g
-            elif kind.startswith("grad_input:"):
-                k = int(kind.split(":", 1)[1])
-                what, v = pm.mine.inputs[k]
-                if what == "value" and pm.split.values[v].differentiable and self._keep(v, True):
-                    self.outbox[(v, mb, True)] = out * scale if scale != 1.0 else out
-        self._account()
-
-    def finish(self) -> None:
-        """The round's end (``pipe.step``): wait for its sends (the step's gradients are set after
-        its last round, :meth:`PipelineModule._set_grads`)."""
-        for work, _ in self.sends:
-            work.wait()
 
 
 def _print(op: Any) -> str:
