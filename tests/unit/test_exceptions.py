@@ -15,6 +15,7 @@ from spmdc.ir.location import FileLineColLoc, NameLoc
 
 
 def _examples() -> dict[str, object]:
+    from spmdc.compiler.options import OptionError
     from spmdc.frontend.aten.base import TranslationError, UnsupportedOpError, UnsupportedOpsError
     from spmdc.frontend.deferred_init import ReplayError
     from spmdc.frontend.joint import MetadataLostWarning
@@ -49,6 +50,7 @@ def _examples() -> dict[str, object]:
         "WorkloadError": WorkloadError("unknown workload 'x'"),
         "ExportError": ExportError("torch.export.export failed: RuntimeError: boom"),
         "StageError": StageError("stage 0: the model has no module 'h.O' (did you mean 'h.0'?)"),
+        "OptionError": OptionError("option grad_accum=0: expected an integer >= 1"),
         "MixedPrecisionError": MixedPrecisionError("unknown mixed precision 'bf17' (choices: bf16, fp16, none)"),
         "ReplayError": ReplayError("'fc.extra' is never initialized by the recorded construction"),
         "CheckpointError": CheckpointError("checkpoint ckpt/__0_0.distcp is damaged (truncated: 0 of at least 6,380 "
