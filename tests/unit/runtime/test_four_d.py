@@ -102,7 +102,9 @@ def _as_noisy_as_eager_fp32(got: dict[str, torch.Tensor], bf16: dict[str, torch.
         assert worst <= NOISE_FACTOR * scale + ATOL, (where, k, worst, scale)
 
 
-@pytest.mark.parametrize("name", list(W.MODELS))
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=[pytest.mark.matrix("4-D", f) for f in ("bf16", "clip", "act. ckpt", "save/resume")
+                           + (("dropout",) if n == "gpt2" else ())]) for n in W.MODELS])
 def test_four_d_then_fsdp_matches_one_device(ranks, references, name):
     ref, fp32 = references[name]["bf16"], references[name]["fp32"]
     for r in range(8):
