@@ -22,6 +22,7 @@ from typing import Any
 
 from spmdc.codegen.names import py_name
 from spmdc.codegen.python_emitter import EMITTER_VERSION, bind_tables, emit_python
+from spmdc.dialects.attrs import RANK_ATTR
 from spmdc.ir.core import Operation
 
 _END = "# end of generated module\n"
@@ -135,7 +136,7 @@ def dump_codegen(module: Operation, directory: str | os.PathLike[str], target: s
     out, stems = [], Namer(prefix="f")
     for op in module.body.ops:
         if isinstance(op, FuncOp):
-            rank = op.attr_value("spmdc.rank")
+            rank = op.attr_value(RANK_ATTR)
             stem = py_name(op.sym_name, "f") + (f"_rank{int(rank)}" if rank is not None else "")  # type: ignore[arg-type]
             path = Path(directory) / f"{stems.fresh(stem)}.py"
             write_atomic(path, emit_python(module, op.sym_name, target))

@@ -1,5 +1,6 @@
-"""The compiler driver: the one pass pipeline (:mod:`.pass_pipeline`), compiling the global program and
-one rank's program (:mod:`.driver`), and dump hooks (:mod:`.dump`).
+"""The compiler driver: the one pass pipeline (:mod:`.pass_pipeline`), the compiler as one function of
+named stages (:func:`.driver.compile_program`; its halves: the global program, one rank's program),
+and dump hooks (:mod:`.dump`).
 
     from spmdc.compiler import Dump, compile_global, compile_rank
     step = compile_global(model, (x,), mesh=Mesh({"tp": 4}), plan="megatron")
@@ -9,7 +10,9 @@ Layering: it uses the frontend, passes and codegen; the runtime uses it and only
 """
 
 from spmdc.compiler.driver import (
+    Compilation,
     compile_global,
+    compile_program,
     compile_rank,
     default_target,
     plan_for,
@@ -22,6 +25,6 @@ from spmdc.compiler.program import CompiledStep, RankProgram
 
 compile_step = compile_global   # the name the Python API has used
 
-__all__ = ["CompiledStep", "Dump", "PipelineOptions", "RankProgram", "Stage", "compile_global", "compile_rank",
-           "compile_step", "default_target", "named_pipelines", "plan_for", "rank_module", "split_example_inputs",
-           "stages"]
+__all__ = ["Compilation", "CompiledStep", "Dump", "PipelineOptions", "RankProgram", "Stage", "compile_global",
+           "compile_program", "compile_rank", "compile_step", "default_target", "named_pipelines", "plan_for",
+           "rank_module", "split_example_inputs", "stages"]

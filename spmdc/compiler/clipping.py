@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spmdc.dialects.attrs import GRAD_NORM_ATTR, GRAD_OF_ATTR, LOSS_ATTR
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.shard import AnnotateOp, Replicate, ShardingAttr, shard_dim
 from spmdc.ir.attributes import UnitAttr
@@ -30,8 +31,6 @@ from spmdc.ir.types import FunctionType, TensorType
 from spmdc.passes.sharding_propagation import LATE
 from spmdc.sharding.layouts import SHARDING
 
-GRAD_NORM_ATTR = "spmdc.grad_norm"
-
 
 def add_gradient_clipping(module: Operation, max_norm: float, func_name: str = "main") -> int:
     """Clip the gradients ``@func_name`` returns to global norm ``max_norm``; returns how many."""
@@ -39,7 +38,7 @@ def add_gradient_clipping(module: Operation, max_norm: float, func_name: str = "
 
     func = next(op for op in module.body.ops if isinstance(op, FuncOp) and op.sym_name == func_name)
     ret = func.return_op
-    grads = [i for i in range(len(ret.operands)) if "spmdc.grad_of" in func.res_attrs(i)]
+    grads = [i for i in range(len(ret.operands)) if GRAD_OF_ATTR in func.res_attrs(i)]
     if not grads:
         return 0
     b = Builder.before(ret)
@@ -89,7 +88,7 @@ def add_gradient_clipping(module: Operation, max_norm: float, func_name: str = "
     func.set_function_type(FunctionType(func.function_type.inputs, tuple(v.type for v in ret.operands)))
     func.set_res_attr(len(ret.operands) - 1, GRAD_NORM_ATTR, UnitAttr())
     loss = next((func.res_attrs(k).get(SHARDING) for k in range(len(ret.operands) - 1)
-                 if "spmdc.loss" in func.res_attrs(k)), None)
+                 if LOSS_ATTR in func.res_attrs(k)), None)
     if loss is not None:   # planned: the norm is replicated, like the loss
         func.set_res_attr(len(ret.operands) - 1, SHARDING, loss)
     return len(grads)

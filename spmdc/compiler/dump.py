@@ -12,6 +12,15 @@ Layout (``<program>`` is ``forward`` or ``train``)::
     <ir_dir>/<program>/rank<r>/01-after-partition.mlir ... up to the kernel stage
     <code_dir>/<program>/rank<r>.py                   the generated module the rank loaded
 
+and one file per compiler stage (:data:`STAGES`, :func:`spmdc.compiler.driver.compile_program`),
+numbered by the stage's place in the compiler, so that a stage that does not apply to this
+program (no clipping, one mesh) still shows, unchanged, with a note saying why::
+
+    <ir_dir>/<program>/stages/[<group>/]00-capture.mlir ... 05-cross-group.mlir
+    <ir_dir>/<program>/stages/rank<r>/06-partition.mlir, 07-rank-passes.mlir, 08-pipeline-schedule.mlir,
+                                      09-codegen.py
+    <ir_dir>/pipeline/stages/08-pipeline-schedule.mlir  a pipeline plan's schedule (every rank's order)
+
 Every file is written from the objects that run (no recompilation), with locations.
 """
 
@@ -49,6 +58,28 @@ class Dump:
         return path
 
 
+    def write_stage(self, program: str, stage: str, text: str, *, group: str | None = None,
+                    rank: int | None = None) -> Path | None:
+        """Stage ``stage``'s output (IR text, or the generated module for ``codegen``) as
+        ``<ir_dir>/<program>/stages/[<group>/][rank<r>/]NN-<stage>.mlir``."""
+        if self.ir_dir is None:
+            return None
+        directory = Path(self.ir_dir) / program / "stages"
+        if group is not None:
+            directory /= group
+        if rank is not None:
+            directory /= f"rank{rank}"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{STAGES.index(stage):02d}-{stage}{'.py' if stage == 'codegen' else '.mlir'}"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+
+# The compiler's stages in order (spmdc.compiler.driver.compile_program); the dump numbers them so.
+STAGES = ("capture", "prepare", "plan", "clipping", "global", "cross-group", "partition", "rank-passes",
+          "pipeline-schedule", "codegen")
+
+
 class IRWriter:
     """Numbered ``.mlir`` files in one directory: snapshots and a pass-manager hook."""
 
@@ -74,4 +105,4 @@ def program_name(train: bool) -> str:
     return "train" if train else "forward"
 
 
-__all__ = ["Dump", "IRWriter", "hook", "program_name"]
+__all__ = ["STAGES", "Dump", "IRWriter", "hook", "program_name"]

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from spmdc.dialects.attrs import FQN_ATTR, KIND_ATTR, NAME_ATTR, TRAIN_STEP_ATTR, USER_INDEX_ATTR
 from spmdc.frontend import torch_compat
 from spmdc.frontend.program import ExportedProgramInfo, InputInfo, OutputInfo
 
@@ -163,24 +164,24 @@ def import_to_torch_mlir(
             )
         arg_attrs = []
         for i in info.inputs:
-            d = {"spmdc.kind": i.kind, "spmdc.name": i.name}
+            d = {KIND_ATTR: i.kind, NAME_ATTR: i.name}
             if i.fqn is not None:
-                d["spmdc.fqn"] = i.fqn
+                d[FQN_ATTR] = i.fqn
             if i.user_index is not None:
-                d["spmdc.user_index"] = str(i.user_index)
+                d[USER_INDEX_ATTR] = str(i.user_index)
             arg_attrs.append(_dict_attr(ctx, d))
         res_attrs = []
         for o in info.outputs:
-            d = {"spmdc.kind": o.kind}
+            d = {KIND_ATTR: o.kind}
             if o.fqn is not None:
-                d["spmdc.fqn"] = o.fqn
+                d[FQN_ATTR] = o.fqn
             if o.user_index is not None:
-                d["spmdc.user_index"] = str(o.user_index)
+                d[USER_INDEX_ATTR] = str(o.user_index)
             res_attrs.append(_dict_attr(ctx, d))
         func_op.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
         func_op.attributes["res_attrs"] = ir.ArrayAttr.get(res_attrs)
         if info.train:
-            func_op.attributes["spmdc.train_step"] = ir.UnitAttr.get()
+            func_op.attributes[TRAIN_STEP_ATTR] = ir.UnitAttr.get()
 
     module = importer.module
     if pipeline:

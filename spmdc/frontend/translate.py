@@ -24,6 +24,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from spmdc.dialects.attrs import (
+    BUFFER_ATTR,
+    BUFFER_UPDATE_ATTR,
+    CAPTURE_LOC,
+    GRAD_OF_ATTR,
+    GRAD_OF_INPUT_ATTR,
+    LOSS_ATTR,
+    PARAM_ATTR,
+    RECOMPUTE_ATTR,
+    TIED_ATTR,
+    TRAIN_STEP_ATTR,
+)
 from spmdc.frontend.aten import TranslationError, UnsupportedOpError, UnsupportedOpsError, handler_table
 from spmdc.frontend.aten.base import Emitter, Unavailable, Uninitialized, torch_op_label
 from spmdc.ir.attributes import ArrayAttr, DenseAttr, DictAttr, IntegerAttr, StringAttr, UnitAttr
@@ -140,11 +152,11 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
         arg_types.append(_tensor_type(inp.shape, inp.dtype))
         attrs: dict[str, Any] = {}
         if inp.kind in ("parameter", "buffer"):
-            attrs["spmdc.param"] = StringAttr(inp.fqn)
+            attrs[PARAM_ATTR] = StringAttr(inp.fqn)
             if inp.kind == "buffer":
-                attrs["spmdc.buffer"] = UnitAttr()
+                attrs[BUFFER_ATTR] = UnitAttr()
             if inp.fqn in aliases:
-                attrs["spmdc.tied"] = ArrayAttr(tuple(StringAttr(a) for a in sorted(aliases[inp.fqn])))
+                attrs[TIED_ATTR] = ArrayAttr(tuple(StringAttr(a) for a in sorted(aliases[inp.fqn])))
             name = inp.fqn if _HINT_OK.match(inp.fqn) else inp.name
         else:
             name = (user_names or {}).get(inp.user_index, inp.name)
@@ -155,10 +167,10 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
     func = FuncOp.build(func_name, arg_types, [], location=NameLoc(func_name))
     if any(arg_attrs):  # one ArrayAttr at once (set_arg_attr per entry is quadratic)
         func.attributes["arg_attrs"] = ArrayAttr(tuple(DictAttr.of(d) for d in arg_attrs))
-    module = ModuleOp.build_empty(location=NameLoc("spmdc.capture"))
+    module = ModuleOp.build_empty(location=NameLoc(CAPTURE_LOC))
     module.body.append(func)
     if info.train:
-        func.set_attr("spmdc.train_step", UnitAttr())
+        func.set_attr(TRAIN_STEP_ATTR, UnitAttr())
     builder = Builder.at_end(func.body)
     env: dict[str, Any] = {}
     # torch-mlir names its function arguments %arg0.. in placeholder order
@@ -207,7 +219,7 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
         if recompute is not None:   # a checkpointed op recomputed for the backward: CSE must keep it apart
             for op in e.created:
                 if op.results and not e.is_cached_constant(op.results[0]):
-                    op.attributes["spmdc.recompute"] = IntegerAttr(recompute)
+                    op.attributes[RECOMPUTE_ATTR] = IntegerAttr(recompute)
         stats.spmdc_ops += len(e.created)
 
     # -- results -----------------------------------------------------------------------
@@ -215,13 +227,13 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
     for out in info.outputs:
         attrs = {}
         if out.kind == "loss":
-            attrs["spmdc.loss"] = UnitAttr()
+            attrs[LOSS_ATTR] = UnitAttr()
         elif out.kind == "gradient":
-            attrs["spmdc.grad_of"] = StringAttr(out.fqn)
+            attrs[GRAD_OF_ATTR] = StringAttr(out.fqn)
         elif out.kind == "input_gradient":
-            attrs["spmdc.grad_of_input"] = IntegerAttr(out.user_index)
+            attrs[GRAD_OF_INPUT_ATTR] = IntegerAttr(out.user_index)
         elif out.kind == "buffer_mutation":
-            attrs["spmdc.buffer_update"] = StringAttr(out.fqn)
+            attrs[BUFFER_UPDATE_ATTR] = StringAttr(out.fqn)
         elif out.kind == "user_input_mutation":
             raise UnsupportedOpError("in-place update of a model input", None,
                                      reason=f"(input '{out.fqn}') cannot be expressed in a functional program")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from spmdc.dialects.attrs import BUCKET_ATTR, BUCKETS_ATTR, GRAD_OF_ATTR, PARAM_ATTR, RANK_ATTR
 from spmdc.dialects.comm import (
     AllGatherBucketOp,
     AllGatherOp,
@@ -179,7 +180,7 @@ def bucket_function(func: FuncOp, max_bytes: int, mode: str = "blocks") -> int:
     rewriter = Rewriter()
     entry = func.body
     gathers = []
-    params = {a for i, a in enumerate(func.args) if "spmdc.param" in func.arg_attrs(i)}
+    params = {a for i, a in enumerate(func.args) if PARAM_ATTR in func.arg_attrs(i)}
     manual = _manual_buckets(func)
     # a parameter's shard, or its cast (mixed precision: the shard is cast, then gathered)
     casts = {op.result: op.operand(0) for op in entry.ops if op.name == "tensor.cast" and op.operand(0) in params}
@@ -192,7 +193,7 @@ def bucket_function(func: FuncOp, max_bytes: int, mode: str = "blocks") -> int:
             # (Inductor's rule: gathers feeding one op share a bucket)
             block = module_of(where) if where else f"#{entry.index_of(user)}"
             param = casts.get(op.operand(0), op.operand(0))
-            fqn = func.arg_attrs(param.index).get("spmdc.param")
+            fqn = func.arg_attrs(param.index).get(PARAM_ATTR)
             if fqn is not None and fqn.value in manual:   # type: ignore[attr-defined]
                 block = "=" + manual[fqn.value]   # type: ignore[attr-defined]
             phase = "bwd" if (op.result.name_hint or "").endswith("_bwd") else "fwd"
@@ -268,7 +269,7 @@ def _gradients(func: FuncOp) -> dict[int, str]:
     grads: dict[int, str] = {}
     frontier = []
     for i, v in enumerate(ret.operands):
-        g = func.res_attrs(i).get("spmdc.grad_of")
+        g = func.res_attrs(i).get(GRAD_OF_ATTR)
         if g is not None:
             grads[id(v)] = g.value  # type: ignore[attr-defined]
             frontier.append((v, g.value, 0))  # type: ignore[attr-defined]
@@ -296,8 +297,8 @@ def _manual_buckets(func: FuncOp) -> dict[str, str]:
     out = {}
     for i in range(len(func.args)):
         attrs = func.arg_attrs(i)
-        if "spmdc.bucket" in attrs and "spmdc.param" in attrs:
-            out[attrs["spmdc.param"].value] = attrs["spmdc.bucket"].value  # type: ignore[attr-defined]
+        if BUCKET_ATTR in attrs and PARAM_ATTR in attrs:
+            out[attrs[PARAM_ATTR].value] = attrs[BUCKET_ATTR].value  # type: ignore[attr-defined]
     return out
 
 
@@ -352,8 +353,8 @@ class BucketCollectives(ModulePass):
 
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
-            if isinstance(op, FuncOp) and "spmdc.rank" in op.attributes:
-                mode = op.attr_value("spmdc.buckets", self.mode)   # a plan's `buckets: auto`
+            if isinstance(op, FuncOp) and RANK_ATTR in op.attributes:
+                mode = op.attr_value(BUCKETS_ATTR, self.mode)   # a plan's `buckets: auto`
                 bucket_function(op, self.max_bytes, str(mode))
 
 

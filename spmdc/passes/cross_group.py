@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spmdc.dialects.attrs import GROUP_ATTR
 from spmdc.dialects.comm import (
     AllGatherOp,
     AllReduceOp,
@@ -294,12 +295,12 @@ class CrossGroup(ModulePass):
 
     def run(self, module: Operation) -> None:
         meshes = {op.sym_name: op for op in module.body.ops if isinstance(op, MeshOp)}
-        funcs = [op for op in module.body.ops if isinstance(op, FuncOp) and "spmdc.group" in op.attributes]
+        funcs = [op for op in module.body.ops if isinstance(op, FuncOp) and GROUP_ATTR in op.attributes]
         if not funcs:
             return
         groups = []
         for f in funcs:
-            name = f.attributes["spmdc.group"].value  # type: ignore[attr-defined]
+            name = f.attributes[GROUP_ATTR].value  # type: ignore[attr-defined]
             mesh = meshes.get(name)
             if mesh is None:
                 raise f.emit_error(f"spmdc.group names unknown mesh '@{name}'")

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spmdc.dialects.attrs import RANK_ATTR
 from spmdc.dialects.comm import AllReduceOp, AllSliceOp, ReduceScatterOp
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder, RewritePattern, Rewriter, apply_patterns_greedily
@@ -130,7 +131,7 @@ def _leads_reduction(op: Operation, ar: AllReduceOp) -> bool | None:
     from spmdc.dialects.shard import lookup_mesh
 
     func = op.parent_of_type(FuncOp)
-    rank = func.attr_value("spmdc.rank") if func is not None else None
+    rank = func.attr_value(RANK_ATTR) if func is not None else None
     mesh = lookup_mesh(op, ar.mesh_name)
     if rank is None or mesh is None:
         return None

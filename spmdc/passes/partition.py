@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spmdc.dialects.attrs import RANK_ATTR
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, ShardingAttr, StridedShard
 from spmdc.dialects.tensor import ConstantOp, InsertSliceOp, RandomOp, SliceOp
@@ -116,7 +117,7 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
     for v in ret.operands:
         results.append(v.type)
     func.set_function_type(FunctionType(tuple(a.type for a in func.args), tuple(results)))
-    func.attributes["spmdc.rank"] = IntegerAttr(rank)
+    func.attributes[RANK_ATTR] = IntegerAttr(rank)
 
 
 def _partition_constant(op: ConstantOp, layout, shape, coords) -> None:
@@ -140,7 +141,7 @@ class Partition(ModulePass):
 
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
-            if isinstance(op, FuncOp) and "spmdc.rank" not in op.attributes:
+            if isinstance(op, FuncOp) and RANK_ATTR not in op.attributes:
                 partition_function(module, op, self.rank)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spmdc.dialects.attrs import RANK_ATTR
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.tensor import RandomOp, RngSeedOp
 from spmdc.ir.attributes import IntegerAttr
@@ -40,7 +41,7 @@ def convert_function(func: FuncOp) -> int:
     eager = [op for op in func.walk() if isinstance(op, RandomOp) and not op.is_counter_based]
     if not eager:
         return 0
-    if "spmdc.rank" in func.attributes:
+    if RANK_ATTR in func.attributes:
         raise func.emit_error("philox-rng must run before partition (random ops already hold rank pieces)")
     streams = [op.attributes["stream"].value for op in func.walk()  # type: ignore[attr-defined]
                if isinstance(op, RandomOp) and op.is_counter_based]

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spmdc.dialects.attrs import RANK_ATTR
 from spmdc.dialects.comm import START_OPS, CollectiveOp, StartOp, WaitOp
 from spmdc.dialects.func import FuncOp
 from spmdc.ir.core import Block, Operation
@@ -146,7 +147,7 @@ class ScheduleCollectives(ModulePass):
 
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
-            if isinstance(op, FuncOp) and "spmdc.rank" in op.attributes:
+            if isinstance(op, FuncOp) and RANK_ATTR in op.attributes:
                 schedule_block(op.body, self.memory_cap)
 
 

@@ -38,6 +38,7 @@ import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spmdc.dialects.attrs import GRAD_OF_ATTR, GROUP_INDEX_ATTR, LATE_ATTR, PARAM_ATTR
 from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.dialects.shard import AnnotateOp, RaggedShard, RedistributeOp, Replicate, ShardingAttr
 from spmdc.ir.attributes import IntegerAttr
@@ -49,7 +50,7 @@ from spmdc.sharding.cost import INF
 from spmdc.sharding.layouts import SHARDING, Layout, func_mesh, layout_of, set_result_layouts
 from spmdc.sharding.strategy import choose, choose_or_fallback, rule_for
 
-LATE = "spmdc.late"   # on a shard.annotate: constrains its operand only in the last phase (a stored gradient)
+LATE = LATE_ATTR   # on a shard.annotate: constrains its operand only in the last phase (a stored gradient)
 
 
 def can_make_partial(v: Value, p: object) -> bool:
@@ -107,12 +108,12 @@ class Propagation:
         ragged = set()
         for a in self.func.args:
             self.set_(a, layout_of(a) or self.replicated)
-            if "spmdc.param" in self.func.arg_attrs(a.index) or not isinstance(a.type, TensorType):
+            if PARAM_ATTR in self.func.arg_attrs(a.index) or not isinstance(a.type, TensorType):
                 continue   # a whole-matrix parameter's RS is its storage, not a split of the batch
             ragged |= {(ax, p.units) for ax, p in enumerate(layout_of(a) or ()) if isinstance(p, RaggedShard)
                        and a.type.shape[p.dim] == sum(p.units) and sum(1 for u in p.units if u) > 1}
         # a device group's program (spmdc.group_index = g) runs at coordinate g of axis 0 (grp)
-        g = self.func.attributes.get("spmdc.group_index")
+        g = self.func.attributes.get(GROUP_INDEX_ATTR)
         here = g.value if isinstance(g, IntegerAttr) else -1  # type: ignore[attr-defined]
         self.ragged = sorted((ax, units, here if ax == 0 else -1) for ax, units in ragged)
         for op in self.ops:
@@ -266,7 +267,7 @@ class Propagation:
         layout is where it is stored (reduce-scattered or all-reduced into place); it must not
         pull the backward's activations into that layout, so it speaks only in phase 2."""
         for i, v in enumerate(self.ret.operands):
-            if ("spmdc.grad_of" in self.func.res_attrs(i)) != (phase == 2):
+            if (GRAD_OF_ATTR in self.func.res_attrs(i)) != (phase == 2):
                 continue
             s = self.func.res_attrs(i).get(SHARDING)
             if isinstance(s, ShardingAttr) and id(v) not in self.known and self.producer_admits(v, s.placements):

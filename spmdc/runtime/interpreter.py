@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spmdc.dialects.attrs import PARAM_ATTR
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.diagnostics import DiagnosticError
 from spmdc.ir.symbols import lookup_symbol
@@ -70,7 +71,7 @@ def bind_inputs(module: Operation, func_name: str, inputs: Sequence[Any] | Mappi
     assert isinstance(func, FuncOp)
     ordered = []
     for i, a in enumerate(func.args):
-        p = func.arg_attrs(i).get("spmdc.param")
+        p = func.arg_attrs(i).get(PARAM_ATTR)
         keys = [k for k in (getattr(p, "value", None), a.name_hint, f"arg{i}") if k]
         hit = next((k for k in keys if k in inputs), None)
         if hit is None:

@@ -16,6 +16,17 @@ Forward ops are the ones the loss or the model outputs depend on; the others are
 
 from __future__ import annotations
 
+from spmdc.dialects.attrs import (
+    BUCKET_ATTR,
+    BUCKETS_ATTR,
+    GRAD_NORM_ATTR,
+    GRAD_OF_ATTR,
+    GRAD_OF_INPUT_ATTR,
+    KIND_ATTR,
+    LOSS_ATTR,
+    PARAM_ATTR,
+    TRAIN_STEP_ATTR,
+)
 from spmdc.dialects.func import FuncOp
 from spmdc.dialects.shard import AnnotateOp, MeshOp, ShardingAttr
 from spmdc.dialects.tensor import CastOp
@@ -32,7 +43,7 @@ def forward_ops(func: FuncOp) -> set[int]:
     """ids of ops that the loss or a model output (a result that is not a gradient) depends on."""
     ret = func.return_op
     roots = [v for i, v in enumerate(ret.operands)
-             if not {"spmdc.grad_of", "spmdc.grad_norm", "spmdc.grad_of_input"} & set(func.res_attrs(i))]
+             if not {GRAD_OF_ATTR, GRAD_NORM_ATTR, GRAD_OF_INPUT_ATTR} & set(func.res_attrs(i))]
     seen: set[int] = set()
     stack = [v.defining_op() for v in roots]
     while stack:
@@ -113,7 +124,7 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
     param_args: dict[str, Value] = {}
     user_args: list[Value] = []
     for i, a in enumerate(func.args):
-        p = func.arg_attrs(i).get("spmdc.param")
+        p = func.arg_attrs(i).get(PARAM_ATTR)
         if isinstance(p, StringAttr) and isinstance(a.type, TensorType):
             params[p.value] = a.type.shape
             param_args[p.value] = a
@@ -124,15 +135,15 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
     # a training step takes every user input (model and loss inputs); a forward program may
     # take fewer than a plan written for training lays out
     in_layouts = plan.resolve_inputs(mesh, [a.type.shape for a in user_args], names,  # type: ignore[attr-defined]
-                                     complete="spmdc.train_step" in func.attributes)
+                                     complete=TRAIN_STEP_ATTR in func.attributes)
     for a, lay in zip(user_args, in_layouts):
         func.set_arg_attr(a.index, SHARDING, ShardingAttr(mesh.name, lay))
     fwd = forward_ops(func)
     entry = func.body
     for fqn, glob in plan.bucket_of(param_args).items():   # manual buckets: read by bucket-collectives
-        func.set_arg_attr(param_args[fqn].index, "spmdc.bucket", StringAttr(glob))
+        func.set_arg_attr(param_args[fqn].index, BUCKET_ATTR, StringAttr(glob))
     if plan.buckets == "auto":
-        func.set_attr("spmdc.buckets", StringAttr("auto"))
+        func.set_attr(BUCKETS_ATTR, StringAttr("auto"))
     for fqn, arg in param_args.items():
         r = resolved[fqn]
         func.set_arg_attr(arg.index, SHARDING, ShardingAttr(mesh.name, r.storage))
@@ -154,11 +165,11 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
     out_specs = plan.resolve_outputs(mesh, [func.return_op.operand(i).type.shape for i in model_outputs])  # type: ignore[attr-defined]
     for i in range(len(func.return_op.operands)):
         attrs = func.res_attrs(i)
-        g = attrs.get("spmdc.grad_of")
+        g = attrs.get(GRAD_OF_ATTR)
         if isinstance(g, StringAttr) and g.value in resolved:
             if reduce_grads:
                 func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, resolved[g.value].storage))
-        elif isinstance(attrs.get("spmdc.loss"), UnitAttr) or isinstance(attrs.get("spmdc.grad_norm"), UnitAttr):
+        elif isinstance(attrs.get(LOSS_ATTR), UnitAttr) or isinstance(attrs.get(GRAD_NORM_ATTR), UnitAttr):
             func.set_res_attr(i, SHARDING, ShardingAttr(mesh.name, tuple(resolved_rep(mesh))))
     for k, i in enumerate(model_outputs):
         if out_specs[k] is not None:
@@ -176,8 +187,8 @@ def planned_layouts(func: FuncOp) -> list[tuple]:
 
 def is_model_output(func: FuncOp, i: int) -> bool:
     attrs = func.res_attrs(i)
-    return not any(k in attrs for k in ("spmdc.grad_of", "spmdc.loss", "spmdc.kind", "spmdc.grad_norm",
-                                        "spmdc.grad_of_input"))
+    return not any(k in attrs for k in (GRAD_OF_ATTR, LOSS_ATTR, KIND_ATTR, GRAD_NORM_ATTR,
+                                        GRAD_OF_INPUT_ATTR))
 
 
 def resolved_rep(mesh: Mesh):

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from spmdc.dialects.attrs import GROUP_INDEX_ATTR
 from spmdc.dialects.shard import Partial, Placement, RaggedShard, Replicate, StridedShard, shard_dim, strided
 from spmdc.dialects.shard.rules import OpShardingRule, replicated_rule
 from spmdc.ir.core import Operation
@@ -346,9 +347,9 @@ def runs_locally(rule: OpShardingRule, mesh_shape: Sequence[int], operand_layout
 def _group_index(op: Operation) -> int:
     """The ``spmdc.group_index`` of the function holding ``op`` (-1: not a device group's)."""
     p = op.parent_op()
-    while p is not None and "spmdc.group_index" not in p.attributes:
+    while p is not None and GROUP_INDEX_ATTR not in p.attributes:
         p = p.parent_op()
-    return int(p.attributes["spmdc.group_index"].value) if p is not None else -1  # type: ignore[attr-defined]
+    return int(p.attributes[GROUP_INDEX_ATTR].value) if p is not None else -1  # type: ignore[attr-defined]
 
 
 def _piece_sizes(pieces: dict[int, tuple[int, ...]], coords: dict[int, int]) -> dict[int, int]:

@@ -9,6 +9,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from spmdc.dialects.attrs import (
+    BUFFER_ATTR,
+    BUFFER_UPDATE_ATTR,
+    GRAD_OF_ATTR,
+    GROUP_ATTR,
+    LOSS_ATTR,
+    PARAM_ATTR,
+    TIED_ATTR,
+    TRAIN_STEP_ATTR,
+)
 from spmdc.ir.attributes import ArrayAttr, StringAttr
 from spmdc.ir.types import TensorType
 
@@ -39,32 +49,32 @@ def summarize(module: Any) -> list[dict]:
         results = []
         for i, t in enumerate(op.function_type.results):
             a = op.res_attrs(i)
-            g = a.get("spmdc.grad_of")
+            g = a.get(GRAD_OF_ATTR)
             if isinstance(g, StringAttr):
                 grads[g.value] = i
                 role = f"grad of {g.value}"
-            elif "spmdc.loss" in a:
+            elif LOSS_ATTR in a:
                 role = "loss"
-            elif isinstance(a.get("spmdc.buffer_update"), StringAttr):
-                role = f"new value of {a['spmdc.buffer_update'].value}"  # type: ignore[attr-defined]
+            elif isinstance(a.get(BUFFER_UPDATE_ATTR), StringAttr):
+                role = f"new value of {a[BUFFER_UPDATE_ATTR].value}"  # type: ignore[attr-defined]
             else:
                 role = "output"
             results.append({"index": i, "role": role, "shape": _shape(t), "dtype": _dtype(t)})
         params, inputs = [], []
         for i, (arg, t) in enumerate(zip(op.args, op.function_type.inputs)):
             a = op.arg_attrs(i)
-            p = a.get("spmdc.param")
+            p = a.get(PARAM_ATTR)
             if isinstance(p, StringAttr):
-                tied = a.get("spmdc.tied")
+                tied = a.get(TIED_ATTR)
                 params.append({"fqn": p.value, "shape": _shape(t), "dtype": _dtype(t), "elements": _elements(t),
-                               "kind": "buffer" if "spmdc.buffer" in a else "parameter",
+                               "kind": "buffer" if BUFFER_ATTR in a else "parameter",
                                "grad": p.value in grads,
                                "tied": [x.value for x in tied] if isinstance(tied, ArrayAttr) else [],
                                "sharding": str(a["shard.sharding"]) if "shard.sharding" in a else ""})
             else:
                 inputs.append({"index": i, "name": arg.name_hint or f"arg{i}", "shape": _shape(t), "dtype": _dtype(t)})
         counts = Counter(o.name for o in op.walk() if o is not op)
-        out.append({"name": op.sym_name, "train_step": "spmdc.train_step" in op.attributes, "params": params,
+        out.append({"name": op.sym_name, "train_step": TRAIN_STEP_ATTR in op.attributes, "params": params,
                     "inputs": inputs, "results": results, "op_counts": dict(counts.most_common())})
     return out
 
@@ -80,7 +90,7 @@ def comm_table(module: Any) -> list[dict]:
     rows: dict[tuple, dict] = {}
     funcs = [op for op in module.body.ops if isinstance(op, FuncOp)] or [module]
     for func in funcs:
-        g = func.attributes.get("spmdc.group") if isinstance(func, FuncOp) else None
+        g = func.attributes.get(GROUP_ATTR) if isinstance(func, FuncOp) else None
         group = g.value if isinstance(g, StringAttr) else "-"
         for op in func.walk():
             kind = collective_kind(op)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from spmdc.dialects.attrs import RANK_ATTR
 from spmdc.dialects.pyexpr import TorchImpl
 from spmdc.dialects.shard.placements import ShardingAttr
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, format_symbol, quote
@@ -137,7 +138,7 @@ def check_sharding(op: Operation, sharding: object, ty: object, what: str) -> No
         raise op.emit_error(f"{what} applies to a non-tensor value")
     mesh = lookup_mesh(op, sharding.mesh)
     # after partition (``spmdc.rank``) the types are local: only the global-shape checks are moot
-    local = any("spmdc.rank" in a.attributes for a in (op, *op.ancestors()))
+    local = any(RANK_ATTR in a.attributes for a in (op, *op.ancestors()))
     reason = sharding.verify_for(ty, mesh.axis_names if mesh else None,
                                  mesh.shape if mesh else None, local=local)
     if reason:
