@@ -94,7 +94,7 @@ def worker(layers: int, iters: int, warmup: int) -> dict:
                 dist.all_reduce(dt, op=dist.ReduceOp.MAX)
                 if it >= warmup:
                     times[name].append(float(dt))
-        ops = {"spmdc compiled": None, "spmdc eager": eager._last_run.ops_run, "DTensor": _dtensor_ops(dt_step)}
+        ops = {"spmdc compiled": None, "spmdc eager": eager.last_run.ops_run, "DTensor": _dtensor_ops(dt_step)}
         return {"times": {k: statistics.median(v) for k, v in times.items()}, "ops": ops}
     finally:
         dist.destroy_process_group()

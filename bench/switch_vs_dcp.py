@@ -47,7 +47,6 @@ def rank_main(cfg: dict[str, Any]) -> dict[str, Any]:
 
     import spmdc
     from spmdc.api.compiled_module import CompiledModule
-    from spmdc.api.pipeline_module import PipelineModule
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
     warnings.filterwarnings("ignore")
@@ -82,7 +81,8 @@ def rank_main(cfg: dict[str, Any]) -> dict[str, Any]:
             save_s = time.perf_counter() - t
             t = time.perf_counter()
             if isinstance(plan, PipelinePlan):
-                ref: Any = PipelineModule(model, (x,), plan=plan, loss_fn=loss_fn, loss_inputs=(y,), optimizer=opt)
+                ref: Any = CompiledModule(model, (x,), mesh=None, plan=plan, train=True, loss_fn=loss_fn,
+                                          loss_inputs=(y,), optimizer=opt)
             elif new is not None:
                 ref = CompiledModule(model, (x,), mesh=m1, plan=plan, train=True, loss_fn=loss_fn, loss_inputs=(y,),
                                      optimizer=opt, device_mesh=new.device_mesh, group=new.group)

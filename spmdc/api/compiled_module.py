@@ -29,22 +29,21 @@ initialization; see :mod:`spmdc.frontend.deferred_init` for models too big for o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from spmdc.api.compile_shared import compile_shared
-from spmdc.compiler import Dump, RankProgram, compile_rank, split_example_inputs
+from spmdc.api.mesh_executor import MeshExecutor
+from spmdc.api.parameter_store import ParameterStore
+from spmdc.api.parameter_store import is_dtensor as _is_dtensor
+from spmdc.api.parameter_store import ragged as _ragged
+from spmdc.api.program_cache import ProgramCache
+from spmdc.compiler import Dump, RankProgram, split_example_inputs
 from spmdc.compiler.options import CompileOptions
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate
-from spmdc.frontend.deferred_init import fake_parameters
-from spmdc.frontend.export import ModuleModes, module_flags
-from spmdc.runtime.collectives import CountingComm
-from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements, mesh_of
-from spmdc.runtime.executor import RankRunner, local_piece, to_full
-from spmdc.runtime.gradients import clip_grads_, reduce_gradients
+from spmdc.runtime.dtensors import contiguous_stride, mesh_of
+from spmdc.runtime.executor import local_piece
 from spmdc.runtime.optimizers import is_elementwise, is_per_tensor, make_optimizer, optimizer_class
 from spmdc.sharding.plan import Plan
 
@@ -79,12 +78,69 @@ class CompiledModule(nn.Module):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
                                "(torchrun + dist.init_process_group)")
+        from spmdc.sharding.pipeline_plan import PipelinePlan
+
+        object.__setattr__(self, "_pipeline", None)   # the pipeline executor (a pipeline plan), not a submodule
+        if isinstance(plan, PipelinePlan):
+            self._pipeline_setup(model, example_inputs, plan, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                                 optimizer=optimizer, example_kwargs=example_kwargs, device=device, dump=dump)
+            return
+
+        self._mesh_setup(plan, mesh, device_mesh, device, group)   # where: mesh, ranks, devices, collectives
+        self._store = ParameterStore(self.mesh, self.rank, self.device_mesh, self.comm, self.device,
+                                     group_axis=self._hetero is not None)   # every parameter's layout and shape
+        self._input_check = self._make_input_check(options.inputs, options.check_inputs, options.execution)
+        object.__setattr__(self, "_model", model)   # compiles new programs from it; not a submodule
+        self._tape = _init_tape(model, init)       # a meta model: how to initialize it
+        model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
+        kwargs = dict(example_kwargs or {})
+        if self._hetero is not None and options.inputs == "local":   # the groups' replicas' pieces, assembled
+            model_args, loss_args, kwargs = self._local_examples(model_args, loss_args, kwargs)
+        self._example = (tuple(model_args), tuple(loss_args), kwargs)   # what switch() compiles again from
+        self._optimizer_spec = optimizer
+        self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
+        self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), dump=dump, can_train=train)
+        self.target = options.resolved_target()
+        self._executor = MeshExecutor(self)   # runs this layout kind's programs (one mesh, device groups)
+        group = None if self._hetero is not None else self.group   # (device groups compile job-wide)
+        self._programs = ProgramCache(model, options, loss_fn, len(loss_args), self._kw_names, dump,
+                                      self._executor._build_programs, modes_group=group)
+        example = list(model_args) + list(loss_args) + list(kwargs.values())
+        if train and options.grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
+            from spmdc.api.micro_batches import check_micro_batch_mean
+
+            check_micro_batch_mean(model, loss_fn, len(model_args), self._kw_names, example,
+                                   self._executor._micro(example), first=self.members[0], group=self.group,
+                                   eval_mode=True)
+        if train:
+            self._programs.get("train", example if options.grad_accum == 1 else self._executor._micro(example)[0],
+                               forward_too=list(model_args) + list(kwargs.values()))
+        else:
+            self._programs.get("forward", list(model_args) + list(kwargs.values()))
+        storage = self._programs.first()
+        self.plan_name = storage.program.step.plan_name
+        self._store.storage = self._storage_layouts(storage.program)
+        self.optimizer_class = optimizer_class(optimizer) if train else None
+        self.whole_parameters = self.optimizer_class is not None and not self._runs_locally(self.optimizer_class)
+        if self.whole_parameters:   # the optimizer needs whole tensors: store every parameter whole
+            self._store.storage = {k: tuple(Replicate() for _ in self.mesh.axis_names) for k in self._store.storage}
+        self._install_parameters(model, storage.program)
+        self.optimizer = make_optimizer(optimizer, list(self.parameters())) if train else None
+        if self._tape is None:
+            self.init_peak_bytes = None
+
+    def _mesh_setup(self, plan: Any, mesh: Any, device_mesh: Any, device: str | None, group: Any) -> None:
+        """One mesh or device groups: this rank's mesh and place in it (``mesh``, ``members``,
+        ``rank``), its process group, DeviceMesh, device and collectives (a device group's: its
+        virtual ``grp × axes`` mesh and the cross-group communicator)."""
+        import torch.distributed as dist
+
         from spmdc.sharding.device_groups import HeteroPlan
 
         self._hetero = plan if isinstance(plan, HeteroPlan) else None
         world = dist.get_world_size()
         if self._hetero is not None:   # device groups, each its own mesh and plan (spmdc.runtime.group_comm)
-            mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, options)
+            mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, self.options)
         if mesh is None and device_mesh is None:
             raise ValueError("spmdc.compile needs mesh= (a Mesh, 'dp=2,tp=2', {'dp': 2} or a named DeviceMesh), "
                              "unless the plan is a HeteroPlan with device groups")
@@ -121,40 +177,77 @@ class CompiledModule(nn.Module):
             g = self._hetero.group_of(dist.get_rank())
             self.rank = self._hetero.virtual_rank(g, dist.get_rank())
             self.comm = HeteroComm(device_mesh, g, len(self._hetero.groups), dist.get_rank())
-        self._input_check = self._make_input_check(options.inputs, options.check_inputs, options.execution)
-        object.__setattr__(self, "_model", model)   # compiles new programs from it; not a submodule
-        self._tape = _init_tape(model, init)       # a meta model: how to initialize it
-        model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
-        kwargs = dict(example_kwargs or {})
-        self._example = (tuple(model_args), tuple(loss_args), kwargs)   # what switch() compiles again from
-        self._optimizer_spec = optimizer
-        self._kw_names = list(kwargs)   # keyword inputs: the programs' last inputs, in this order
-        self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=len(loss_args), dump=dump, can_train=train)
-        self.target = options.resolved_target()
-        self._runners: dict[tuple, RankRunner] = {}
-        example = list(model_args) + list(loss_args) + list(kwargs.values())
-        if train and options.grad_accum > 1 and self._tape is None:   # micro-batches must not change the loss
-            from spmdc.api.micro_batches import check_micro_batch_mean
 
-            check_micro_batch_mean(model, loss_fn, len(model_args), self._kw_names, example, self._micro(example),
-                                   first=members[0], group=self.group, eval_mode=True)
-        if train:
-            self._runner("train", example if options.grad_accum == 1 else self._micro(example)[0], compile_now=True,
-                         forward_too=list(model_args) + list(kwargs.values()))
-        else:
-            self._runner("forward", list(model_args) + list(kwargs.values()), compile_now=True)
-        storage = next(iter(self._runners.values()))
-        self.plan_name = storage.program.step.plan_name
-        self._storage = self._storage_layouts(storage.program)
-        self.optimizer_class = optimizer_class(optimizer) if train else None
-        self.whole_parameters = self.optimizer_class is not None and not self._runs_locally(self.optimizer_class)
-        if self.whole_parameters:   # the optimizer needs whole tensors: store every parameter whole
-            self._storage = {k: tuple(Replicate() for _ in self.mesh.axis_names) for k in self._storage}
-        self._install_parameters(model, storage.program)
-        self.optimizer = make_optimizer(optimizer, list(self.parameters())) if train else None
-        self.last_grad_norm: Any = None
-        if self._tape is None:
-            self.init_peak_bytes = None
+    def _pipeline_setup(self, model: Any, example_inputs: Any, plan: Any, *, loss_fn: Callable | None,
+                        loss_inputs: Sequence[Any], optimizer: Any, example_kwargs: dict[str, Any] | None,
+                        device: str | None, dump: Dump | None) -> None:
+        """A pipeline plan: the executor (:mod:`spmdc.api.pipeline_executor`) cuts the model into
+        stages, compiles this rank's and builds the schedule; this module holds the stage's
+        parameters under the model's names (every name of a tied one), on the stage's mesh, and
+        the optimizer over them — the same parameter store and state interface as one mesh."""
+        from spmdc.api.pipeline_executor import PipelineExecutor
+
+        ex = PipelineExecutor(model, example_inputs, plan=plan, options=self.options, loss_fn=loss_fn,
+                              loss_inputs=loss_inputs, example_kwargs=example_kwargs, device=device, dump=dump)
+        object.__setattr__(self, "_pipeline", ex)
+        self._executor = ex   # runs the schedule
+        object.__setattr__(self, "_model", model)
+        self._hetero, self._tape, self._programs = None, None, None
+        self.mesh, self.device_mesh, self.device = plan.stages[ex.stage].mesh, ex.device_mesh, ex.device
+        self.members, self.rank, self.comm, self.group = ex.members, ex.index, ex.comm, None
+        self.target, self.plan_name, self._kw_names = ex.target, plan.name, list(ex._kw_names)
+        self._opts = _Options(plan=plan, loss_fn=loss_fn, n_loss=ex._n_loss, dump=dump, can_train=True)
+        held = {a: p for local, p in ex.params.items() for a in ex._aliases(local)}
+        for name, _ in model.named_parameters(remove_duplicate=False):   # in the model's order
+            if name in held:
+                self._place(name, held[name], kind="param")
+        self._store = ParameterStore(self.mesh, ex.index, ex.device_mesh, ex.comm, ex.device)
+        for local, p in ex.params.items():
+            fqn = _canonical(self, ex._aliases(local)[0])
+            self._store.storage[fqn], self._store.shapes[fqn] = tuple(ex._storage[local]), tuple(p.shape)
+        self.optimizer_class = optimizer_class(optimizer) if optimizer is not None else None
+        self.whole_parameters = False
+        if optimizer is not None and not self._runs_locally(self.optimizer_class):
+            raise ValueError(f"pipeline plan '{plan.name}': {self.optimizer_class.__name__} is not an elementwise "
+                             "optimizer and stage "f"{ex.stage} stores its parameters sharded; a pipeline does not "
+                             "store them whole for it yet (use an elementwise optimizer, or one rank per stage)")
+        self.optimizer = make_optimizer(optimizer, list(self.parameters()))
+        self.init_peak_bytes = None
+
+    @property
+    def store(self) -> ParameterStore:
+        """This rank's parameter store: each parameter's storage layout and global shape, and the
+        moves between layouts (:mod:`spmdc.api.parameter_store`)."""
+        return self._store
+
+    @property
+    def pipeline(self) -> Any:
+        """The pipeline executor of a module compiled for a pipeline plan (its stage, split,
+        schedule, programs: :class:`spmdc.api.pipeline_executor.PipelineExecutor`); None otherwise."""
+        return self.__dict__.get("_pipeline")
+
+    @property
+    def kind(self) -> str:
+        """The layout kind: ``"mesh"`` (one mesh), ``"groups"`` (device groups), ``"pipeline"``."""
+        return "pipeline" if self.pipeline is not None else "groups" if self._hetero is not None else "mesh"
+
+    @property
+    def schedule_ir(self) -> str:
+        """A pipeline plan: this rank's schedule (``pipe`` dialect) as it runs."""
+        return self._need_pipeline("schedule_ir").schedule_ir
+
+    def timeline(self, width: int = 6) -> str:
+        """A pipeline plan: every rank's schedule as a time grid (where the bubbles are)."""
+        return self._need_pipeline("timeline()").timeline(width)
+
+    def set_schedule(self, schedule: str) -> None:
+        """A pipeline plan: run the same stage programs under another schedule (every rank calls it)."""
+        self._need_pipeline("set_schedule()").set_schedule(schedule)
+
+    def _need_pipeline(self, what: str) -> Any:
+        if self.pipeline is None:
+            raise AttributeError(f"{what} is a pipeline plan's; this module's plan '{self.plan_name}' has no stages")
+        return self.pipeline
 
     def _hetero_setup(self, hplan: Any, mesh: Any, device_mesh: Any, device: str | None,
                       options: CompileOptions) -> tuple[Any, Any, str]:
@@ -169,14 +262,27 @@ class CompiledModule(nn.Module):
         if dist.get_world_size() != hplan.world:
             raise ValueError(f"plan '{hplan.name}' has {hplan.world} ranks in its groups but the job has "
                              f"{dist.get_world_size()}")
-        for what, bad in (("execution='eager'", options.execution == "eager"),
-                          ("inputs='local'", options.inputs == "local")):
-            if bad:
-                raise ValueError(f"{what} is not supported with a heterogeneous plan (device groups) yet")
+        if options.execution == "eager":
+            raise ValueError("execution='eager' is not supported with a heterogeneous plan (device groups) yet")
         device = device or ("cuda" if dist.get_backend() == "nccl" else "cpu")
         meshes = group_meshes(hplan, device)
         g = hplan.group_of(dist.get_rank())
         return hplan.virtual_mesh(g), meshes[g], device
+
+    def _local_examples(self, model_args: Any, loss_args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict]:
+        """Device groups with ``inputs="local"``: the replicas (every group's data-parallel
+        coordinates, group 0's first: :class:`~spmdc.runtime.input_check.LocalBatches`) and the
+        global example batch assembled from this rank's pieces (every rank calls it)."""
+        from spmdc.runtime.input_check import LocalBatches
+
+        every = list(model_args) + list(loss_args) + list(kwargs.values())
+        local = LocalBatches.for_groups(self._hetero.groups, ndim=every[0].dim() if every else 1,
+                                        where=f"plan '{self._hetero.name}'", check=self.options.check_inputs)
+        object.__setattr__(self, "_local_batches", local)
+        full = [g.to(v.device) for g, v in zip(local.assemble(every, [f"example input #{i}" for i in range(len(every))],
+                                                              self.device), every)]
+        n, m = len(model_args), len(loss_args)
+        return full[:n], full[n:n + m], dict(zip(kwargs, full[n + m:]))
 
     def _make_input_check(self, inputs: str, enabled: bool, execution: str) -> Any:
         """The inputs' consistency check (:mod:`spmdc.runtime.input_check`): over the module's
@@ -194,95 +300,13 @@ class CompiledModule(nn.Module):
         return InputCheck.for_mesh(dict(zip(self.mesh.axis_names, self.mesh.shape)), self.members, mode=inputs,
                                    me=self.rank, group=self.group, device=self.device, enabled=enabled, where=where)
 
-    def _dt(self, layout: Sequence[Any]) -> tuple[Any, ...]:
-        """DTensor placements of a layout on this module's DeviceMesh (a heterogeneous plan's
-        group mesh has no ``grp`` axis: values there are whole per group)."""
-        if self._hetero is not None:
-            if not isinstance(layout[0], Replicate):
-                raise ValueError(f"a value laid out {layout[0]} across device groups has no DTensor on one group's "
-                                 "mesh (outputs of a heterogeneous plan's forward are split across the groups)")
-            layout = layout[1:]
-        return dtensor_placements(layout)
-
     def _runs_locally(self, cls: type | None) -> bool:
         """Whether optimizer class ``cls`` updates the stored pieces exactly as one device would:
         elementwise ones always, per-tensor ones (Muon) when every rank holds each parameter whole
         or not at all (``fsdp_shard="whole"``)."""
         if is_elementwise(cls):
             return True
-        return is_per_tensor(cls) and all(_whole_or_nothing(lay) for lay in self._storage.values())
-
-    # -- programs ---------------------------------------------------------------------------------
-    def _signature(self, tensors: Sequence[Any]) -> tuple:
-        return tuple((tuple(t.shape), str(t.dtype)) for t in tensors)
-
-    def _runner(self, kind: str, tensors: Sequence[Any], compile_now: bool = False,
-                forward_too: Sequence[Any] | None = None) -> RankRunner:
-        """The program for ``kind`` ("forward" / "train" / "train_partial") in the current mode at
-        these global input shapes, compiled (on every rank together) the first time."""
-        flags = module_flags(self._model)   # every module's own mode
-        key = (kind, flags, self._signature(tensors))
-        if key in self._runners:
-            return self._runners[key]
-        self._same_modes_everywhere(ModuleModes.of(self._model))
-        # a new shape: capture it from global tensors (local batches arrive as DTensors; every rank
-        # is here together, as each program is compiled collectively)
-        tensors = [t.full_tensor() if _is_dtensor(t) else t for t in tensors]
-        if forward_too is not None:
-            forward_too = [t.full_tensor() if _is_dtensor(t) else t for t in forward_too]
-        o, opts = self._opts, self.options
-        n_model = len(tensors) - (o.n_loss if kind != "forward" else 0) - len(self._kw_names)
-        kw = dict(zip(self._kw_names, tensors[len(tensors) - len(self._kw_names):]))
-        model_in = list(tensors[:n_model])
-        jobs = []
-        if kind == "forward" or forward_too is not None:
-            fwd_in, fwd_kw = model_in, kw
-            if kind != "forward":   # the forward of the whole batch (a training step may take micro-batches)
-                n_fwd = len(forward_too) - len(self._kw_names)
-                fwd_in, fwd_kw = list(forward_too)[:n_fwd], dict(zip(self._kw_names, list(forward_too)[n_fwd:]))
-            jobs.append(dict(inputs=fwd_in, train=False, dump=o.dump, kwargs=fwd_kw, options=opts))
-        if kind != "forward":
-            jobs.append(dict(inputs=model_in, train=True, loss_fn=o.loss_fn, dump=o.dump, kwargs=kw,
-                             loss_inputs=list(tensors[n_model:n_model + o.n_loss]),
-                             options=opts if kind == "train" else opts.replace(clip_grad_norm=None),
-                             partial_grads=kind == "train_partial"))
-        model = self._model   # captured with every module in the mode the user set
-        with fake_parameters(model) if self._tape is not None else nullcontext():
-            if self._hetero is not None:
-                from spmdc.api.compile_shared import compile_groups_shared
-
-                steps = compile_groups_shared(model, jobs, self._hetero)
-            else:
-                steps = compile_shared(model, jobs, self.mesh, o.plan, self.group, self.members)
-        for job, step in zip(jobs, steps):
-            if opts.execution == "eager":
-                from spmdc.api.eager import EagerRunner, eager_program
-
-                runner: Any = EagerRunner(eager_program(step, self.rank), self.comm, device=self.device,
-                                          hints=opts.eager_hints, trace=opts.eager_trace)
-            else:
-                prog = compile_rank(step, self.rank, self.target, o.dump)
-                if self._hetero is not None:
-                    self.comm.register(prog.module)   # its cross-group subgroups (collective)
-                runner = RankRunner(prog, self.comm, device=self.device)
-            sig = self._signature(job["inputs"] + job.get("loss_inputs", []) + list(job["kwargs"].values()))
-            name = "forward" if not job["train"] else kind
-            self._runners[(name, flags, sig)] = runner
-        return self._runners[key]
-
-    def _same_modes_everywhere(self, modes: ModuleModes) -> None:
-        """Refuse to compile when the model's modes differ between the ranks compiling together (one
-        rank's capture serves them all)."""
-        import torch.distributed as dist
-
-        group = None if self._hetero is not None else self.group   # device groups compile job-wide
-        every: list[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(every, modes, group=group)
-        if any(m != modes for m in every):
-            ranks = dist.get_process_group_ranks(group) if group is not None else range(len(every))
-            seen = "; ".join(f"rank {r}: {m.describe()}" for r, m in zip(ranks, every) if m != every[0])
-            raise ValueError(f"the model's module modes differ between ranks (rank {list(ranks)[0]}: "
-                             f"{every[0].describe()}; {seen}): set them alike on every rank before calling")
+        return is_per_tensor(cls) and all(_whole_or_nothing(lay) for lay in self._store.storage.values())
 
     # -- modes: the user's model's own flags ------------------------------------------------------------
     @property
@@ -321,22 +345,21 @@ class CompiledModule(nn.Module):
 
         canonical = dict(model.named_parameters())
         replicated = tuple(Replicate() for _ in self.mesh.axis_names)
-        self._shapes: dict[str, tuple[int, ...]] = {}
         values = self._materialize(model, canonical, replicated) if self._tape is not None else None
         params_by_id: dict[int, nn.Parameter] = {}
         for name, p in model.named_parameters(remove_duplicate=False):
             if id(p) not in params_by_id:
                 first = next(n for n, q in canonical.items() if q is p)
-                layout = self._storage.get(first, replicated)
-                local = values[first] if values is not None else self._cut(p.detach(), layout)
+                layout = self._store.storage.get(first, replicated)
+                local = values[first] if values is not None else self._store.cut(p.detach(), layout)
                 if _ragged(layout):   # no DTensor placement: this rank's piece itself (see _stored)
                     params_by_id[id(p)] = nn.Parameter(local, requires_grad=p.requires_grad)
                 else:
-                    dt = DTensor.from_local(local, self.device_mesh, self._dt(layout), run_check=False,
+                    dt = DTensor.from_local(local, self.device_mesh, self._store.dt(layout), run_check=False,
                                             shape=tuple(p.shape), stride=contiguous_stride(p.shape))
                     params_by_id[id(p)] = nn.Parameter(dt, requires_grad=p.requires_grad)
-                self._shapes[first] = tuple(p.shape)
-                self._storage.setdefault(first, layout)
+                self._store.shapes[first] = tuple(p.shape)
+                self._store.storage.setdefault(first, layout)
             self._place(name, params_by_id[id(p)], kind="param")
         persistent = set(model.state_dict().keys())
         for name, b in model.named_buffers(remove_duplicate=False):
@@ -355,13 +378,13 @@ class CompiledModule(nn.Module):
         params = {n: first_of[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
 
         def layout(name: str) -> tuple:
-            return self._storage.get(params[name], replicated)
+            return self._store.storage.get(params[name], replicated)
 
         def keep(name: str, full: Any, rows: tuple[int, int] | None = None) -> None:
             if name in params:
                 fqn = params[name]
                 if fqn not in out:   # rows: already this rank's piece (a Shard(0) layout)
-                    out[fqn] = full.to(self.device) if rows is not None else self._cut(full, layout(name))
+                    out[fqn] = full.to(self.device) if rows is not None else self._store.cut(full, layout(name))
             else:
                 out[name] = full.to(self.device).clone()
 
@@ -392,248 +415,51 @@ class CompiledModule(nn.Module):
         else:
             owner.register_buffer(leaf, value, persistent=persistent)
 
-    def _cut(self, full: Any, layout: Sequence[Any]) -> Any:
-        return local_piece(full.detach(), layout, self.mesh, self.rank).to(self.device).clone()
-
     def _param(self, fqn: str) -> nn.Parameter:
         return self.get_parameter(fqn)
-
-    # -- tensors in and out ----------------------------------------------------------------------
-    def _global(self, x: Any, what: str) -> Any:
-        """A user input as a global value (DTensors and, with ``inputs="local"``, this rank's
-        batch piece laid out as the plan's inputs say)."""
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{what}: expected a tensor or DTensor, got {type(x).__name__}")
-        return x
-
-    def _local_arg(self, x: Any, layout: Sequence[Any], shape: tuple[int, ...], what: str) -> Any:
-        from torch.distributed.tensor import DTensor
-
-        if isinstance(x, DTensor):
-            if tuple(x.shape) != tuple(shape):
-                raise ValueError(f"{what}: shape {tuple(x.shape)} differs from the program's {tuple(shape)}")
-            if self._hetero is not None:
-                x = x.full_tensor()   # a DTensor on some group's mesh: the global value
-            else:
-                return x.redistribute(self.device_mesh, self._dt(layout)).to_local().to(self.device)
-        return self._cut(x, layout)
-
-    def _dtensor(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
-        from torch.distributed.tensor import DTensor
-
-        return DTensor.from_local(local, self.device_mesh, self._dt(layout), run_check=False,
-                                  shape=tuple(shape), stride=contiguous_stride(shape))
-
-    def _stored(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
-        """A parameter-like value as the module holds it: a DTensor, or for a ragged layout (which
-        DTensor cannot express) this rank's piece as a plain tensor."""
-        return local if _ragged(layout) else self._dtensor(local, layout, shape)
-
-    def _relayout(self, local: Any, src: Sequence[Any], dst: Sequence[Any], shape: tuple[int, ...]) -> Any:
-        if tuple(src) == tuple(dst):
-            return local
-        if _ragged(src) or _ragged(dst):   # through the full value (no collective from R)
-            return local_piece(self._full(local, src, shape), dst, self.mesh, self.rank).to(self.device)
-        return self._dtensor(local, src, shape).redistribute(self.device_mesh, self._dt(dst)).to_local()
-
-    def _full(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
-        if all(isinstance(p, Replicate) for p in layout):
-            return local.clone()
-        return to_full(local, tuple(shape), tuple(layout), self.comm)
-
-    def _inputs(self, tensors: Sequence[Any], kwargs: dict[str, Any], kind: str) -> list[Any]:
-        """Positional inputs then keyword inputs (compiled order), as global tensors or DTensors."""
-        if set(kwargs) != set(self._kw_names):
-            raise TypeError(f"the compiled program takes keyword inputs {self._kw_names or 'none'}, "
-                            f"got {sorted(kwargs) or 'none'}")
-        values = list(tensors) + [kwargs[n] for n in self._kw_names]
-        for i, v in enumerate(values):
-            self._global(v, f"input #{i}")
-        self._check_inputs(kind, values)
-        if self.options.inputs == "local":
-            values = self._from_local(values, kind)
-        return values
-
-    def _input_specs(self, kind: str, n: int | None = None) -> list[tuple[str, tuple[Any, ...]]]:
-        """(name, layout) of each input of ``kind``'s programs (any program of a kind has the same
-        plan layouts), after checking that ``n`` inputs were given (unless None)."""
-        runner = next((r for k, r in self._runners.items() if k[0].startswith(kind)), None) \
-            or next(iter(self._runners.values()))
-        prog = runner.program
-        at = [i for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
-        specs = [(f"input #{j} ('{prog.step.arg_kinds[i][6:]}')", tuple(prog.arg_layouts[i])) for j, i in enumerate(at)]
-        if n is not None and len(specs) != n:
-            raise TypeError(f"the compiled program takes {len(specs)} input tensors, got {n}")
-        return specs
-
-    def _check_inputs(self, kind: str, values: list[Any]) -> None:
-        """On the first call of each program (per kind, mode and input shapes): the inputs are the
-        same on the ranks that must pass the same tensor — one checksum collective, then nothing."""
-        check = self._input_check
-        if not check.enabled:
-            return
-        key = (kind, module_flags(self._model), tuple((tuple(v.shape), str(v.dtype), _is_dtensor(v))
-                                                       for v in values))
-        if key in check.seen:
-            return
-        specs = self._input_specs(kind, len(values))
-        check(key, values, [n for n, _ in specs], [lay for _, lay in specs])
 
     def sampler_args(self) -> tuple[int, int]:
         """``(num_replicas, rank)`` for this rank's ``DistributedSampler`` with ``inputs="local"``:
         the number of pieces the plan cuts the batch (dim 0 of the first input) into and this
-        rank's piece — the data-parallel size and coordinate (e.g. ``(2, dp)`` on ``dp=2,tp=2``)."""
+        rank's piece — the data-parallel size and coordinate (e.g. ``(2, dp)`` on ``dp=2,tp=2``).
+        Pipeline stages and device groups compiled with ``inputs="local"``: the job's data-parallel
+        replicas (:class:`~spmdc.runtime.input_check.LocalBatches`; e.g. ``(2, dp)`` on 2 stages of
+        ``dp=2``; ``(3, 2)`` on the tp=2 group after a dp=2 group)."""
+        import torch.distributed as dist
+
         from spmdc.runtime.input_check import sampler_args
 
+        local = self.pipeline._local if self.pipeline is not None else self.__dict__.get("_local_batches")
+        if local is not None:   # pipeline stages / device groups: the job's data-parallel replicas
+            return local.sampler_args(dist.get_rank())
+        if self.pipeline is not None:
+            raise ValueError(f"pipeline plan '{self.plan_name}': with inputs='global' every rank passes the global "
+                             "batch, so no sampler is split per rank; compile with inputs='local' for per-rank pieces")
         if self._hetero is not None:
-            raise ValueError(f"plan '{self._hetero.name}' has device groups: every rank passes the global batch "
-                             "(inputs='local' is not supported there), so no sampler is split per rank")
-        specs = self._input_specs("train" if self._opts.can_train else "forward")
+            raise ValueError(f"plan '{self._hetero.name}' has device groups: with inputs='global' every rank passes "
+                             "the global batch, so no sampler is split per rank; compile with inputs='local' for "
+                             "per-rank pieces")
+        specs = self._executor._input_specs("train" if self._opts.can_train else "forward")
         axes = dict(zip(self.mesh.axis_names, self.mesh.shape))
         return sampler_args(specs[0][1], axes, self.mesh.coords(self.rank)) if specs else (1, 0)
 
-    def _from_local(self, values: list[Any], kind: str) -> list[Any]:
-        """``inputs="local"``: each tensor is this rank's piece of the global input, split like the
-        plan's input layout (a DistributedSampler's batch: even pieces along the batch dim)."""
-        from torch.distributed.tensor import DTensor
-
-        layouts = [lay for _, lay in self._input_specs(kind, len(values))]
-        return [v if isinstance(v, DTensor) else
-                DTensor.from_local(v.to(self.device), self.device_mesh, self._dt(lay), run_check=False)
-                for v, lay in zip(values, layouts)]
-
-    def _args(self, run: RankRunner, inputs: Sequence[Any]) -> list[Any]:
-        prog = run.program
-        args, it = [], iter(inputs)
-        n_inputs = sum(1 for k in prog.step.arg_kinds if k.startswith("input:"))
-        if len(inputs) != n_inputs:
-            raise TypeError(f"the compiled program takes {n_inputs} input tensors, got {len(inputs)}")
-        with torch.no_grad():
-            for i, kind in enumerate(prog.step.arg_kinds):
-                name = kind.split(":", 1)[1]
-                if kind.startswith("input:"):
-                    args.append(self._local_arg(next(it), prog.arg_layouts[i], prog.step.arg_shapes[i],
-                                                f"input '{name}'"))
-                elif i in prog.step.buffers:
-                    args.append(self.get_buffer(name))
-                else:
-                    p = self._param(name)
-                    args.append(self._relayout(_local(p), self._storage[name], prog.arg_layouts[i],
-                                               self._shapes[name]))
-        return args
-
-    # -- the model-like surface ----------------------------------------------------------------------
+    # -- the model-like surface: each layout kind's executor runs it ---------------------------------
     def forward(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
         """Inputs as tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
-        values = self._inputs(inputs, kwargs, "forward")
-        run = self._runner("forward", values)
-        if self._hetero is not None and any(not isinstance(lay[0], Replicate) for lay in run.program.res_layouts):
-            raise NotImplementedError(f"cm(x) of a module on plan '{self._hetero.name}' (device groups): its "
-                                      "outputs are split across the groups, which no DTensor or full tensor "
-                                      "gathers yet; train with cm.step/cm.backward, or compile without groups "
-                                      "for inference")
-        self._last_run = run
-        outs = run(self._args(run, values))
-        res = []
-        for out, layout, shape in zip(outs, run.program.res_layouts, run.program.step.res_shapes):
-            res.append(self._full(out, layout, shape) if full else self._dtensor(out, layout, shape))
-        return res[0] if len(res) == 1 else tuple(res)
-
-    def _batch(self, batch: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        if not self._opts.can_train:
-            raise RuntimeError("training needs spmdc.compile(..., train=True)")
-        if len(batch) == 2 and all(isinstance(b, (tuple, list)) for b in batch):
-            batch = tuple(batch[0]) + tuple(batch[1])
-        return self._inputs(batch, kwargs, "train")
-
-    def _train_program(self, kind: str, values: list[Any]) -> tuple[Any, dict[str, tuple[Any, Any]], Any]:
-        """Run a training program: (loss, {fqn: (local gradient, its layout)}, gradient norm or None)."""
-        run = self._runner(kind, values)
-        self._last_run = run
-        prog = run.program
-        outs = run(self._args(run, values))
-        loss, grads, norm = None, {}, None
-        for i, (rkind, out) in enumerate(zip(prog.step.result_kinds, outs)):
-            if rkind == "loss":
-                loss = self._full(out, prog.res_layouts[i], prog.step.res_shapes[i])
-            elif rkind == "grad_norm":
-                norm = self._full(out, prog.res_layouts[i], prog.step.res_shapes[i])
-            elif rkind.startswith("grad:"):
-                grads[rkind[5:]] = (out, prog.res_layouts[i])
-        return loss, grads, norm
-
-    def _accumulate(self, grads: dict[str, Any]) -> None:
-        """Add gradients (DTensors laid out like their parameters) into ``p.grad``."""
-        for fqn, g in grads.items():
-            p = self._param(fqn)
-            if not p.requires_grad:
-                continue
-            p.grad = g if p.grad is None else p.grad + g
+        return self._executor.forward(*inputs, full=full, **kwargs)
 
     def backward(self, *batch: Any, **kwargs: Any) -> Any:
         """Forward and backward on ``batch`` (model inputs, loss inputs, keyword inputs): adds the
         gradients to each parameter's ``.grad`` (a DTensor laid out like the parameter), as
-        ``loss.backward()`` would; returns the loss (0-d tensor). With ``grad_accum=N`` the batch is
-        split into N micro-batches along dim 0 and the gradients are reduced once."""
-        values = self._batch(batch, kwargs)
-        if self.options.grad_accum > 1:
-            return self._backward_accumulated(values)
-        loss, grads, norm = self._train_program("train", values)
-        self.last_grad_norm = norm
-        self._accumulate({fqn: self._stored(self._relayout(g, lay, self._storage[fqn], self._shapes[fqn]),
-                                            self._storage[fqn], self._shapes[fqn])
-                          for fqn, (g, lay) in grads.items()})
-        return loss
+        ``loss.backward()`` would (clipped first under ``clip_grad_norm``); returns the loss (0-d
+        tensor). ``grad_accum=N``: the batch in N micro-batches, the gradients reduced once. A
+        pipeline plan: the global batch on every rank, this rank's stage's gradients."""
+        return self._executor.backward(*batch, **kwargs)
 
-    def _micro(self, values: list[Any]) -> list[list[Any]]:
-        n = self.options.grad_accum
-        for v in values:
-            if v.dim() == 0 or v.shape[0] % n:
-                raise ValueError(f"grad_accum={n} splits every input along dim 0, but an input has shape "
-                                 f"{tuple(v.shape)}")
-        pieces = [v.chunk(n, dim=0) if not _is_dtensor(v) else _dtensor_chunks(v, n) for v in values]
-        return [[p[k] for p in pieces] for k in range(n)]
-
-    def _backward_accumulated(self, values: list[Any]) -> Any:
-        """N micro-batches through the program whose gradients stay unreduced (``P(sum)`` where the
-        batch is split), summed locally, then one reduction per gradient; the loss and the
-        gradients are the mean over micro-batches (one big batch, for a mean-reduced loss)."""
-        n = self.options.grad_accum
-        acc: dict[str, list[Any]] = {}
-        losses = []
-        for micro in self._micro(values):
-            loss, grads, _ = self._train_program("train_partial", micro)
-            losses.append(loss)
-            for fqn, (g, lay) in grads.items():
-                if fqn in acc:
-                    acc[fqn][0] = acc[fqn][0] + g
-                else:
-                    acc[fqn] = [g.clone(), lay]
-        def as_dtensor(fqn: str, g: Any, lay: Any) -> Any:
-            return self._dtensor(g, lay, self._shapes[fqn])
-
-        def stored(fqn: str, g: Any, lay: Any) -> Any:
-            return self._stored(g, lay, self._shapes[fqn])
-
-        def relayout(fqn: str, g: Any, src: Any, dst: Any) -> Any:
-            return self._relayout(g, src, dst, self._shapes[fqn])
-
-        mean = {fqn: (g / n, lay) for fqn, (g, lay) in acc.items()}
-        if self._hetero is not None:   # within each group, then across the groups (spmdc.api.group_grads)
-            if getattr(self, "_group_grads", None) is None:
-                from spmdc.api.group_grads import GroupGradients
-
-                self._group_grads = GroupGradients(self._hetero, self.comm, self._storage, self._shapes)
-            reduced = {f: stored(f, g, self._storage[f])
-                       for f, g in self._group_grads.reduce(mean, as_dtensor, relayout).items()}
-        else:
-            reduced = reduce_gradients(mean, self._storage, CountingComm(self.comm), as_dtensor, stored, relayout)
-        if self.options.clip_grad_norm is not None:   # (a group's layouts without grp: it holds the whole gradient)
-            own = 1 if self._hetero is not None else 0
-            self.last_grad_norm = clip_grads_([(g, self._storage[f][own:]) for f, g in reduced.items()],
-                                              self.options.clip_grad_norm, self.comm, self.group)
-        self._accumulate(reduced)
-        return torch.stack(losses).mean()
+    @property
+    def last_grad_norm(self) -> Any:
+        """Under ``clip_grad_norm``: the last backward's gradient norm before clipping (every rank's the same)."""
+        return self._executor.last_grad_norm
 
     def step(self, *batch: Any, **kwargs: Any) -> Any:
         """One training step: fresh gradients for ``batch`` (clipped when compiled with
@@ -671,27 +497,41 @@ class CompiledModule(nn.Module):
             fqn = _canonical(self, key)
         except (AttributeError, StopIteration):
             return None   # a buffer
-        lay = self._storage.get(fqn)
+        lay = self._store.storage.get(fqn)
         return lay if lay is not None and _ragged(lay) else None
 
     def placements(self) -> dict[str, tuple[Any, ...]]:
         """Storage placements per parameter (spmdc placements)."""
-        return dict(self._storage)
+        return dict(self._store.storage)
 
     # -- state --------------------------------------------------------------------------------------
     def full_state_dict(self) -> dict[str, Any]:
-        """Full tensors (CPU) under the model's own keys; a collective every rank calls."""
+        """Full tensors (CPU) under the model's own keys; a collective every rank calls (a pipeline
+        plan: every stage's, the whole model's, on every rank)."""
+        if self.pipeline is not None:
+            return self.pipeline.full_state_dict()
         out = {}
         for k, v in self.state_dict().items():
             lay = self._ragged_layout(k)
-            full = self._full(v.detach(), lay, self._shapes[_canonical(self, k)]) if lay is not None else v.detach()
+            full = v.detach() if lay is None else \
+                self._store.full(v.detach(), lay, self._store.shapes[_canonical(self, k)])
             out[k] = (full.full_tensor() if _is_dtensor(full) else full).cpu().clone()   # never a view
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False) -> Any:
         """Full tensors (cut to this rank's shards) or DTensors in any layout (redistributed), in
-        place, so an optimizer's references stay valid."""
+        place, so an optimizer's references stay valid. A pipeline plan: the whole model's state
+        (full tensors), each stage setting its own parameters."""
         state = state_dict
+        if self.pipeline is not None:
+            from torch.nn.modules.module import _IncompatibleKeys
+
+            names = [n for n, _ in self._model.named_parameters(remove_duplicate=False)]
+            missing, unexpected = [k for k in names if k not in state], []
+            if strict and missing:
+                raise RuntimeError(f"load_state_dict: missing keys {missing}")
+            self.pipeline.load_full_state({k: v.full_tensor() if _is_dtensor(v) else v for k, v in state.items()})
+            return _IncompatibleKeys(missing, unexpected)
         own = self.state_dict()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
@@ -709,13 +549,13 @@ class CompiledModule(nn.Module):
                         v = v.redistribute(target.device_mesh, target.placements)
                         target.to_local().copy_(v.to_local())
                     else:
-                        layout = self._storage[_canonical(self, k)]
-                        target.to_local().copy_(self._cut(v, layout))
+                        layout = self._store.storage[_canonical(self, k)]
+                        target.to_local().copy_(self._store.cut(v, layout))
                 else:
                     v = v.full_tensor() if _is_dtensor(v) else v
                     lay = self._ragged_layout(k)
-                    if lay is not None and tuple(v.shape) == self._shapes[_canonical(self, k)]:
-                        v = self._cut(v, lay)   # a full tensor (else: this rank's piece, as state_dict() gives)
+                    if lay is not None and tuple(v.shape) == self._store.shapes[_canonical(self, k)]:
+                        v = self._store.cut(v, lay)   # a full tensor (else: this rank's piece, as state_dict() gives)
                     target.copy_(v)
         from torch.nn.modules.module import _IncompatibleKeys
 
@@ -748,11 +588,13 @@ class CompiledModule(nn.Module):
 
         from spmdc.runtime.checkpointing import CheckpointView
 
+        if self.pipeline is not None:   # the stage's entries; which of them an earlier stage writes
+            return self.pipeline.checkpoint_view(self.optimizer)
         view = CheckpointView(self, self.optimizer, self._opts.can_train, self.plan_name, str(self.mesh),
                               self.device, group=self.group, write_group=self.group, read_group=self.group)
         if self._hetero is None:
             return view
-        ragged = next((k for k, lay in self._storage.items() if _ragged(lay)), None)
+        ragged = next((k for k, lay in self._store.storage.items() if _ragged(lay)), None)
         if ragged is not None:
             raise NotImplementedError(f"checkpoints of plan '{self._hetero.name}' (device groups): parameter "
                                       f"'{ragged}' is stored ragged inside its group, which a group's checkpoint "
@@ -775,31 +617,27 @@ class CompiledModule(nn.Module):
 
         from spmdc.sharding.slices import MeshSpec
 
+        if self.pipeline is not None:
+            return self.pipeline.state_holdings()
         if self._hetero is not None:
             g = self._hetero.groups[self._hetero.group_of(dist.get_rank())]
             spec, own = MeshSpec(tuple(g.mesh.axis_names), tuple(g.mesh.shape), tuple(g.ranks)), 1
         else:
             spec, own = MeshSpec(tuple(self.mesh.axis_names), tuple(self.mesh.shape), tuple(self.members)), 0
-        return {fqn: (spec, tuple(lay[own:]), tuple(self._shapes[fqn])) for fqn, lay in self._storage.items()}
+        st = self._store
+        return {fqn: (spec, tuple(lay[own:]), tuple(st.shapes[fqn])) for fqn, lay in st.storage.items()}
 
     def state_pieces(self, name: str) -> dict[str, Any]:
         """This rank's piece of parameter ``name`` (``"param"``) and of each optimizer state entry
         (tensors laid out like the parameter: their local pieces; scalars such as ``step`` as they are)."""
-        p = self.get_parameter(name)
-        out = {"param": _local(p)}
-        for k, v in (self.optimizer.state.get(p, {}) if self.optimizer is not None else {}).items():
-            out[k] = v.to_local() if _is_dtensor(v) else v
-        return out
+        return self._store.pieces(self.get_parameter(name), self.optimizer)
 
     def full_state_tensor(self, name: str, slot: str = "param") -> Any:
         """The whole value of parameter ``name`` or of its optimizer tensor ``slot``; a collective
-        over the module's mesh (device groups: over each group's, every rank getting it)."""
+        over the module's mesh (device groups: over each group's, every rank getting it; a
+        pipeline: over the stage's)."""
         fqn = _canonical(self, name)
-        lay = tuple(self._storage[fqn][1:] if self._hetero is not None else self._storage[fqn])
-        local = self.state_pieces(fqn)[slot]
-        if all(isinstance(p, Replicate) for p in lay):
-            return local.clone()
-        return to_full(local, tuple(self._shapes[fqn]), lay, self.comm)
+        return self._store.full_tensor(fqn, self.state_pieces(fqn)[slot])
 
     def load_state_piece(self, name: str, slot: str, value: Any, *, full: bool = False) -> None:
         """Set this rank's piece of parameter ``name`` (``slot="param"``, in place) or of its
@@ -807,16 +645,7 @@ class CompiledModule(nn.Module):
         whole tensor (cut here). A non-tensor or 0-d ``value`` of an optimizer slot (``step``) is
         stored as it is."""
         fqn = _canonical(self, name)
-        p, lay, shape = self.get_parameter(fqn), self._storage[fqn], self._shapes[fqn]
-        if slot != "param" and not (torch.is_tensor(value) and (full or value.dim() > 0)):
-            self.optimizer.state.setdefault(p, {})[slot] = value
-            return
-        piece = self._cut(value, lay) if full else value.to(self.device)
-        with torch.no_grad():
-            if slot == "param":
-                _local(p).copy_(piece)
-            else:
-                self.optimizer.state.setdefault(p, {})[slot] = self._stored(piece.clone(), lay, shape)
+        self._store.load_piece(fqn, self.get_parameter(fqn), self.optimizer, slot, value, full)
 
     def switch(self, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None, lost: Sequence[int] = (),
                **options: Any) -> Any:
@@ -829,20 +658,35 @@ class CompiledModule(nn.Module):
         return switch(self, plan, mesh=mesh, ranks=ranks, lost=lost, **options)
 
     @property
+    def last_run(self) -> Any:
+        """The runner of the last program this rank ran (a ``RankRunner``, or an ``EagerRunner``
+        under ``spmdc.eager``), None before the first call or for a pipeline plan."""
+        return getattr(self._executor, "last_run", None)
+
+    @property
     def eager_trace(self) -> list[str]:
         """``spmdc.eager(..., trace=True)``: the last call's ops, each with its operands' layouts,
         its results' layouts and the collectives it issued (empty otherwise)."""
-        return list(getattr(getattr(self, "_last_run", None), "last_trace", []))
+        return list(getattr(self.last_run, "last_trace", []))
 
     @property
     def programs(self) -> dict[str, RankProgram]:
-        """This rank's compiled programs, latest per kind (``forward``, ``train``): IR, code, layouts."""
-        out = {}
-        for (kind, _mode, _sig), run in self._runners.items():
-            out["train" if kind.startswith("train") else kind] = run.program
-        return out
+        """This rank's compiled programs, latest per kind (``forward``, ``train``): IR, code, layouts
+        (a pipeline plan: its stage's forward, if it has one, and its backward)."""
+        if self.pipeline is not None:
+            progs = self.pipeline._programs
+            return {k: r.program for k, r in (("forward", progs.forward), ("train", progs.backward)) if r is not None}
+        return self._programs.latest()
+
+    @property
+    def program_cache(self) -> ProgramCache | None:
+        """Every program compiled so far, by (kind, module modes, input shapes) (:mod:`spmdc.api.program_cache`;
+        None for a pipeline plan, whose executor holds its stage's programs)."""
+        return self._programs
 
     def extra_repr(self) -> str:
+        if self.pipeline is not None:
+            return f"pipeline plan={self.plan_name!r}, stage={self.pipeline.stage}, mesh={self.mesh}, rank={self.rank}"
         return f"mesh={self.mesh}, plan={self.plan_name!r}, rank={self.rank}"
 
 
@@ -899,32 +743,12 @@ def _init_tape(model: Any, init: Callable[[Any], Any] | None) -> Any:
     return tape
 
 
-def _ragged(layout: Sequence[Any]) -> bool:
-    return any(isinstance(p, RaggedShard) for p in layout)
-
-
 def _whole_or_nothing(layout: Sequence[Any]) -> bool:
     """Whether every rank holds the whole tensor or none of it: replicated but for at most one
     ragged shard that gives its whole dim to one rank."""
     ragged = [p for p in layout if isinstance(p, RaggedShard)]
     return all(isinstance(p, (Replicate, RaggedShard)) for p in layout) and len(ragged) <= 1 \
         and all(sum(1 for u in p.units if u) <= 1 for p in ragged)
-
-
-def _local(p: Any) -> Any:
-    """A stored parameter's local piece (a DTensor's local tensor, or the plain piece itself)."""
-    return p.to_local() if _is_dtensor(p) else p.detach()
-
-
-def _is_dtensor(x: Any) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(x, DTensor)
-
-
-def _dtensor_chunks(x: Any, n: int) -> list[Any]:
-    full = x.full_tensor()
-    return [c for c in full.chunk(n, dim=0)]
 
 
 def _canonical(cm: CompiledModule, key: str) -> str:

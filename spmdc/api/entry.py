@@ -92,7 +92,7 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     mesh, plan = _pp_stages(mesh, plan)
     common = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, optimizer=optimizer, device=device,
                   dump=dump, example_kwargs=example_kwargs, options=options)
-    if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline_module)
+    if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline_executor)
         return _pipeline(model, example_inputs, plan, mesh=mesh, device_mesh=device_mesh, init=init, **common)
     for what, given in (("pp_schedule", options.pp_schedule), ("microbatches", options.microbatches)):
         if given is not None:
@@ -120,10 +120,9 @@ def _pp_stages(mesh: Any, plan: Any) -> tuple[Any, Any]:
 
 def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: bool, device_mesh: Any, init: Any,
               **kw: Any) -> Any:
-    """A :class:`~spmdc.api.pipeline_module.PipelineModule`; what pipelines do not support is refused by name
-    (here the layout's; the options' in the module)."""
+    """The compiled module of a pipeline plan (its executor: :mod:`spmdc.api.pipeline_executor`); what
+    pipelines do not support is refused by name (here the layout's; the options' in the executor)."""
     from spmdc.api.compiled_module import _init_tape
-    from spmdc.api.pipeline_module import PipelineModule
     from spmdc.frontend.deferred_init import TAPE_ATTR
 
     for what, bad in (("mesh= (each stage has its own mesh in the plan; pass mesh=None)", mesh is not None),
@@ -133,7 +132,7 @@ def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: b
     tape = _init_tape(model, init)   # a meta model: how each stage materializes its tensors
     if init is not None:   # (recorded now, kept on the model as spmdc.deferred_init keeps its constructor's)
         object.__setattr__(model, TAPE_ATTR, tape)
-    return PipelineModule(model, example_inputs, plan=plan, **kw)
+    return CompiledModule(model, example_inputs, mesh=None, plan=plan, train=True, **kw)
 
 
 def sampler_args(cm: Any) -> tuple[int, int]:

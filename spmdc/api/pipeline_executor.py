@@ -1,11 +1,17 @@
-"""Pipeline parallelism over device groups: stages by module, GPipe and 1F1B, one optimizer step.
+"""The pipeline executor of a compiled module: stages by module, GPipe and 1F1B schedules.
 
     plan = PipelinePlan.from_dict({...})           # spmdc.sharding.pipeline_plan
-    pm = spmdc.compile(model, ((x,), (y,)), mesh=None, plan=plan, train=True, loss_fn=lm_loss,
-                       optimizer=("adamw", {"lr": 1e-3}))   # a PipelineModule
-    loss = pm.step(x, y)      # every rank: the global batch; the loss of the step on every rank
-    print(pm.schedule_ir)     # this rank's schedule (pipe dialect), as it runs
-    print(pm.timeline())      # every rank's schedule as a time grid
+    cm = spmdc.compile(model, ((x,), (y,)), mesh=None, plan=plan, train=True, loss_fn=lm_loss,
+                       optimizer=("adamw", {"lr": 1e-3}))   # a CompiledModule whose executor is this
+    loss = cm.step(x, y)      # every rank: the global batch; the loss of the step on every rank
+    loss = cm.backward(x, y)  # or: this stage's gradients into p.grad, then any optimizer on cm.parameters()
+    print(cm.schedule_ir)     # this rank's schedule (pipe dialect), as it runs
+    print(cm.timeline())      # every rank's schedule as a time grid
+
+:class:`~spmdc.api.compiled_module.CompiledModule` is the one module of every layout kind: for a
+pipeline plan it holds this rank's stage's parameters (DTensors on the stage's mesh, under the
+model's names), its optimizer and the state interface (``state_pieces``, ``save`` ...), and hands
+each step to a :class:`PipelineExecutor`, which owns the stages' programs and runs the schedule.
 
 How it runs. The model and its loss are cut into stages by module (:mod:`spmdc.frontend.stages`).
 Each stage is compiled on its device group with its own plan into two programs: the *forward*
@@ -46,15 +52,28 @@ Training options, as for one mesh (``spmdc.compile``'s keywords):
   each chunk cut into the plan's micro-batches; gradients accumulate (each micro-batch's scaled by
   ``1/(N·microbatches)``), tied gradients are summed once, one optimizer step; the loss is the mean.
 
-Every rank passes the same global batch: the first step at each input shape checks that it does,
+``inputs="local"``: each rank passes its data-parallel replica's piece (a ``DistributedSampler``
+with ``spmdc.sampler_args(cm)``: the ranks at the same dp coordinate of every stage are one replica,
+every stage must have the same dp size); one ``all_gather`` per input over the job (and one of
+their shapes) assembles the
+global batch on every rank (:class:`~spmdc.runtime.input_check.LocalBatches`), which then runs as
+below. Otherwise every rank passes the same global batch: the first step at each input shape checks that it does,
 by one checksum ``all_gather`` over the job (:mod:`spmdc.runtime.input_check`; ``check_inputs=False``
 skips it). Random ops (dropout) draw one device's masks, in the forward and again in the backward's
 recomputed forward (:mod:`spmdc.api.pipeline_rng`). A value several later stages read (a skip
 connection, rotary tables) is sent to each of them; its gradient is the sum of theirs, received
 from all of them before the producer's backward. A meta model (``spmdc.deferred_init``): the stages
 are cut and compiled from fake tensors, each rank materializes only its stage's tensors (its
-pieces of the parameters), bitwise one device's initialization. Refused: buffers updated in
-training (BatchNorm), ``inputs="local"``, ``rng="philox"``.
+pieces of the parameters), bitwise one device's initialization. Refused: ``rng="philox"``.
+
+Buffers updated in training (BatchNorm's ``running_mean`` / ``running_var`` / ``num_batches_tracked``):
+each stage's forward program updates them once per micro-batch, in micro-batch order (rounds of
+``grad_accum`` one after another) — one device running the step's micro-batches one after another;
+the backward's recomputed forward drops its updates; the last stage's forward+backward program
+updates once. Each micro-batch normalizes by its own statistics (over the whole micro-batch, also
+under a data-parallel stage mesh, as one mesh computes them), so the step's loss is the mean of the
+micro-batches' losses, not the whole batch's: the micro-batch mean check is skipped for such a model.
+The updated statistics are in ``cm.state_dict()``, ``full_state_dict()`` and checkpoints.
 
 Checkpoints: ``pm.save(dir)`` / ``pm.load(dir)`` write and read the checkpoint a one-mesh module of
 the same model does (:mod:`spmdc.runtime.checkpointing`: each stage its parameters and optimizer state
@@ -80,18 +99,14 @@ class _Programs:
     backward: Any
 
 
-class PipelineModule:
-    """A model pipelined over device groups (see the module doc); every rank of the job builds one."""
+class PipelineExecutor:
+    """This rank's stage of a model pipelined over device groups (see the module doc): its
+    programs, the schedule, one step's run; every rank of the job builds one (inside its
+    :class:`~spmdc.api.compiled_module.CompiledModule`)."""
 
-    def __init__(self, model: Any, example_inputs: Any, *, plan: PipelinePlan, loss_fn: Callable | None = None,
-                 loss_inputs: Sequence[Any] = (), optimizer: Any = None, example_kwargs: dict | None = None,
-                 device: str | None = None, dump: Any = None, options: Any = None, **option_kw: Any):
-        from spmdc.api.compiled_module import _arguments
-        from spmdc.compiler.options import CompileOptions
-
-        options = CompileOptions.of(options, "spmdc.compile", **option_kw)   # (every option checked there)
-        self._init_args = {**_arguments(PipelineModule.__init__, locals()), "options": options}
-        self._init_args.pop("option_kw", None)   # (what compile_args() gives back)
+    def __init__(self, model: Any, example_inputs: Any, *, plan: PipelinePlan, options: Any,
+                 loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
+                 example_kwargs: dict | None = None, device: str | None = None, dump: Any = None):
         self.options = options
         import torch.distributed as dist
 
@@ -103,7 +118,7 @@ class PipelineModule:
 
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("a pipeline needs an initialized torch.distributed job (torchrun)")
-        for what, bad in (("rng='philox'", options.rng != "eager"), ("inputs='local'", options.inputs != "global"),
+        for what, bad in (("rng='philox'", options.rng != "eager"),
                           ("execution='eager'", options.execution != "compiled")):
             if bad:
                 raise ValueError(f"pipeline plan '{plan.name}': {what} is not supported with a pipeline plan yet")
@@ -113,22 +128,34 @@ class PipelineModule:
             raise ValueError(f"pipeline plan '{plan.name}' has {plan.world} ranks in its stages but the job has "
                              f"{dist.get_world_size()}")
         self.plan, self.rank = plan, dist.get_rank()
-        self.stage = plan.stage_of(self.rank)
+        self.stage = plan.stage_of(self.rank)   # (the stage whose state is current: see _use)
+        self.my_stages = plan.stages_of(self.rank)   # several under interleaved 1F1B: k, k + groups, ...
         self.n_stages, self.micro = len(plan.stages), plan.microbatches
         self.device = torch.device(device or ("cuda" if dist.get_backend() == "nccl" else "cpu"))
         self.target = options.resolved_target()
         spec = self.plan.stages[self.stage]
-        self.meshes = group_meshes(_Groups(plan.stages), self.device.type)   # every rank builds every stage's
+        self.meshes = group_meshes(_Groups(plan.stages[:plan.groups]), self.device.type)   # every group's
         self.device_mesh = self.meshes[self.stage]
         self.members = list(spec.ranks)
         self.index = self.members.index(self.rank)       # this rank's place on its stage's mesh
         self.comm = Collectives(self.device_mesh)
         self._input_check = InputCheck.for_groups(
-            plan.stages, "stage", rank=self.rank, device=self.device, enabled=options.check_inputs,
+            plan.stages[:plan.groups], "stage", rank=self.rank, device=self.device, enabled=options.check_inputs,
             where=f"pipeline plan '{plan.name}'", hint="every rank of a pipeline passes the same global batch "
             "(the first stage reads its inputs, the last its loss inputs)")
         model_args, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
         kwargs = dict(example_kwargs or {})
+        self._local = None   # inputs="local": each rank's replica piece, the global batch assembled from them
+        if options.inputs == "local":
+            from spmdc.runtime.input_check import LocalBatches
+
+            every = list(model_args) + list(loss_args) + list(kwargs.values())
+            self._local = LocalBatches.for_stages(plan.stages, ndim=every[0].dim() if every else 1,
+                                                  where=f"pipeline plan '{plan.name}'", check=options.check_inputs)
+            full = [g.to(v.device) for g, v in zip(self._local.assemble(
+                every, [f"example input #{i}" for i in range(len(every))], self.device), every)]
+            model_args, loss_args = full[:len(model_args)], full[len(model_args):len(model_args) + len(loss_args)]
+            kwargs = dict(zip(kwargs, full[len(model_args) + len(loss_args):]))
         self._kw_names = list(kwargs)
         self._n_model, self._n_loss = len(model_args), len(loss_args)
         names = [f"input #{i}" for i in range(len(model_args) + len(loss_args))] + self._kw_names
@@ -154,24 +181,39 @@ class PipelineModule:
                                   loss_inputs=mb0[n_in:n_in + len(loss_args)],
                                   kwargs=dict(zip(self._kw_names, mb0[n_in + len(loss_args):])),
                                   mixed_precision=self.mixed_precision, checkpoint=self.checkpoint)
-        self.mine = self.split.stages[self.stage]
-        self._check()
         from spmdc.api.pipeline_rng import StageRandomness
 
-        self._rng = StageRandomness(self.split, self.stage, self.device)   # one device's masks in every stage
+        self._per_stage: dict[int, dict[str, Any]] = {}   # each of this rank's stages' state (see _use)
+        for k in self.my_stages:   # one device's masks in every stage
+            self._per_stage[k] = {"stage": k, "mine": self.split.stages[k],
+                                  "_rng": StageRandomness(self.split, k, self.device)}
+        self._use(self.my_stages[0])
+        self._check()
         self._mb_offset = 0   # the step's micro-batch index of this schedule round's first
         self._check_micro_batch_mean(model, loss_fn, len(model_args), every, micro)
-        if dump is not None:   # each stage's programs under <dir>/stage<k>/
-            from spmdc.compiler import Dump
+        self._dump = dump   # the job's dump: the schedule's stage (08) lands in <dir>/pipeline/
+        self._updates = {}
+        for k in self.my_stages:
+            self._use(k)
+            at, d = f"stage{k}", dump   # each stage's programs under <dir>/stage<k>/
+            if dump is not None:
+                from spmdc.compiler import Dump
 
-            at = f"stage{self.stage}"
-            dump = Dump(dump.ir_dir and f"{dump.ir_dir}/{at}", dump.code_dir and f"{dump.code_dir}/{at}")
-        self._programs = self._compile(mb0, dump)
+                d = Dump(dump.ir_dir and f"{dump.ir_dir}/{at}", dump.code_dir and f"{dump.code_dir}/{at}")
+            self._per_stage[k]["_programs"] = self._programs = self._compile(mb0, d)
+            self._updates.update({id(r): self._buffer_results(r) for r in (self._programs.forward,
+                                                                           self._programs.backward) if r is not None})
         self._layouts = self._exchange_layouts()
         self._dtypes = self._exchange_dtypes()
         self.schedule_module = self._schedule_module()
         self.schedule_ir = _print(self._rank_function(self.rank))
-        self._install(optimizer)
+        self.params: dict[str, torch.nn.Parameter] = {}   # every stage's of this rank (the union)
+        self._storage: dict[str, Any] = {}
+        for k in self.my_stages:
+            self._use(k)
+            self._install()
+            self._per_stage[k].update(buffers=self.buffers, _init_buffers=self._init_buffers)
+        self._use(self.my_stages[0])
         self._shared_groups = self._tie_groups()
         self.peak_stash_bytes = 0
         self.last_messages = 0
@@ -179,6 +221,11 @@ class PipelineModule:
         self.last_grad_norm: Any = None
 
     # -- building ---------------------------------------------------------------------------------
+    def _use(self, stage: int) -> None:
+        """Make ``stage`` (one of this rank's) current: ``stage``, ``mine``, ``_programs``, ``_rng``,
+        ``buffers`` are its (a rank holds several stages under interleaved 1F1B)."""
+        for key, value in self._per_stage[stage].items():
+            setattr(self, key, value)
     def _set_training_options(self, options: Any) -> None:
         """The options each stage trains with (see the module doc), checked by the options object."""
         self.mixed_precision = options.mixed_precision
@@ -187,13 +234,11 @@ class PipelineModule:
     def _check(self) -> None:
         from spmdc.frontend.stages import buffer_updates
 
-        for s in self.split.stages:
-            upd = buffer_updates(s.module)
-            if upd:
-                raise NotImplementedError(
-                    f"stage {s.index} updates a buffer in place ({upd[0]}, e.g. BatchNorm's running statistics in "
-                    "training): a pipeline stage runs its forward twice per micro-batch and would update it twice; "
-                    "not supported yet (run this model without a pipeline plan, or with the module in eval mode)")
+        # buffers updated in training (BatchNorm's running statistics): each stage's forward program
+        # updates them once per micro-batch, in micro-batch order; the backward's recomputed forward
+        # drops its updates (:meth:`_apply_buffer_updates`). The statistics are each micro-batch's own,
+        # so the loss is not the whole batch's: the micro-batch mean check does not apply
+        self._batch_stats = any(buffer_updates(s.module) for s in self.split.stages)
 
     def _check_micro_batch_mean(self, model: Any, loss_fn: Any, n_model: int, every: list[Any],
                                 micro: list[list[Any]]) -> None:
@@ -201,10 +246,10 @@ class PipelineModule:
         # a meta model has no values to run: unchecked, as grad_accum on one mesh)
         from spmdc.frontend.deferred_init import is_meta_model
 
-        if is_meta_model(model):
+        if is_meta_model(model) or self._batch_stats:
             return
         check_micro_batch_mean(model, loss_fn, n_model, self._kw_names, every, micro, first=0,
-                               eval_mode=self._rng.active)
+                               eval_mode=any(st["_rng"].active for st in self._per_stage.values()))
 
     def _diff_outputs(self, stage: Any) -> list[int]:
         return [v for v in stage.outputs if self.split.values[v].differentiable]
@@ -236,7 +281,7 @@ class PipelineModule:
         # under the policy and holds its casts; casting the stage's inputs again would cast loss inputs
         # too. Clipping and accumulation span the stages: this module does them)
         opts = self.options.replace(mixed_precision=None, clip_grad_norm=None, grad_accum=1, pp_schedule=None,
-                                    microbatches=None)
+                                    microbatches=None, inputs="global")   # (inputs="local": assembled here)
         jobs = []
         if not last:
             jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}, options=opts))
@@ -268,15 +313,18 @@ class PipelineModule:
         """Every stage's programs' layouts and kinds (each rank gives its own stage's)."""
         import torch.distributed as dist
 
-        mine = {}
-        for key, run in (("F", self._programs.forward), ("B", self._programs.backward)):
-            if run is not None:
-                p = run.program
-                mine[key] = (list(p.arg_layouts), list(p.res_layouts), list(p.step.arg_kinds),
-                             list(p.step.result_kinds))
+        every = []
+        for k in self.my_stages:
+            mine, progs = {}, self._per_stage[k]["_programs"]
+            for key, run in (("F", progs.forward), ("B", progs.backward)):
+                if run is not None:   # (its results less its buffer updates, which stay in the stage)
+                    p, keep = run.program, self._kept_results(run)
+                    mine[key] = (list(p.arg_layouts), [p.res_layouts[r] for r in keep], list(p.step.arg_kinds),
+                                 [p.step.result_kinds[r] for r in keep])
+            every.append((k, mine))
         out: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(out, (self.stage, mine))
-        return {s: d for s, d in reversed(out)}
+        dist.all_gather_object(out, every)
+        return {s: d for stages in reversed(out) for s, d in stages}
 
     def _exchange_dtypes(self) -> dict[int, dict[str, tuple[list[str], list[str]]]]:
         """Every stage's programs' argument and result element types (``bf16`` where a stage runs
@@ -285,14 +333,23 @@ class PipelineModule:
 
         from spmdc.compiler.driver import main_function
 
-        mine = {}
-        for key, run in (("F", self._programs.forward), ("B", self._programs.backward)):
-            if run is not None:
-                fn = main_function(run.program.module).function_type
-                mine[key] = ([t.element_type for t in fn.inputs], [t.element_type for t in fn.results])
+        every = []
+        for k in self.my_stages:
+            mine, progs = {}, self._per_stage[k]["_programs"]
+            for key, run in (("F", progs.forward), ("B", progs.backward)):
+                if run is not None:
+                    fn = main_function(run.program.module).function_type
+                    mine[key] = ([t.element_type for t in fn.inputs],
+                                 [fn.results[r].element_type for r in self._kept_results(run)])
+            every.append((k, mine))
         out: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(out, (self.stage, mine))
-        return {s: d for s, d in reversed(out)}
+        dist.all_gather_object(out, every)
+        return {s: d for stages in reversed(out) for s, d in stages}
+
+    def _kept_results(self, run: Any) -> list[int]:
+        """The indices of ``run``'s results other than its buffer updates."""
+        upd = self._updates.get(id(run), {})
+        return [r for r in range(len(run.program.step.result_kinds)) if r not in upd]
 
     def _wire_dtype(self, value: int, grad: bool, consumer: int | None = None) -> tuple[Any, Any]:
         """(dtype a boundary value or its gradient moves in: its producer program's result dtype,
@@ -325,7 +382,7 @@ class PipelineModule:
     def _schedule_module(self) -> Any:
         from spmdc.dialects.shard import MeshOp
         from spmdc.ir.module import ModuleOp
-        from spmdc.passes.pipeline_schedule import PipelineSchedule, pipeline_layout
+        from spmdc.passes.pipeline_schedule import pipeline_layout
 
         module = ModuleOp.build_empty()
         names = [f"stage{k}" for k in range(self.n_stages)]
@@ -338,8 +395,9 @@ class PipelineModule:
                 raise NotImplementedError(f"the gradient of value '{v.name}' leaves its consumer stages "
                                           f"{list(v.consumers)} in different dtypes: they are summed on arrival")
         self._layout = pipeline_layout(module)
-        PipelineSchedule(self.plan.schedule, self.micro).run(module)
-        return module
+        from spmdc.compiler.driver import schedule_pipeline
+
+        return schedule_pipeline(module, self.plan.schedule, self.micro, getattr(self, "_dump", None))
 
     def _boundary(self, v: Any, consumer: int, names: list[str]) -> Any:
         """The ``pipe.boundary`` of value ``v`` from its producer to stage ``consumer``: the
@@ -375,25 +433,24 @@ class PipelineModule:
         return next(op for op in self.schedule_module.body.ops if isinstance(op, FuncOp)
                     and op.sym_name == f"rank{rank}")
 
-    def _install(self, optimizer: Any) -> None:
+    def _install(self) -> None:
         """This stage's parameters, cut to this rank's pieces (DTensors on the stage's mesh)."""
         from torch.distributed.tensor import DTensor
 
         from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
         from spmdc.runtime.executor import local_piece
-        from spmdc.runtime.optimizers import make_optimizer
 
         prog = self._programs.backward.program
         module = self.mine.module
-        self.params: dict[str, torch.nn.Parameter] = {}
-        self.buffers: dict[int, Any] = {}
-        self._storage: dict[str, Any] = {}
+        self.buffers: dict[int, Any] = {}   # (params, _storage: every stage's of the rank, see __init__)
         mesh = self.plan.stages[self.stage].mesh
         made = self._materialize(prog)   # a meta model: this stage's values, replayed here
         for i, kind in enumerate(prog.step.arg_kinds):
             if not kind.startswith("param:"):
                 continue
             name = kind[6:]
+            if name in self.params:   # (read by two of this rank's stages: one parameter)
+                continue
             full = module.get_parameter(name) if i not in prog.step.buffers else module.get_buffer(name)
             if i not in prog.step.buffers and name in made:   # (already this rank's piece)
                 local = made[name]
@@ -414,7 +471,6 @@ class PipelineModule:
                         and tuple(fwd.program.arg_layouts[i]) != tuple(self._storage[kind[6:]]):
                     raise NotImplementedError(f"parameter '{kind[6:]}' is laid out differently in stage "
                                               f"{self.stage}'s forward and backward programs")
-        self.optimizer = make_optimizer(optimizer, list(self.params.values())) if optimizer is not None else None
 
     def _materialize(self, prog: Any) -> dict[str, Any]:
         """A meta model's (:mod:`spmdc.frontend.deferred_init`) values this stage reads, by
@@ -463,7 +519,7 @@ class PipelineModule:
 
         out = {}
         for name, stages in sorted(self.split.shared.items()):
-            ranks = sorted(r for k in stages for r in self.plan.stages[k].ranks)
+            ranks = sorted({r for k in stages for r in self.plan.stages[k].ranks})
             out[name] = (stages, dist.new_group(ranks))   # every rank of the job calls new_group
         return out
 
@@ -486,10 +542,47 @@ class PipelineModule:
                 out.append(local)
         return out
 
+    def _buffer_results(self, run: Any) -> dict[int, int]:
+        """``{result index: backward argument index}`` of the buffers ``run`` updates (BatchNorm's
+        running statistics: results marked ``spmdc.buffer_update``)."""
+        from spmdc.compiler.compilation import main_function
+        from spmdc.dialects.attrs import BUFFER_UPDATE_ATTR
+
+        bprog = self._programs.backward.program
+        where = {bprog.step.arg_kinds[i][6:]: i for i in bprog.step.buffers}
+        fn, out = main_function(run.program.module), {}
+        for r in range(len(run.program.step.result_kinds)):
+            a = fn.res_attrs(r).get(BUFFER_UPDATE_ATTR)
+            if a is not None:
+                if a.value not in where:   # (the backward recomputes every forward op)
+                    raise NotImplementedError(f"stage {self.stage} updates buffer '{a.value}' that its backward "
+                                              "program does not read")
+                out[r] = where[a.value]
+        return out
+
+    def _apply_buffer_updates(self, run: Any, outs: Sequence[Any]) -> list[Any]:
+        """Copy ``run``'s buffer updates into this stage's buffers (relaid to their layout); the
+        other results, in order. A stage's forward program (and the last stage's forward+backward)
+        applies them, once per micro-batch; the backward's recomputed forward does not."""
+        upd = self._updates.get(id(run))
+        if not upd:
+            return list(outs)
+        prog, bprog = run.program, self._programs.backward.program
+        with torch.no_grad():
+            for r, i in upd.items():
+                self.buffers[i].copy_(self._relayout(outs[r], prog.res_layouts[r], bprog.arg_layouts[i],
+                                                     tuple(prog.step.res_shapes[r])))
+        return [o for r, o in enumerate(outs) if r not in upd]
+
     def _buffer(self, run: Any, i: int) -> Any:
         from spmdc.runtime.executor import local_piece
 
         name = run.program.step.arg_kinds[i][6:]
+        bprog = self._programs.backward.program
+        j = next((j for j in self.buffers if bprog.step.arg_kinds[j] == f"param:{name}"), None)
+        if j is not None:   # the stage's current value (its forwards update it)
+            return self._relayout(self.buffers[j], bprog.arg_layouts[j], run.program.arg_layouts[i],
+                                  tuple(bprog.step.arg_shapes[j]))
         full = self._init_buffers.get(name, self.mine.module.get_buffer(name))
         return local_piece(full, run.program.arg_layouts[i], self.plan.stages[self.stage].mesh,
                            self.index).to(self.device)
@@ -520,10 +613,17 @@ class PipelineModule:
                              f" -> {now.describe()}): its stages were cut in the old modes; set them back or call "
                              "spmdc.compile again")
 
-    def step(self, *batch: Any, **kwargs: Any) -> Any:
-        """One training step on the global batch (model inputs, loss inputs, keyword inputs — the
-        same on every rank): every micro-batch through the schedule, one optimizer update.
-        Returns the loss (the mean over micro-batches) on every rank."""
+    def forward(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
+        """Refused by name: a pipeline's stages run training steps (``cm.step`` / ``cm.backward``)."""
+        raise NotImplementedError(f"cm(x) of a module on pipeline plan '{self.plan.name}': a forward through the "
+                                  "stages alone (inference) is not supported yet; train with cm.step or cm.backward, "
+                                  "or compile the model without stages for inference")
+
+    def backward(self, *batch: Any, **kwargs: Any) -> Any:
+        """Forward and backward of the global batch (model inputs, loss inputs, keyword inputs —
+        the same on every rank): every micro-batch through the schedule, the stage's gradients
+        (clipped by the global norm under ``clip_grad_norm``) added into its parameters' ``.grad``
+        (DTensors). Returns the loss (the mean over micro-batches) on every rank."""
         if len(batch) == 2 and all(isinstance(b, (tuple, list)) for b in batch):
             batch = tuple(batch[0]) + tuple(batch[1])
         missing = [k for k in self._kw_names if k not in kwargs]
@@ -534,6 +634,8 @@ class PipelineModule:
         self._same_modes()
         values = list(batch) + [kwargs[k] for k in self._kw_names]
         names = [f"input #{i}" for i in range(len(batch))] + self._kw_names
+        if self._local is not None:   # this rank's replica piece of each input: the global batch, on every rank
+            values = self._local.assemble(values, names, self.device)
         self._input_check(tuple((tuple(v.shape), str(v.dtype)) for v in values), values,
                           [n if n.startswith("input #") else f"input '{n}'" for n in names])
         micro = chunks(values, self.micro * self.accum, names)
@@ -541,27 +643,30 @@ class PipelineModule:
         loss: Any = None
         self.last_timeline: list[tuple[str, float, float]] = []
         self.last_messages = self.last_bytes_sent = 0
-        self._rng.begin(len(micro))   # where each micro-batch's draws of this stage start, as on one device
+        for st in self._per_stage.values():   # where each micro-batch's draws of each stage start, as on one device
+            st["_rng"].begin(len(micro))
         for r in range(self.accum):   # grad_accum rounds of the schedule, gradients summed
             self._mb_offset = r * self.micro
             part = self._run_schedule(micro[r * self.micro:(r + 1) * self.micro], grads)
             loss = part if loss is None else loss + part
-        self._rng.end()
+        for st in self._per_stage.values():
+            st["_rng"].end()
+        before = {n: p.grad for n, p in self.params.items()}   # a repeated backward adds to these
         self._set_grads(grads)
         loss = self._broadcast_loss(loss)
-        if self.clip is not None:
+        if self.clip is not None:   # (this backward's gradients, as one device's clip_grad_norm_ in the step)
             self.last_grad_norm = self._clip_grads(self.clip)
-        if self.optimizer is not None:
-            self.optimizer.step()
-            for p in self.params.values():
-                p.grad = None
+        for n, p in self.params.items():
+            if before[n] is not None:
+                p.grad = before[n] if p.grad is None else before[n] + p.grad
         return loss
 
     def _broadcast_loss(self, loss: Any) -> Any:
         """The last stage's loss (float32, the mean over the step's micro-batches) on every rank."""
         import torch.distributed as dist
 
-        loss = loss if loss is not None and self.stage == self.n_stages - 1 else torch.zeros((), device=self.device)
+        last = self.n_stages - 1 in self.my_stages
+        loss = loss if loss is not None and last else torch.zeros((), device=self.device)
         dist.broadcast(loss, src=self.plan.stages[-1].ranks[0])
         self.comm.stats.add("broadcast", loss.numel() * loss.element_size())
         return loss
@@ -589,7 +694,7 @@ class PipelineModule:
             locals_.append(local)
             counted = all(self.comm.coord(axes[a]) == 0 for a, q in enumerate(self._storage[name])
                           if isinstance(q, Replicate))
-            if counted and first.get(name, self.stage) == self.stage:
+            if counted and first.get(name, self.my_stages[0]) in self.my_stages:
                 total = total + local.float().pow(2).sum()
         dist.all_reduce(total)
         self.comm.stats.add("all_reduce", total.numel() * total.element_size())
@@ -607,7 +712,7 @@ class PipelineModule:
         from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
 
         for name, (stages, group) in self._shared_groups.items():
-            if self.stage not in stages or name not in self.params:
+            if not set(self.my_stages) & set(stages) or name not in self.params:
                 continue
             p = self.params[name]
             g = grads.get(name, torch.zeros_like(p.to_local()))
@@ -635,6 +740,8 @@ class PipelineModule:
         st = StepState(self, grads)
         for op in self._rank_function(self.rank).body.ops:
             t0 = time.perf_counter()
+            if "stage" in op.attributes and len(self.my_stages) > 1:   # (interleaved: the op's stage's state)
+                self._use(int(op.attributes["stage"].value))
             if isinstance(op, RecvOp):
                 st.recv(op)
             elif isinstance(op, SendOp):
@@ -649,7 +756,8 @@ class PipelineModule:
                 continue
             label = {"pipe.forward": "F", "pipe.backward": "B", "pipe.forward_backward": "FB"}.get(op.name)
             if label:
-                self.last_timeline.append((f"{label}{op.mb}", t0, time.perf_counter()))
+                at = f"/{op.stage}" if len(self.my_stages) > 1 else ""
+                self.last_timeline.append((f"{label}{op.mb}{at}", t0, time.perf_counter()))
         self.peak_stash_bytes = max(self.peak_stash_bytes, st.peak)
         self.last_messages += st.messages
         self.last_bytes_sent += st.bytes_sent
@@ -660,47 +768,28 @@ class PipelineModule:
         per-rank programs change; every rank calls it."""
         from spmdc.runtime.pipeline_timeline import schedule_times
 
-        self.plan = self.plan.with_schedule(schedule, None)
+        plan = self.plan.with_schedule(schedule, None)
+        if len(plan.stages) != self.n_stages:
+            raise NotImplementedError(f"set_schedule('{schedule}'): {len(plan.stages)} stages instead of this "
+                                      f"pipeline's {self.n_stages} (virtual stages are cut at compile time: "
+                                      "compile again with that schedule)")
+        self.plan = plan
         self.schedule_module = self._schedule_module()
         schedule_times(self.schedule_module)   # refuses a schedule that would deadlock
         self.schedule_ir = _print(self._rank_function(self.rank))
 
-    def load_full_state(self, state: dict[str, Any], optimizer: Any = None) -> None:
+    def load_full_state(self, state: dict[str, Any]) -> None:
         """Set this stage's parameters from full tensors under the model's names (as
-        :meth:`full_state_dict` gives) and, when given, start a fresh optimizer."""
-        from spmdc.runtime.optimizers import make_optimizer
-
+        :meth:`full_state_dict` gives)."""
         with torch.no_grad():
             for name, p in self.params.items():
                 full = next((state[a] for a in self._aliases(name) if a in state), None)
                 if full is None:
                     raise KeyError(f"no value for parameter '{name}' (or its aliases {self._aliases(name)})")
                 p.to_local().copy_(self._cut(full, self._storage[name]))
-        if optimizer is not None:
-            self.optimizer = make_optimizer(optimizer, list(self.params.values()))
 
     # -- checkpoints and state dicts --------------------------------------------------------------
-    def save(self, path: str, optimizer: Any = None, extra: dict[str, Any] | None = None, *,
-             model_only: bool = False) -> None:
-        """This stage's parameters, persistent buffers and optimizer state to the directory ``path``
-        (torch.distributed.checkpoint, under the model's own names: the checkpoint a one-mesh
-        module of the same model writes, loadable under any layout kind), with torch's generator
-        state and ``extra``; every rank of the job calls it. A value several stages hold (a tied
-        parameter) is written by the first of them. Atomic, the optimizer chosen as
-        :meth:`spmdc.api.compiled_module.CompiledModule.save` does."""
-        from spmdc.runtime.checkpointing import save
-
-        save(self.checkpoint_view(), path, optimizer, extra, model_only=model_only)
-
-    def load(self, path: str, optimizer: Any = None, *, model_only: bool = False) -> dict[str, Any]:
-        """Read a checkpoint of any layout kind (DCP reshards it to this stage's layouts) into this
-        stage's parameters, buffers and optimizer state (the optimizer keeps its own settings);
-        every rank of the job calls it. Returns the saved ``extra`` dict."""
-        from spmdc.runtime.checkpointing import load
-
-        return load(self.checkpoint_view(), path, optimizer, model_only=model_only)
-
-    def checkpoint_view(self) -> Any:
+    def checkpoint_view(self, optimizer: Any) -> Any:
         """This rank's part of the model as :mod:`spmdc.runtime.checkpointing` saves and loads it:
         its stage's parameters and persistent buffers under the model's names (DTensors on the
         stage's mesh); the whole model's entries, for checking a checkpoint; which of the entries
@@ -720,7 +809,7 @@ class PipelineModule:
         model_sd = self._model.state_dict()
         if self.rank == 0:   # entries no stage reads (unused by the programs): written from the model
             held.update({k: v.detach().clone() for k, v in model_sd.items() if k not in self._writer_stage})
-        view = CheckpointView(_state_module(held), self.optimizer, True, self.plan.name, self.plan.describe(),
+        view = CheckpointView(_state_module(held), optimizer, True, self.plan.name, self.plan.describe(),
                               self.device)
         view.entries = {k: tuple(v.shape) for k, v in model_sd.items()}
         view.written_elsewhere = frozenset(k for k in held if self._writer_stage.get(k, self.stage) != self.stage)
@@ -741,16 +830,18 @@ class PipelineModule:
         names = {}
         for n, b in self._model.named_buffers(remove_duplicate=False):
             names.setdefault(id(b), []).append(n)
-        prog = self._programs.backward.program
-        for i in sorted(prog.step.buffers):
-            if i not in self.buffers:
-                continue
-            full = self.mine.module.get_buffer(prog.step.arg_kinds[i][6:])
-            keys = [n for n in names.get(id(full), []) if n in persistent]
-            if keys:
-                dt = DTensor.from_local(self.buffers[i], self.device_mesh, dtensor_placements(prog.arg_layouts[i]),
-                                        run_check=False, shape=tuple(full.shape), stride=contiguous_stride(full.shape))
-                out.update(dict.fromkeys(keys, dt))
+        for st in self._per_stage.values():   # (each of the rank's stages' buffers)
+            prog, buffers = st["_programs"].backward.program, st["buffers"]
+            for i in sorted(prog.step.buffers):
+                if i not in buffers:
+                    continue
+                full = st["mine"].module.get_buffer(prog.step.arg_kinds[i][6:])
+                keys = [n for n in names.get(id(full), []) if n in persistent]
+                if keys:
+                    dt = DTensor.from_local(buffers[i], self.device_mesh, dtensor_placements(prog.arg_layouts[i]),
+                                            run_check=False, shape=tuple(full.shape),
+                                            stride=contiguous_stride(full.shape))
+                    out.update(dict.fromkeys(keys, dt))
         return out
 
     def full_state_dict(self) -> dict[str, Any]:
@@ -773,24 +864,15 @@ class PipelineModule:
         return merged
 
     def _aliases(self, name: str) -> list[str]:
-        t = self.mine.module.get_parameter(name)
-        return self.split.aliases.get(id(t), [name])
+        for st in self._per_stage.values():   # (the rank's stage that holds it)
+            try:
+                t = st["mine"].module.get_parameter(name)
+            except AttributeError:
+                continue
+            return self.split.aliases.get(id(t), [name])
+        raise KeyError(f"no stage of rank {self.rank} holds parameter '{name}'")
 
     # -- the training state tensor by tensor (spmdc.api.switch) -----------------------------------------
-    def compile_args(self) -> dict[str, Any]:
-        """What this module was built from (the user's model, the example inputs, every option), to
-        compile the same model again under another plan."""
-        return {**self._init_args, "device": self.device.type}
-
-    def _stage_param(self, name: str) -> tuple[str, Any]:
-        """(this stage's name, parameter) of the model's parameter ``name`` (any of its names)."""
-        if getattr(self, "_by_alias", None) is None:
-            self._by_alias = {a: n for n in self.params for a in self._aliases(n)}
-        if name not in self._by_alias:
-            raise KeyError(f"stage {self.stage} holds no parameter '{name}'")
-        local = self._by_alias[name]
-        return local, self.params[local]
-
     def state_holdings(self) -> dict[str, tuple[Any, tuple[Any, ...], tuple[int, ...]]]:
         """This stage's parameters under the model's names: ``{name: (MeshSpec of the stage's ranks,
         layout on it, global shape)}``; their optimizer state is laid out alike."""
@@ -799,63 +881,6 @@ class PipelineModule:
         spec = self.plan.stages[self.stage]
         mesh = MeshSpec(tuple(spec.mesh.axis_names), tuple(spec.mesh.shape), tuple(spec.ranks))
         return {self._aliases(n)[0]: (mesh, tuple(self._storage[n]), tuple(p.shape)) for n, p in self.params.items()}
-
-    def state_pieces(self, name: str) -> dict[str, Any]:
-        """This rank's piece of parameter ``name`` (``"param"``) and of each optimizer state entry
-        (tensors: their local pieces; scalars such as ``step`` as they are)."""
-        _, p = self._stage_param(name)
-        out = {"param": p.detach().to_local()}
-        for k, v in (self.optimizer.state.get(p, {}) if self.optimizer is not None else {}).items():
-            out[k] = v.to_local() if hasattr(v, "to_local") else v
-        return out
-
-    def full_state_tensor(self, name: str, slot: str = "param") -> Any:
-        """The whole value of parameter ``name`` or of its optimizer tensor ``slot``; a collective
-        over this stage's ranks."""
-        from spmdc.dialects.shard import Replicate
-        from spmdc.runtime.executor import to_full
-
-        local_name, p = self._stage_param(name)
-        lay = tuple(self._storage[local_name])
-        local = self.state_pieces(name)[slot]
-        if all(isinstance(q, Replicate) for q in lay):
-            return local.clone()
-        return to_full(local, tuple(p.shape), lay, self.comm)
-
-    def load_state_piece(self, name: str, slot: str, value: Any, *, full: bool = False) -> None:
-        """Set this rank's piece of parameter ``name`` (``slot="param"``, in place) or of its
-        optimizer state entry ``slot``: this rank's piece, or with ``full=True`` the whole tensor
-        (cut here). A non-tensor or 0-d ``value`` of an optimizer slot (``step``) is stored as it is."""
-        from torch.distributed.tensor import DTensor
-
-        from spmdc.runtime.dtensors import contiguous_stride
-
-        local_name, p = self._stage_param(name)
-        if slot != "param" and not (torch.is_tensor(value) and (full or value.dim() > 0)):
-            self.optimizer.state.setdefault(p, {})[slot] = value
-            return
-        piece = self._cut(value, self._storage[local_name]) if full else value.to(self.device)
-        with torch.no_grad():
-            if slot == "param":
-                p.to_local().copy_(piece)
-            else:
-                self.optimizer.state.setdefault(p, {})[slot] = DTensor.from_local(
-                    piece.clone(), self.device_mesh, p.placements, run_check=False, shape=tuple(p.shape),
-                    stride=contiguous_stride(p.shape))
-
-    def switch(self, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = None, lost: Sequence[int] = (),
-               **options: Any) -> Any:
-        """This pipeline's training state moved to another plan (one mesh, device groups, other
-        stages) without a checkpoint; every rank of the job calls it (see :mod:`spmdc.api.switch`)."""
-        from spmdc.api.switch import switch
-
-        return switch(self, plan, mesh=mesh, ranks=ranks, lost=lost, **options)
-
-    def named_parameters(self) -> Any:
-        return iter(self.params.items())
-
-    def parameters(self) -> Any:
-        return iter(self.params.values())
 
     def timeline(self, width: int = 6) -> str:
         """Every rank's schedule as a time grid (unit time per forward, two per backward or per

@@ -1,4 +1,4 @@
-"""One pipeline step's live values on this rank, as its schedule runs (:mod:`spmdc.api.pipeline_module`).
+"""One pipeline step's live values on this rank, as its schedule runs (:mod:`spmdc.api.pipeline_executor`).
 
     st = StepState(pm, grads)      # for one round of this rank's schedule
     st.recv(op); st.forward(op, micro, backward=False); st.send(op); st.backward(op, micro); st.finish()
@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from spmdc.api.pipeline_module import PipelineModule
+    from spmdc.api.pipeline_executor import PipelineExecutor
 
 
 class StepState:
     """One step's live values on this rank: stashed inputs, outputs waiting to go, gradients."""
 
-    def __init__(self, pm: PipelineModule, grads: dict[str, Any]):
+    def __init__(self, pm: PipelineExecutor, grads: dict[str, Any]):
         self.pm = pm
         self.inbox: dict[tuple[int, int, bool], Any] = {}     # received: (value, mb, grad) -> local piece
         self.outbox: dict[tuple[int, int, bool], Any] = {}    # to send
-        self.stash: dict[int, list[Any]] = {}                 # mb -> the forward's inputs (for the backward)
+        self.stash: dict[tuple[int, int], list[Any]] = {}     # (stage, mb) -> the forward's inputs (for the backward)
         self.grads = grads                                     # the step's, summed over its rounds
         self.sends: list[Any] = []
         self.loss: Any = None
@@ -139,8 +139,8 @@ class StepState:
             return
         run = pm._programs.forward
         ins = self._inputs(run, op.mb, micro, "F")
-        self.stash[op.mb] = ins
-        outs = run(pm._args(run, ins))
+        self.stash[(op.stage, op.mb)] = ins
+        outs = pm._apply_buffer_updates(run, run(pm._args(run, ins)))   # (BatchNorm statistics: once per micro-batch)
         for v, out in zip(pm.mine.outputs, outs):
             if self._keep(v, False):
                 self.outbox[(v, op.mb, False)] = out
@@ -149,7 +149,7 @@ class StepState:
     def backward(self, op: Any, micro: list[Any]) -> None:
         pm = self.pm
         run, fwd = pm._programs.backward, pm._programs.forward
-        ins = self.stash.pop(op.mb)
+        ins = self.stash.pop((op.stage, op.mb))
         fpos = [i for i, k in enumerate(fwd.program.step.arg_kinds) if k.startswith("input:")]
         bpos = [i for i, k in enumerate(run.program.step.arg_kinds) if k.startswith("input:")]
         moved = []
@@ -163,6 +163,8 @@ class StepState:
     def _run_backward(self, run: Any, ins: list[Any], gs: list[Any], mb: int, scale: float) -> None:
         pm = self.pm
         outs = run(pm._args(run, ins + gs))
+        if pm.stage == pm.n_stages - 1:   # forward+backward in one program: its buffer updates, once
+            pm._apply_buffer_updates(run, outs)   # (a recomputed forward's are dropped)
         prog = run.program
         for i, (kind, out) in enumerate(zip(prog.step.result_kinds, outs)):
             if kind == "loss" and pm.stage == pm.n_stages - 1:   # (summed in float32 under mixed precision)
@@ -183,6 +185,6 @@ class StepState:
 
     def finish(self) -> None:
         """The round's end (``pipe.step``): wait for its sends (the step's gradients are set after
-        its last round, :meth:`PipelineModule._set_grads`)."""
+        its last round, :meth:`PipelineExecutor._set_grads`)."""
         for work, _ in self.sends:
             work.wait()

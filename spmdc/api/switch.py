@@ -8,13 +8,20 @@ groups (a HeteroPlan), pipeline stages (a PipelinePlan).
     pm = cm.switch(PipelinePlan.from_dict({...}))         # to pipeline stages (pm.switch: back)
     gm = pm.switch(HeteroPlan.from_dict({...}))           # to device groups
     cm = gm.switch(plan="fsdp", mesh="dp=4", ranks=[0, 1, 2, 3])   # 6 ranks -> 4: None on 4 and 5
+    em = cm.switch("fsdp+tp", mesh="dp=2,tp=2", execution="eager")   # to eager mode (spmdc.eager)
+    cm = em.switch("megatron", mesh="tp=4", execution="compiled")    # and back to compiled programs
+
+An eager module (:func:`spmdc.eager`) switches like a compiled one — same state interface, same
+layouts — and stays eager unless ``execution="compiled"`` is given (then bucketing, overlap and
+fused collectives, which eager turns off, are back at their defaults); ``execution="eager"`` turns
+them off. Pipeline stages and device groups refuse eager execution by name.
 
 What moves: every parameter and every tensor of its optimizer state (AdamW's ``exp_avg``,
 ``exp_avg_sq``, SGD's momentum; laid out like the parameter), from each rank's piece of the old
 layout to each rank's piece of the new one. Everything is read and written through the modules'
 public state interface (``compile_args``, ``state_holdings``, ``state_pieces``,
 ``full_state_tensor``, ``load_state_piece`` of :class:`~spmdc.api.compiled_module.CompiledModule`
-and :class:`~spmdc.api.pipeline_module.PipelineModule`).
+for every layout kind, pipeline stages included).
 
 **The direct path** (every tensor without a strided shard): the finest-slice tables of
 :mod:`spmdc.sharding.slices` from the old holdings to the new ones. A parameter several old
@@ -81,11 +88,45 @@ class _Side:
     holdings: dict[str, list[Holding]] = field(default_factory=dict)   # canonical fqn -> where
 
 
-def _is_module(m: Any) -> bool:
-    from spmdc.api.compiled_module import CompiledModule
-    from spmdc.api.pipeline_module import PipelineModule
+STATE_INTERFACE = ("compile_args", "state_holdings", "state_pieces", "full_state_tensor", "load_state_piece")
 
-    return isinstance(m, (CompiledModule, PipelineModule))
+
+def _is_module(m: Any) -> bool:
+    """A module of ``spmdc.compile`` / ``spmdc.eager`` of any layout kind: it has the public state
+    interface switch reads and writes (nothing private is touched)."""
+    return all(callable(getattr(m, name, None)) for name in STATE_INTERFACE)
+
+
+# what spmdc.eager forces off (per-rank collective rewrites of the compiled program)
+EAGER_FORCED = {"bucket": False, "overlap": False, "fuse_collectives": False}
+
+
+def _execution_options(old: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The switch's option changes with the execution mode's own: to ``execution="eager"``, the
+    per-rank rewrites eager does not run are off (given on: refused by name); from eager to
+    ``execution="compiled"``, they are back at their defaults unless given.
+
+        >>> _execution_options(CompileOptions(execution="eager", bucket=False), {"execution": "compiled"})
+        {'execution': 'compiled', 'bucket': True, 'overlap': True, 'fuse_collectives': True}
+    """
+    from spmdc.compiler.options import CompileOptions
+
+    was = getattr(old, "execution", "compiled") if old is not None else "compiled"
+    to = options.get("execution", was)
+    out = dict(options)
+    if to == "eager":
+        for k, off in EAGER_FORCED.items():
+            if out.get(k, off) != off:
+                raise TypeError(f"switch to execution='eager' runs the global program op by op: '{k}' is an "
+                                "option of the compiled program")
+            out[k] = off
+        if was == "eager" and getattr(old, "eager_trace", False):
+            out.setdefault("eager_trace", True)   # eager to eager: the trace goes on being recorded
+    elif was == "eager":
+        defaults = CompileOptions()
+        for k in EAGER_FORCED:
+            out.setdefault(k, getattr(defaults, k))
+    return out
 
 
 def _canonical_names(model: Any) -> dict[str, str]:
@@ -310,7 +351,6 @@ def _build(old: Any, plan: Any, mesh: Any, ranks: Sequence[int] | None, options:
     from torch.distributed.device_mesh import DeviceMesh
 
     from spmdc.api.compiled_module import CompiledModule
-    from spmdc.api.pipeline_module import PipelineModule
     from spmdc.compiler.options import CompileOptions
     from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.mesh import Mesh
@@ -321,10 +361,12 @@ def _build(old: Any, plan: Any, mesh: Any, ranks: Sequence[int] | None, options:
     for k in ("plan", "mesh", "device_mesh", "group", "dump"):
         args.pop(k, None)   # the old layout's own (the new plan and mesh are given)
     names = CompileOptions.names()
+    options = _execution_options(args.get("options"), options)
     # the old module's options, without its layout's own (eager_trace, the old pipeline's schedule),
     # with the switch's changes; the new kind refuses by name what it cannot run
-    args["options"] = CompileOptions.of(args.get("options"), "switch", eager_trace=False, pp_schedule=None,
-                                        microbatches=None, **{k: v for k, v in options.items() if k in names})
+    changes = {"eager_trace": False, "pp_schedule": None, "microbatches": None,
+               **{k: v for k, v in options.items() if k in names}}
+    args["options"] = CompileOptions.of(args.get("options"), "switch", **changes)
     args.update({k: v for k, v in options.items() if k not in names})
     rank, world = dist.get_rank(), dist.get_world_size()
     if isinstance(plan, (PipelinePlan, HeteroPlan)):
@@ -334,10 +376,7 @@ def _build(old: Any, plan: Any, mesh: Any, ranks: Sequence[int] | None, options:
         if plan.world != world:
             raise NotImplementedError(f"{what} '{plan.name}' has {plan.world} ranks but the job has {world}: "
                                       "a pipeline or device-group target spans the whole job")
-        if isinstance(plan, PipelinePlan):
-            kw = _fit_options(args, type(old), PipelineModule, f"pipeline plan '{plan.name}'")
-            return PipelineModule(model, example, plan=plan, **kw), list(range(world))
-        kw = _fit_options(args, type(old), CompiledModule, f"plan '{plan.name}'")
+        kw = _fit_options(args, type(old), CompiledModule, f"{what} '{plan.name}'")
         return CompiledModule(model, example, mesh=None, plan=plan, **{**kw, "train": True}), list(range(world))
     if mesh is None:
         raise ValueError("switch(plan=...) needs mesh= (e.g. 'tp=4'), or a pipeline or device-group plan")
@@ -376,11 +415,8 @@ def switch(cm: Any, plan: Any, mesh: Any = None, ranks: Sequence[int] | None = N
     rank, world = dist.get_rank(), dist.get_world_size()
     if isinstance(plan, str) and plan.endswith((".json", ".yaml", ".yml")):
         plan = Plan.load(plan)
-    from spmdc.api.compiled_module import CompiledModule
-    from spmdc.sharding.device_groups import HeteroPlan
-
     spec = cm.compile_args()
-    if isinstance(cm, CompiledModule) and not isinstance(spec["plan"], HeteroPlan) and cm.members != list(range(world)):
+    if getattr(cm, "kind", None) == "mesh" and cm.members != list(range(world)):   # (groups, stages span the job)
         raise NotImplementedError("switch is called by every rank of the job: the old module must span the job "
                                   f"(it spans ranks {cm.members})")
     canon = _canonical_names(spec["model"])

@@ -32,7 +32,7 @@ finest-slice table between the two layouts: batched send/recv)::
       func.return
     }
 
-The runtime (:mod:`spmdc.api.pipeline_module`) runs that function op by op: the IR is the schedule.
+The runtime (:mod:`spmdc.api.pipeline_executor`) runs that function op by op: the IR is the schedule.
 """
 
 from __future__ import annotations
@@ -126,8 +126,13 @@ class _Message(Operation):
     num_operands = 0
     num_results = 0
     required_attrs = {"value": IntegerAttr, "mb": IntegerAttr}
-    optional_attrs = {"grad": UnitAttr}
+    optional_attrs = {"grad": UnitAttr, "stage": IntegerAttr}   # stage: the rank's stage it serves (interleaved)
     peer_key = ""
+
+    @property
+    def stage(self) -> int | None:
+        a = self.attributes.get("stage")
+        return None if a is None else int(a.value)  # type: ignore[attr-defined]
 
     @property
     def value(self) -> int:

@@ -230,7 +230,7 @@ def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, l
 
     root = LossWrapper(model, loss_fn, len(inputs), False, policy)
     marking = marking_checkpoints(model, blocks=True) if checkpoint == "blocks" else contextlib.nullcontext()
-    # (a meta model is traced from fake tensors; the stages then hold its meta tensors, see PipelineModule)
+    # (a meta model is traced from fake tensors; the stages then hold its meta tensors, see spmdc.api.pipeline_executor)
     fake = fake_parameters(model) if is_meta_model(model) else contextlib.nullcontext()
     try:   # every module traced in its own mode (a frozen submodule in eval), each flag kept
         with kept_modes(model), marking, fake:

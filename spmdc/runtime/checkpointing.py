@@ -509,7 +509,7 @@ def _shape(view: CheckpointView, key: str, value: Any) -> tuple[int, ...] | None
     """The global shape of model entry ``key`` (a ragged parameter's is its whole tensor's)."""
     if view.ragged_layout(key) is not None:
         cm = view.module
-        return tuple(cm._shapes[_fqn(cm, key)])
+        return tuple(cm.store.shapes[_fqn(cm, key)])
     return tuple(value.shape) if hasattr(value, "shape") else None
 
 
@@ -591,7 +591,7 @@ def save(view: CheckpointView, path: str, optimizer: Any = None, extra: dict[str
             container[key] = _plain(dt, dt.full_tensor())
         for container, key, piece, layout, shape in _ragged_entries(view, state):
             cm = view.module
-            container[key] = _as_shard(cm, layout, shape, cm._full(piece.detach(), layout, shape), piece)
+            container[key] = _as_shard(cm, layout, shape, cm.store.full(piece.detach(), layout, shape), piece)
         _dcp("saving", path, lambda: dcp.save(state, storage_writer=_writer(places.saving),
                                               process_group=view.write_group))
     error = None
@@ -719,7 +719,7 @@ def _ragged_entries(view: CheckpointView, state: dict[str, Any]) -> list[tuple[A
     for key, v in state["model"].items():
         lay = view.ragged_layout(key)
         if lay is not None:
-            out.append((state["model"], key, v, lay, cm._shapes[_fqn(cm, key)]))
+            out.append((state["model"], key, v, lay, cm.store.shapes[_fqn(cm, key)]))
     for fqn, stats in state.get("optim", {}).get("state", {}).items():
         lay = view.ragged_layout(fqn)
         if lay is None:
@@ -727,7 +727,7 @@ def _ragged_entries(view: CheckpointView, state: dict[str, Any]) -> list[tuple[A
         piece_shape = tuple(cm.get_parameter(fqn).shape)
         for stat, v in stats.items():
             if hasattr(v, "shape") and v.dim() > 0 and tuple(v.shape) == piece_shape:
-                out.append((stats, stat, v, lay, cm._shapes[_fqn(cm, fqn)]))
+                out.append((stats, stat, v, lay, cm.store.shapes[_fqn(cm, fqn)]))
     return out
 
 

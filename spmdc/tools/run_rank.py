@@ -46,19 +46,24 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     try:
         w = load_workload(job["workload"], **job.get("workload_args", {}))
         say = print if rank == 0 else (lambda *a, **k: None)
-        from spmdc.sharding.pipeline_plan import PipelinePlan
-
-        if isinstance(job["plan"], PipelinePlan):
-            return run_pipeline(job, w, rank, say)
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()   # one module for every layout kind (one mesh, device groups, stages)
         cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
                             train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
                             optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
                             dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
                             options=job["options"])
         compile_s = time.perf_counter() - t0
-        where = job["mesh"] or "its group's mesh"
-        say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {where}, target {cm.target})", flush=True)
+        if cm.pipeline is not None:
+            say(f"[rank 0] compiled {cm.pipeline.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})",
+                flush=True)
+            if job.get("dump_ir") and rank == 0:   # stage meshes, boundaries, every rank's schedule
+                from spmdc.ir.printer import print_module
+
+                with open(os.path.join(job["dump_ir"], "pipeline.mlir"), "w") as f:
+                    f.write(print_module(cm.pipeline.schedule_module))
+        else:
+            where = job["mesh"] or "its group's mesh"
+            say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {where}, target {cm.target})", flush=True)
         losses, times = [], []
         cm.comm.stats.counts.clear()
         cm.comm.stats.bytes.clear()
@@ -103,9 +108,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             what = "loss" if job["train"] else "|output|"
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
                 f"({1000 * times[-1]:.1f} ms)", flush=True)
-        from spmdc.api.pipeline_module import PipelineModule
-
-        if isinstance(cm, PipelineModule):   # switched to a pipeline plan
+        if cm.pipeline is not None:   # a pipeline plan (compiled so, or switched to)
             if job.get("save"):
                 save_checkpoint(cm, job, start_step, resumed)
             return {**_pipeline_result(cm, job, rank, losses, times, compile_s, start_step, resumed),
@@ -161,51 +164,16 @@ def forward_warnings() -> None:
     warnings.filterwarnings("default", module=r"spmdc(\.|$)")   # before the inherited "ignore::UserWarning"
 
 
-def run_pipeline(job: dict[str, Any], w: Any, rank: int, say: Any) -> dict[str, Any]:
-    """``spmdc run`` with a pipeline plan: this rank's stage (:mod:`spmdc.api.pipeline_module`)."""
-    import torch
-
-    from spmdc.api.entry import Optimizer
-    from spmdc.api.pipeline_module import PipelineModule
-    from spmdc.compiler import Dump
-
-    t0 = time.perf_counter()
-    pm = PipelineModule(w.model, tuple(w.inputs), plan=job["plan"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
-                        optimizer=Optimizer(job["optimizer"], lr=job["lr"]), example_kwargs=w.kwargs,
-                        dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), options=job["options"])
-    compile_s = time.perf_counter() - t0
-    say(f"[rank 0] compiled {pm.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})", flush=True)
-    if job.get("dump_ir") and rank == 0:   # the pipeline module: stage meshes, boundaries, every rank's schedule
-        from spmdc.ir.printer import print_module
-
-        with open(os.path.join(job["dump_ir"], "pipeline.mlir"), "w") as f:
-            f.write(print_module(pm.schedule_module))
-    pm.comm.stats.counts.clear()
-    pm.comm.stats.bytes.clear()
-    torch.manual_seed(job.get("seed", 0))
-    resumed = resume(pm, job) if job.get("load") else {}
-    start_step = resumed.get("step", 0)
-    losses, times = [], []
-    for k in range(job["steps"]):
-        start = time.perf_counter()
-        losses.append(float(pm.step(*w.inputs, *w.loss_inputs, **w.kwargs)))
-        times.append(time.perf_counter() - start)
-        say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: loss {losses[-1]:.6f}  "
-            f"({1000 * times[-1]:.1f} ms)", flush=True)
-    if job.get("save"):
-        save_checkpoint(pm, job, start_step, resumed)
-    return _pipeline_result(pm, job, rank, losses, times, compile_s, start_step, resumed)
-
-
 def _pipeline_result(pm: Any, job: dict[str, Any], rank: int, losses: list[float], times: list[float],
                      compile_s: float, start_step: int = 0, resumed: dict[str, Any] | None = None) -> dict[str, Any]:
     state = pm.full_state_dict() if job["check"] else None
+    ex = pm.pipeline
     return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s,
             "counts": dict(pm.comm.stats.counts), "bytes": dict(pm.comm.stats.bytes),
             "peak_bytes": None, "measured_peak": None,
             "state": state if rank == 0 else None, "target": pm.target, "kernels": None, "start_step": start_step,
-            "stage": pm.stage, "schedule_ir": pm.schedule_ir, "timeline": pm.timeline() if rank == 0 else None,
-            "peak_stash": pm.peak_stash_bytes, "stages": pm.split.table() if rank == 0 else None,
+            "stage": ex.stage, "schedule_ir": ex.schedule_ir, "timeline": ex.timeline() if rank == 0 else None,
+            "peak_stash": ex.peak_stash_bytes, "stages": ex.split.table() if rank == 0 else None,
             **_resumed(resumed or {})}
 
 

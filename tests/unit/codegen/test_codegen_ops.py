@@ -39,7 +39,7 @@ def module_of(path: Path):
 def cases():
     for path in SAMPLES:
         for op in module_of(path).body.ops:
-            # a pipeline rank's schedule (pipe.* ops) is run op by op by spmdc.api.pipeline_module, not generated
+            # a pipeline rank's schedule (pipe.* ops) is run op by op by spmdc.api.pipeline_executor, not generated
             if isinstance(op, FuncOp) and "spmdc.schedule" not in op.attributes:
                 yield pytest.param(path, op.sym_name, id=f"{path.stem}:{op.sym_name}")
 

@@ -183,7 +183,7 @@ def groups_cases(rank: int) -> dict[str, Any]:
                        loss_inputs=(y8,), optimizer=SGD)
     out["pipeline_refused"] = _refusal(lambda: pm.step(*per_group))
     out["pipeline_loss"] = float(pm.step(x8, y8))
-    out["pipeline_checks"] = pm._input_check.collectives
+    out["pipeline_checks"] = pm.pipeline._input_check.collectives
     pmo = spmdc.compile(model(), (x8,), plan=PipelinePlan.from_dict(PIPELINE), train=True, loss_fn=F.mse_loss,
                         loss_inputs=(y8,), optimizer=SGD, check_inputs=False)
     out["pipeline_off_loss"] = float(pmo.step(*per_group))

@@ -24,15 +24,13 @@ GROUPS = {"name": "tp-and-fsdp", "groups": [
 # name -> (layout kind, workload, options)
 CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "eager bf16": ("eager", "gpt2-tiny", {"mixed_precision": "bf16"}),
-    "eager clip": ("eager", "gpt2-tiny", {"clip_grad_norm": 0.5}),
-    "eager accum": ("eager", "gpt2-tiny", {"grad_accum": 2}),
-    "eager ckpt": ("eager", "gpt2-tiny", {"checkpoint": "blocks"}),
+    # float32 options together, one compilation each (each named feature is a cell of the matrix)
+    "eager clip accum ckpt": ("eager", "gpt2-tiny", {"clip_grad_norm": 0.5, "grad_accum": 2, "checkpoint": "blocks"}),
     "eager hf-gpt2 dropout": ("eager", HF_GPT2, {}),
     # one mesh: compiled fsdp+tp on dp=2,tp=2 (test_simple_fsdp.py judges bf16 against FSDP2, not one device)
     "mesh bf16": ("one mesh", "gpt2-tiny", {"mixed_precision": "bf16"}),
     "groups bf16": ("device groups", "gpt2-tiny", {"mixed_precision": "bf16"}),
-    "groups clip": ("device groups", "gpt2-tiny", {"clip_grad_norm": 0.5}),
-    "groups ckpt": ("device groups", "gpt2-tiny", {"checkpoint": "blocks"}),
+    "groups clip ckpt": ("device groups", "gpt2-tiny", {"clip_grad_norm": 0.5, "checkpoint": "blocks"}),
 }
 
 
@@ -64,7 +62,7 @@ def run_case(kind: str, workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     return {"losses": losses, "norms": norms, "state": cm.full_state_dict(),
             "param_dtypes": sorted({str(p.dtype) for p in cm.parameters()}),
             "recompute": prog.step.global_ir.count("spmdc.recompute"),
-            "eager": type(cm._last_run).__name__ == "EagerRunner"}
+            "eager": type(cm.last_run).__name__ == "EagerRunner"}
 
 
 def run_cases(cases: dict[str, Any]) -> dict[str, Any]:

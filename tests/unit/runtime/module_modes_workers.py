@@ -81,15 +81,15 @@ def _modes_case() -> dict[str, Any]:
     model.enc.eval()
     model.bn.eval()
     res["out_back"] = cm(x, full=True)   # the first program again
-    res["programs_back"] = len(cm._runners)
+    res["programs_back"] = len(cm.program_cache)
     model.enc.train()   # on the user's model, after compiling: a new program, dropout on
     torch.manual_seed(SEED)
     res["out_enc_train"] = cm(x, full=True)
-    res["programs_enc_train"] = len(cm._runners)
+    res["programs_enc_train"] = len(cm.program_cache)
     cm.enc.eval()       # through the compiled module's submodule: the user's model's flags
     res["after_sub_eval"] = flags(model)
     res["out_sub_eval"] = cm(x, full=True)
-    res["programs_end"] = len(cm._runners)
+    res["programs_end"] = len(cm.program_cache)
     model.head.act.eval()   # a new program on every rank, and rank 1's flags differ from the others'
     if dist.get_rank() == 1:
         model.head.fc1.eval()

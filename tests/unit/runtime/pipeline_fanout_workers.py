@@ -93,19 +93,20 @@ def run_case(name: str, spec: str, plan: dict[str, Any]) -> dict[str, Any]:
     pm = spmdc.compile(model, ins, mesh=None, plan=PipelinePlan.from_dict(plan), train=True, loss_fn=loss_fn,
                        loss_inputs=lins, optimizer=OPT, pp_schedule=SCHEDULES[0])
     start = pm.full_state_dict()
-    values = pm.split.values.values()
-    out: dict[str, Any] = {"stage": pm.stage, "consumers": {v.index: list(v.consumers) for v in values},
+    values = pm.pipeline.split.values.values()
+    out: dict[str, Any] = {"stage": pm.pipeline.stage, "consumers": {v.index: list(v.consumers) for v in values},
                            "producers": {v.index: v.producer for v in values},
                            "differentiable": {v.index: v.differentiable for v in values}}
     for schedule in SCHEDULES:
         if schedule != SCHEDULES[0]:
             pm.set_schedule(schedule)
-            pm.load_full_state(start, optimizer=OPT)
+            pm.load_state_dict(start)
+            pm.set_optimizer(OPT)
         losses, messages = [], []
         for _ in range(STEPS):
             losses.append(float(pm.step(*ins, *lins)))
-            messages.append(pm.last_messages)
-        ops = list(pm._rank_function(pm.rank).body.ops)
+            messages.append(pm.pipeline.last_messages)
+        ops = list(pm.pipeline._rank_function(pm.pipeline.rank).body.ops)
         recvs: dict[str, list[list[int]]] = {}   # "v" / "vg" (its gradient) -> each receive's source ranks
         for op in ops:
             if isinstance(op, RecvOp):
@@ -141,9 +142,9 @@ def run_meta(meta: bool) -> dict[str, Any]:
                        loss_inputs=(y,), optimizer=SGD)
     init = pm.full_state_dict()
     losses = [float(pm.step(x, y)) for _ in range(META_STEPS)]
-    pieces = {n: tuple(p.to_local().shape) for n, p in pm.params.items()}
+    pieces = {n: tuple(p.to_local().shape) for n, p in pm.pipeline.params.items()}
     return {"init": init, "losses": losses, "state": pm.full_state_dict(), "pieces": pieces,
-            "still_meta": any(t.device.type == "meta" for t in model.parameters()), "stage": pm.stage}
+            "still_meta": any(t.device.type == "meta" for t in model.parameters()), "stage": pm.pipeline.stage}
 
 
 def meta_refusals() -> dict[str, str]:

@@ -63,16 +63,16 @@ def run_case(name: str, workload: str, plan: dict, opts: dict[str, Any], optimiz
     for _ in range(STEPS):
         losses.append(float(pm.step(*w.inputs, *w.loss_inputs, **w.kwargs)))
         norms.append(None if pm.last_grad_norm is None else float(pm.last_grad_norm))
-    ops = list(pm._rank_function(pm.rank).body.ops)
-    back = pm._programs.backward.program
-    return {"losses": losses, "norms": norms, "state": pm.full_state_dict(), "stage": pm.stage,
+    ops = list(pm.pipeline._rank_function(pm.pipeline.rank).body.ops)
+    back = pm.pipeline._programs.backward.program
+    return {"losses": losses, "norms": norms, "state": pm.full_state_dict(), "stage": pm.pipeline.stage,
             "counts": {k: v / STEPS for k, v in pm.comm.stats.counts.items()},
             "bytes": {k: v / STEPS for k, v in pm.comm.stats.bytes.items()},
-            "sends": pm.last_messages, "ir_sends": sum(len(op.peers) for op in ops if isinstance(op, SendOp)),
+            "sends": pm.pipeline.last_messages, "ir_sends": sum(len(op.peers) for op in ops if isinstance(op, SendOp)),
             "recompute": back.step.global_ir.count("spmdc.recompute"),
-            "wire": sorted({str(v.dtype) for v in pm.split.values.values() if v.dtype.is_floating_point}),
+            "wire": sorted({str(v.dtype) for v in pm.pipeline.split.values.values() if v.dtype.is_floating_point}),
             "param_dtypes": sorted({str(p.dtype) for p in pm.parameters()}),
-            "grad_accum": pm.accum, "microbatches": pm.micro, "draws": len(pm._rng.draws)}
+            "grad_accum": pm.pipeline.accum, "microbatches": pm.pipeline.micro, "draws": len(pm.pipeline._rng.draws)}
 
 
 def refusals() -> dict[str, str]:

@@ -56,7 +56,7 @@ def run_chains() -> dict[str, Any]:
                     new_mesh, new_plan, direct = switches[k - 1]
                     m = m.switch(_plan(new_plan), mesh=new_mesh, direct=direct)
                     r = m.switch_report
-                    reports.append({"kind": type(m).__name__, "messages": r.messages, "tensors": r.tensors,
+                    reports.append({"kind": m.kind, "messages": r.messages, "tensors": r.tensors,
                                     "streamed": r.streamed, "bytes_total": r.bytes_total})
                 losses += [float(m.step(*w.inputs, *w.loss_inputs, **w.kwargs)) for _ in range(STEPS)]
             state = m.full_state_dict()

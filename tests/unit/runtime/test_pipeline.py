@@ -1,6 +1,7 @@
-"""Pipeline parallelism over device groups (spmdc.api.pipeline_module) on gloo: pp=2 on 2 ranks,
-pp=2 x tp=2 and three heterogeneous stages on 4 ranks, gpt2-tiny and llama-tiny, each under GPipe
-and 1F1B. After 3 optimizer steps the losses (every rank) and every parameter equal one device
+"""Pipeline parallelism over device groups (spmdc.api.pipeline_executor) on gloo: pp=2 on 2 ranks,
+pp=2 x tp=2 and three heterogeneous stages on 4 ranks, gpt2-tiny (and llama-tiny on 2 ranks; on pp=2 x
+tp=2 it is test_pipeline_features.py's), each under GPipe and 1F1B. After 3 optimizer steps the losses
+(every rank) and every parameter equal one device
 (rtol 1e-4, atol 1e-5); every rank issues exactly the sends and receives of its schedule in the
 IR and runs its computations in the IR's order; 1F1B holds less activation memory than GPipe on
 every stage but the last (which runs each micro-batch's forward and backward at once in both)."""

@@ -1,4 +1,4 @@
-"""Boundary values several later stages read (spmdc.api.pipeline_module, spmdc.passes.pipeline_schedule)
+"""Boundary values several later stages read (spmdc.api.pipeline_executor, spmdc.passes.pipeline_schedule)
 on 4 gloo ranks, one launch: three stages (ranks 0-1, rank 2, rank 3), 2 micro-batches, GPipe and 1F1B
 from the same initial state, 3 AdamW steps each.
 

@@ -1,4 +1,4 @@
-"""Training options inside pipeline stages (spmdc.api.pipeline_module) on 4 gloo ranks, one launch:
+"""Training options inside pipeline stages (spmdc.api.pipeline_executor) on 4 gloo ranks, one launch:
 pp=2 x tp=2 (megatron in both stages) and a plan with data parallelism inside stage 0 (fsdp on dp=2,
 tp=2 in stage 1); gpt2-tiny (tied embeddings: a parameter both stages share), llama-tiny and the
 HuggingFace Llama of tests/models/hf_tiny.py; 3 optimizer steps, 2 micro-batches per round.

@@ -70,7 +70,7 @@ def test_switched_run_matches_one_device_uninterrupted(four, name):
 
 def test_each_switch_lands_in_its_kind_and_moves_the_state(four):
     reports = four[0]["llama fsdp>pp>groups>fsdp"]["reports"]
-    assert [r["kind"] for r in reports] == ["PipelineModule", "CompiledModule", "CompiledModule"]
+    assert [r["kind"] for r in reports] == ["pipeline", "groups", "mesh"]
     for r in reports:
         assert r["tensors"] > 0 and r["bytes_total"] > 0
     assert reports[0]["streamed"] == 0 and reports[2]["streamed"] == 0   # the direct path: slice tables

@@ -210,7 +210,7 @@ def features_four(tmp: str) -> dict[str, Any]:
         cmd.train()
         torch.manual_seed(5)
         out["train_out"] = cmd(x, full=True)
-        out["eval_programs"] = sorted({(k[0], k[1]) for k in cmd._runners})
+        out["eval_programs"] = sorted({(k[0], k[1]) for k in cmd.program_cache.runners})
         # -- empty shards (3 rows on 4 ranks) with AdamW and clipping -----------------------------------
         torch.manual_seed(0)
         thin = torch.nn.Sequential(torch.nn.Linear(12, 3), torch.nn.Tanh(), torch.nn.Linear(3, 6))
