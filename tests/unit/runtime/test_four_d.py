@@ -1,7 +1,8 @@
 """Issue 26's 4-D job (tests/unit/runtime/four_d_workers.py), one 8-rank gloo launch.
 
-HuggingFace Llama and GPT-2 (tests/models/hf_tiny.py at their defaults: GPT-2's dropout 0.1 on)
-train 2 steps on ``mesh="pp=2,dp=2,tp=2", plan="fsdp+tp"`` — two pipeline stages of four ranks
+HuggingFace GPT-2 (tests/models/hf_tiny.py at its defaults: dropout 0.1 on; HF Llama's run of
+this job is tests/unit/tools/test_run_cli.py's 4-D test, through ``spmdc run --check``) trains 2
+steps on ``mesh="pp=2,dp=2,tp=2", plan="fsdp+tp"`` — two pipeline stages of four ranks
 (1F1B, 2 micro-batches), each fsdp on dp=2 and tensor parallel on tp=2 — with bf16,
 ``checkpoint="blocks"``, ``clip_grad_norm=1.0`` and AdamW (lr 1e-3); saved, then ranks 0-3
 load the checkpoint into ``plan="fsdp"`` on a 4-rank DeviceMesh with the same options and train

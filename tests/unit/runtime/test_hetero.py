@@ -1,10 +1,11 @@
-"""Heterogeneous data parallelism (Hetu v2's HSPMD) on 6 gloo ranks: megatron tp=4 on ranks 0-3
-and tp=2 on ranks 4-5 (and heterogeneous FSDP: fsdp dp=4 and dp=2), the batch of 6 split 4 + 2,
-gradients summed across the groups by split all-reduce. gpt2-tiny and llama-tiny each match one
-device after 3 SGD steps (losses and every parameter on both groups, rtol 1e-4, atol 1e-5; dropout
-draws as one device after the same seed), and every rank issues exactly the split all-reduces of
-its program: one per holder set it is in. The MLP's mean-squared error averages over the batch:
-with pieces of 4 and 2 rows a mean of means would be wrong, so no mean is taken per piece."""
+"""Heterogeneous data parallelism (Hetu v2's HSPMD) on 6 gloo ranks: megatron tp=4 on ranks 0-3 and
+tp=2 on ranks 4-5 (and heterogeneous FSDP: fsdp dp=4 and dp=2; llama-tiny's only with 2
+micro-batches), the batch of 6 split 4 + 2, gradients summed across the groups by split all-reduce.
+gpt2-tiny and llama-tiny each match one device after 3 SGD steps (losses and every parameter on both
+groups, rtol 1e-4, atol 1e-5; dropout draws as one device after the same seed), and every rank
+issues exactly the split all-reduces of its program: one per holder set it is in. The MLP's
+mean-squared error averages over the batch: with pieces of 4 and 2 rows a mean of means would be
+wrong, so no mean is taken per piece."""
 
 from __future__ import annotations
 

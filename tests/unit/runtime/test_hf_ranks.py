@@ -14,10 +14,10 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models"))
 
 import hf_tiny  # noqa: E402
+from hf_ranks_workers import compile_cases  # noqa: E402
 from rank_checks import assert_step_matches  # noqa: E402
 
 from spmdc.api.worker import run_steps  # noqa: E402
-from spmdc.compiler import compile_step  # noqa: E402
 from spmdc.runtime.launcher import launch  # noqa: E402
 from spmdc.sharding.mesh import Mesh  # noqa: E402
 
@@ -38,12 +38,7 @@ def _eager(name):
 
 @pytest.fixture(scope="module")
 def runs():
-    steps = []
-    for name, plan, mesh in CASES:
-        model = hf_tiny.build(name)
-        ids, labels = hf_tiny.batch()
-        steps.append(compile_step(model, (), mesh=mesh, plan=plan, train=True,
-                                  kwargs={"input_ids": ids, "labels": labels}))
+    steps = compile_cases(CASES)   # the global programs, compiled side by side on the cores
     return steps, launch(run_steps, 4, (steps, "codegen", "torch", SEED), timeout_s=900)
 
 

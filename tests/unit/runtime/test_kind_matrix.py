@@ -4,16 +4,16 @@ ranks (megatron on tp=2, fsdp on dp=2, the batch of 4 split 2 + 2); 2 SGD steps 
 HuggingFace GPT-2 of tests/models/hf_tiny.py at its defaults (dropout 0.1). Also bf16 on one mesh
 (compiled fsdp+tp, dp=2,tp=2): test_simple_fsdp.py judges its bf16 against FSDP2, not one device.
 
-float32 runs (clip_grad_norm=0.5, grad_accum=2, checkpoint="blocks", dropout) equal eager PyTorch on the
-whole batch: losses on every rank, every parameter, and the gradient norm before clipping on every rank
-equals ``clip_grad_norm_``'s (rtol 1e-4, atol 1e-5); dropout masks are those one device draws after the
-same seed. bf16 runs are judged as in test_pipeline_features.py: against eager PyTorch under the same
-policy (``spmdc.frontend.mixed_precision.call_model``: parameters and inputs cast to bf16, float32 master
-weights) on the whole batch; both round to bf16 but tensor parallelism and the groups' split batch sum
-partial products in another order, so losses agree within rtol/atol 2e-2 (``spmdc run --check``'s
-mixed-precision tolerance) and each parameter is at most 4x as far from eager bf16 as eager bf16 is from
-eager float32 (+ 1e-5): the size of bf16 rounding. SGD throughout: AdamW divides by sqrt(v) and turns a
-rounding-sized gradient difference into an lr-sized step.
+float32 runs (clip_grad_norm=0.5, grad_accum=2 and checkpoint="blocks" together, one compilation; dropout)
+equal eager PyTorch on the whole batch: losses on every rank, every parameter, and the gradient norm
+before clipping on every rank equals ``clip_grad_norm_``'s (rtol 1e-4, atol 1e-5); dropout masks are those
+one device draws after the same seed. bf16 runs are judged as in test_pipeline_features.py: against eager
+PyTorch under the same policy (``spmdc.frontend.mixed_precision.call_model``: parameters and inputs cast
+to bf16, float32 master weights) on the whole batch; both round to bf16 but tensor parallelism and the
+groups' split batch sum partial products in another order, so losses agree within rtol/atol 2e-2 (``spmdc
+run --check``'s mixed-precision tolerance) and each parameter is at most 4x as far from eager bf16 as
+eager bf16 is from eager float32 (+ 1e-5): the size of bf16 rounding. SGD throughout: AdamW divides by
+sqrt(v) and turns a rounding-sized gradient difference into an lr-sized step.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ FEATURE = {"bf16": "bf16", "clip": "clip", "accum": "accum", "ckpt": "act. ckpt"
 
 
 def _marks(name: str) -> list[Any]:
+    """A case's cells: its kind, and every feature its name lists ("eager clip accum ckpt": three)."""
     kind = W.CASES[name][0]
-    return [pytest.mark.matrix(kind, FEATURE[name.split()[-1]])]
+    return [pytest.mark.matrix(kind, FEATURE[word]) for word in name.split()[1:] if word in FEATURE]
 
 
 PARAMS = [pytest.param(name, marks=_marks(name), id=name) for name in W.CASES]
