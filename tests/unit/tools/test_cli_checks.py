@@ -74,8 +74,8 @@ CASES = [
      "yet", {"g.yaml": "groups:\n  - {ranks: [0, 1], mesh: tp=2, plan: megatron}\n"
                        "  - {ranks: [2], mesh: tp=1, plan: megatron}\n"}),
     ("groups-switch-without-mesh", ["mlp", "--plan", "{d}/g.yaml", "--switch", "1:fsdp"],
-     "spmdc run: error: --switch '1:fsdp': this run's plan has device groups; give the new mesh (STEP:PLAN:MESH, "
-     "e.g. 1:fsdp:dp=3)", {"g.yaml": "groups:\n  - {ranks: [0, 1], mesh: tp=2, plan: megatron}\n"
+     "spmdc run: error: --switch '1:fsdp': this run's plan has device groups or stages; give the new mesh "
+     "(STEP:PLAN:MESH, e.g. 1:fsdp:dp=3)", {"g.yaml": "groups:\n  - {ranks: [0, 1], mesh: tp=2, plan: megatron}\n"
                                      "  - {ranks: [2], mesh: tp=1, plan: megatron}\n"}),
     # -- --save ----------------------------------------------------------------------------------------
     ("save-parent-is-a-file", ["mlp", "--save", "{d}/f/ckpt"], "spmdc run: error: --save '{d}/f/ckpt': cannot "
@@ -176,6 +176,19 @@ def test_device_groups_clip_accumulate_and_switch_as_one_device(tmp_path):
     out = " ".join(res.stdout.split())
     assert "check passed" in out and "(rtol 0.0001, atol 1e-05)" in out
     assert "mesh per group" in out and "switched to fsdp on dp=3 after step 2" in out
+
+
+@pytest.mark.matrix("pipeline", "switch")
+def test_pipeline_run_switches_to_fsdp_and_goes_on_as_one_device(tmp_path):
+    """A mesh with a pp axis (two stages, fsdp inside each) trains 2 steps, then --switch moves the
+    training state (parameters, AdamW's moments) to fsdp on all four ranks for step 3; --check
+    compares the losses and parameters with one device (rtol 1e-4, atol 1e-5)."""
+    res = _spmdc("llama-tiny", "--mesh", "pp=2,dp=2", "--plan", "fsdp", "--batch", "4", "--optimizer", "adamw",
+                 "--lr", "0.01", "--switch", "2:fsdp:dp=4", "--steps", "3", "--check", tmpdir=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())
+    assert "check passed" in out and "(rtol 0.0001, atol 1e-05)" in out
+    assert "stages over pp" in out and "switched to fsdp on dp=4 after step 2" in out
 
 
 def _leftovers(tmpdir: Path) -> list[str]:

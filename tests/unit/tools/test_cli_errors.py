@@ -175,10 +175,9 @@ CASES = [
          "spmdc run: error: --switch '1:megatron:tp=8': mesh tp=8 has 8 devices but the job has 4 ranks"),
     Case("run-switch-misspelt-preset", "spmdc", ["run", "gpt2-tiny", "--switch", "1:megatorn:tp=4"], 1,
          "spmdc run: error: --switch '1:megatorn:tp=4': unknown plan preset 'megatorn'"),
-    Case("run-switch-from-pipeline", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml", "--switch",
-                                               "1:fsdp:dp=4"], 1,
-         "spmdc run: error: --switch from a pipeline plan is not supported by spmdc run yet (pm.switch(...) in Python "
-         "is); start on one mesh or device groups"),
+    Case("run-switch-from-pipeline-adds-ranks", "spmdc", ["run", "gpt2-tiny", "--plan", "{x}/pp2_tp2.yaml",
+                                                          "--switch", "1:fsdp:dp=8"], 1,
+         "spmdc run: error: --switch '1:fsdp:dp=8': mesh dp=8 has 8 devices but the job has 4 ranks"),
 ]
 
 

@@ -1,0 +1,202 @@
+"""What ``spmdc run`` prints after the ranks finish: the steps, the collectives, device groups and
+pipeline stages, memory and files written, and ``--check``'s comparison with one device.
+
+    results = launch(run_rank, nproc, (job,))        # {rank: what the rank reported}
+    results = report_switches(console, results)      # the ranks that left the job dropped
+    report(console, cfg, job, plan, results)         # the tables
+    ok = check_against_one_device(console, cfg, plan, results[min(results)])
+
+These functions print what the ranks measured (losses, step times, collective counts and bytes,
+peaks); nothing here runs the model but ``--check``'s eager reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+
+def report_switches(console: Any, results: dict[int, Any]) -> dict[int, Any]:
+    """One line per ``--switch`` (seconds, bytes, ranks that left); the results of the ranks still in the job."""
+    r0 = results[min(results)]
+    for sw in r0.get("switched", []):
+        left = sorted(r for r, res in results.items() if res.get("left") and res["switched"][-1]["step"] == sw["step"])
+        console.print(f"switched to {sw['plan']} after step {sw['step']}: {sw['seconds']:.2f} s (compile "
+                      f"{sw['compile']:.2f} s, transfer {1000 * sw['transfer']:.1f} ms), {sw['tensors']} tensors, "
+                      f"{sw['bytes_total']:,} bytes sent by all ranks in one batched send/recv"
+                      + (f"; ranks {left} left the job" if left else ""))
+    results = {r: res for r, res in results.items() if not res.get("left")}
+    return results
+
+
+def report(console: Any, cfg: Any, job: dict[str, Any], plan: Any, results: dict[int, Any]) -> None:
+    """Every table of a finished run (see the module doc)."""
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    r0 = results[min(results)]
+    report_steps(console, cfg, r0, results)
+    steps = report_collectives(console, cfg, r0)
+    report_groups(console, plan, job, results, steps)
+    last = job["switch"][-1]["plan"] if job["switch"] else plan
+    if isinstance(last, PipelinePlan):
+        report_pipeline(console, last, results, steps)
+    report_memory_and_files(console, cfg, r0)
+
+
+def report_steps(console: Any, cfg: Any, r0: dict[str, Any], results: dict[int, Any]) -> None:
+    """Each step's loss (or output norm) and the slowest rank's time."""
+    table = Table(title="steps")
+    for col in ("step", "loss" if cfg.train else "|output|", "step ms (slowest rank)"):
+        table.add_column(col, justify="right")
+    start_step = r0.get("start_step", 0)
+    for k, loss in enumerate(r0["losses"]):
+        slowest = max(r["times"][k] for r in results.values())
+        table.add_row(str(start_step + k + 1), f"{loss:.6f}", f"{1000 * slowest:.1f}")
+    console.print(table)
+
+
+def report_collectives(console: Any, cfg: Any, r0: dict[str, Any]) -> int:
+    """Rank 0's collectives per step (count, bytes); returns the steps they are averaged over."""
+    comm = Table(title="collectives per step (rank 0)")
+    for col in ("op", "count", "bytes"):
+        comm.add_column(col, justify="right" if col != "op" else "left")
+    steps = max(r0.get("steps_here", cfg.steps), 1)
+    if r0.get("switched"):
+        comm.title = "collectives per step (rank 0, on the last plan)"
+    for name in sorted(r0["counts"]):
+        comm.add_row(name, f"{r0['counts'][name] / steps:g}", f"{r0['bytes'].get(name, 0) / steps:,.0f}")
+    comm.add_row("total", f"{sum(r0['counts'].values()) / steps:g}",
+                 f"{sum(r0['bytes'].values()) / steps:,.0f}", style="bold")
+    console.print(comm)
+    return steps
+
+
+def report_groups(console: Any, plan: Any, job: dict[str, Any], results: dict[int, Any], steps: int) -> None:
+    """Device groups: each group's first rank's collectives per step."""
+    from spmdc.sharding.device_groups import HeteroPlan
+
+    if isinstance(plan, HeteroPlan) and not job["switch"] and all(g.ranks[0] in results for g in plan.groups):
+        by_group = Table(title="collectives per step by device group (each group's first rank)")
+        for col in ("group", "ranks", "mesh", "op", "count", "bytes"):
+            by_group.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+        for g in plan.groups:
+            rg = results[g.ranks[0]]
+            for name in sorted(rg["counts"]):
+                by_group.add_row(g.name, f"{g.ranks[0]}-{g.ranks[-1]}", str(g.mesh), name,
+                                 f"{rg['counts'][name] / steps:g}", f"{rg['bytes'].get(name, 0) / steps:,.0f}")
+        console.print(by_group)
+
+
+def report_pipeline(console: Any, plan: Any, results: dict[int, Any], steps: int) -> None:
+    """Stages, each rank's schedule as a time grid and what each rank moved and held."""
+    r0 = results[min(results)]
+    if r0.get("stages"):
+        t = Table(title="pipeline stages")
+        for col in ("stage", "ranks", "mesh", "plan", "modules", "inputs", "outputs"):
+            t.add_column(col)
+        for (k, mods, ins, outs), s in zip(r0["stages"], plan.stages):
+            t.add_row(str(k), ",".join(map(str, s.ranks)), str(s.mesh), str(getattr(s.plan, "name", s.plan)), mods,
+                      ins, outs)
+        console.print(t)
+    if r0.get("timeline"):
+        console.print(f"schedule {plan.schedule}, {plan.microbatches} micro-batches (time units: F 1, B 2, "
+                      "last stage FB 3; '.' idle):")
+        console.print(r0["timeline"], markup=False, highlight=False)
+    t = Table(title="per rank and step: point-to-point traffic and the activations held by the schedule")
+    for col in ("rank", "stage", "sends", "bytes sent", "recvs", "peak held (B)"):
+        t.add_column(col, justify="right")
+    for r in sorted(results):
+        res = results[r]
+        c, b = res["counts"], res["bytes"]
+        t.add_row(str(r), str(res.get("stage", "")), f"{c.get('send', 0) / steps:g}",
+                  f"{b.get('send', 0) / steps:,.0f}",
+                  f"{c.get('recv', 0) / steps:g}", f"{res.get('peak_stash', 0):,}")
+    console.print(t)
+
+
+def report_memory_and_files(console: Any, cfg: Any, r0: dict[str, Any]) -> None:
+    """Kernels, the step's estimated and measured peak, and what was written where."""
+    start_step = r0.get("start_step", 0)
+    if r0.get("kernels"):
+        console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
+    if r0.get("peak_bytes") is not None:
+        note = " with --checkpoint blocks" if cfg.options.checkpoint else ""
+        line = (f"memory the step allocates beyond parameters and inputs (rank 0{note}): "
+                f"estimated peak {r0['peak_bytes'] / 1024:,.1f} KiB (static liveness)")
+        if r0.get("measured_peak"):
+            k, peak = r0["measured_peak"]
+            line += f", measured {peak / 1024:,.1f} KiB (step {start_step + k + 1}, {_measured_by()})"
+        console.print(line)
+    for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen),
+                        ("rank 0's op-by-op trace of the last step", cfg.eager_trace)):
+        if where:
+            console.print(f"{what} written to {where}{'' if where == cfg.eager_trace else '/'}")
+    if cfg.save:
+        console.print(f"checkpoint of step {start_step + cfg.steps} written to {cfg.save}/")
+
+
+def _measured_by() -> str:
+    import torch
+
+    return "cuda max_memory_allocated" if torch.cuda.is_available() else "torch.profiler"
+
+
+def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, Any]) -> bool:
+    """``--check``: the run against eager PyTorch on one device (losses, parameters), with a float64
+    (or, under mixed precision, float32) second opinion on values over tolerance; prints the table."""
+    from spmdc.tools.reference import NOISE_FACTOR, TrainSettings, compare, eager_reference, judge_by_float64
+    from spmdc.tools.run_cmd import reference_settings, workload_args
+
+    start_step = r0.get("start_step", 0)
+    before = None
+    if start_step:
+        before = (start_step, TrainSettings(**r0["resumed_settings"]))
+        console.print(f"--check: the reference trains steps 1-{start_step} (as saved) before the compared ones")
+    seed = r0.get("resumed_seed", cfg.seed)   # a resumed run's random numbers go on from the saved run's
+    settings = reference_settings(cfg, plan)
+    ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, settings, before,
+                          workload_args=workload_args(cfg))
+    rtol, atol = cfg.tolerances
+    ok, rows = compare(ref, r0, rtol, atol)
+    # noise or a bug? ask a float64 run (see spmdc.tools.reference.judge_by_float64); under mixed
+    # precision both sides round to bf16/fp16 on purpose and a float64 run is no arbiter
+    second = not ok and cfg.train and cfg.mixed_precision is None
+    if second:
+        import torch
+
+        ref64 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, settings, before, dtype=torch.float64,
+                                workload_args=workload_args(cfg))
+        ok = judge_by_float64(rows, ref, ref64, r0, atol)
+    low = not ok and cfg.train and cfg.mixed_precision is not None
+    if low:   # as close to eager low precision as eager float32 is? (spmdc.tools.reference.judge_by_float32)
+        import dataclasses
+
+        from spmdc.tools.reference import judge_by_float32
+
+        def fp32(s: Any) -> Any:
+            return dataclasses.replace(s, mixed_precision=None)
+        ref32 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, fp32(settings),
+                                before and (before[0], fp32(before[1])), workload_args=workload_args(cfg))
+        ok = judge_by_float32(rows, ref, ref32, r0, rtol, atol)
+    mp = f", both in {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else ""
+    check = Table(title=f"--check: spmdc vs one device, eager PyTorch{mp} (rtol {rtol:g}, atol {atol:g})")
+    extra_col = ("|err| vs fp64: spmdc vs eager fp32",) if second else \
+        ("elements over tolerance: spmdc vs eager fp32",) if low else ()
+    cols = ("value", "max |diff|", "max rel diff", *extra_col, "ok")
+    for col in cols:
+        check.add_column(col, justify="right" if col != "value" else "left")
+    for r in rows:
+        verdict = ("yes" if not r.noise else Text("noise", style="yellow")) if r.ok else Text("NO", style="red")
+        check.add_row(r.name, f"{r.max_abs:.2e}", f"{r.max_rel:.2e}", *((r.noise,) if second or low else ()), verdict)
+    console.print(check)
+    if second and ok:
+        console.print("values marked noise are over tolerance against eager float32 but as close to a float64 run "
+                      f"as eager float32 itself (within {NOISE_FACTOR:g}x): rounding, amplified by training")
+    if low and ok:
+        console.print("values marked noise have about as few elements over tolerance as eager float32 against eager "
+                      f"{cfg.mixed_precision} (within 2x + 2), none over {NOISE_FACTOR:g}x eager float32's largest "
+                      "difference: rounding, amplified by training (Adam: lr * sign of a near-zero gradient)")
+    console.print(Text("check passed", style="green") if ok else Text("check failed: over tolerance", style="red"))
+    return ok
