@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 KINDS = ("one mesh", "eager", "device groups", "pipeline", "4-D")
-FEATURES = ("bf16", "clip", "accum", "act. ckpt", "dropout", "save/resume", "switch")
+FEATURES = ("bf16", "clip", "accum", "act. ckpt", "dropout", "save/resume", "switch", "BatchNorm", "interleaved",
+            "local inputs")
 _cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
 
 

@@ -44,8 +44,29 @@ from spmdc.compiler.options import CompileOptions
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate
 from spmdc.runtime.dtensors import contiguous_stride, mesh_of
 from spmdc.runtime.executor import local_piece
+from spmdc.runtime.gradients import clip_grads_
 from spmdc.runtime.optimizers import is_elementwise, is_per_tensor, make_optimizer, optimizer_class
 from spmdc.sharding.plan import Plan
+
+# process groups over some of the job's ranks, made with local synchronization, by ranks
+_SUBGROUPS: dict[tuple[int, ...], Any] = {}
+
+
+def _subgroup(members: list[int]) -> Any:
+    """A process group over ``members`` that only they create (``use_local_synchronization``), one
+    per set of ranks and job: torch names such a group by its ranks, so a second one over the same
+    ranks would rendezvous under the first one's name and hang."""
+    import torch.distributed as dist
+
+    key = tuple(members)
+    group = _SUBGROUPS.get(key)
+    try:
+        alive = group is not None and dist.get_process_group_ranks(group) == list(members)
+    except (ValueError, RuntimeError, KeyError):   # a group of an earlier, destroyed job
+        alive = False
+    if not alive:
+        group = _SUBGROUPS[key] = dist.new_group(members, use_local_synchronization=True)
+    return group
 
 
 class _Options:
@@ -75,10 +96,12 @@ class CompiledModule(nn.Module):
         self._init_args = {**_arguments(CompiledModule.__init__, locals()), "options": options}
         self._init_args.pop("option_kw", None)   # (what compile_args() gives back)
         object.__setattr__(self, "options", options)   # how its programs are compiled and run (frozen)
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("spmdc.compile needs an initialized torch.distributed job "
-                               "(torchrun + dist.init_process_group)")
         from spmdc.sharding.pipeline_plan import PipelinePlan
+
+        if not (dist.is_available() and dist.is_initialized()):
+            what = "a pipeline" if isinstance(plan, PipelinePlan) else "spmdc.compile"
+            raise RuntimeError(f"{what} needs an initialized torch.distributed job "
+                               "(torchrun + dist.init_process_group)")
 
         object.__setattr__(self, "_pipeline", None)   # the pipeline executor (a pipeline plan), not a submodule
         if isinstance(plan, PipelinePlan):
@@ -157,8 +180,17 @@ class CompiledModule(nn.Module):
                              "the ranks of its group only")
         self.members = members
         # (``group``: a process group over ``members`` the caller made, e.g. spmdc.api.switch)
-        self.group = None if members == list(range(world)) else group if group is not None else \
-            dist.new_group(members, use_local_synchronization=True)
+        if members == list(range(world)):
+            self.group = None
+        elif group is not None:
+            self.group = group
+        elif self._hetero is not None:   # every rank makes every group's, in the same order (torch's local-
+            # synchronization groups are named by their ranks: a second module over the same ranks would
+            # rendezvous under the first one's name)
+            every = [dist.new_group(list(g.ranks)) for g in self._hetero.groups]
+            self.group = every[self._hetero.group_of(dist.get_rank())]
+        else:   # made by the members alone, once per set of ranks (see above: named by its ranks)
+            self.group = _subgroup(members)
         if device is None:
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         self.mesh, self.rank = mesh, members.index(dist.get_rank())   # this rank's place in the mesh
@@ -279,8 +311,8 @@ class CompiledModule(nn.Module):
         local = LocalBatches.for_groups(self._hetero.groups, ndim=every[0].dim() if every else 1,
                                         where=f"plan '{self._hetero.name}'", check=self.options.check_inputs)
         object.__setattr__(self, "_local_batches", local)
-        full = [g.to(v.device) for g, v in zip(local.assemble(every, [f"example input #{i}" for i in range(len(every))],
-                                                              self.device), every)]
+        names = [f"example input #{i}" for i in range(len(every))]
+        full = [g.to(v.device) for g, v in zip(local.assemble(every, names, self.device, step=False), every)]
         n, m = len(model_args), len(loss_args)
         return full[:n], full[n:n + m], dict(zip(kwargs, full[n + m:]))
 
@@ -472,6 +504,24 @@ class CompiledModule(nn.Module):
         self.optimizer.step()
         self.zero_grad(set_to_none=True)
         return loss
+
+    def clip_grad_norm_(self, max_norm: float) -> Any:
+        """``torch.nn.utils.clip_grad_norm_`` over the whole model, for every layout kind: the
+        2-norm of every gradient in ``p.grad`` across all the ranks that hold a piece of it (a
+        pipeline: every stage's, a tied parameter once; device groups: each group holds the
+        whole model), every gradient scaled by one coefficient. Returns the norm before clipping,
+        the same on every rank; one all-reduce of one float32. Every rank of the module calls it.
+        (torch's own function on ``cm.parameters()`` sees only this rank's pieces where they are
+        not DTensors — a ragged shard — and only its stage under a pipeline plan.)"""
+        if not max_norm > 0:
+            raise ValueError(f"clip_grad_norm_: max_norm must be > 0, got {max_norm!r}")
+        if self.pipeline is not None:
+            return self.pipeline._clip_grads(float(max_norm))
+        own = 1 if self._hetero is not None else 0   # (a group's gradients: its mesh has no grp axis)
+        grads = [(p.grad, self._store.storage[fqn][own:]) for fqn, p in self.named_parameters() if p.grad is not None]
+        if not grads:   # still take part in the all-reduce (other ranks may hold gradients)
+            grads = [(torch.zeros((), device=self.device), ())]
+        return clip_grads_(grads, float(max_norm), self.comm, self.group)
 
     def set_optimizer(self, optimizer: Any) -> Any:
         """Replace the optimizer (fresh state) over the module's parameters; returns it. One that

@@ -1,4 +1,4 @@
-"""The pipeline executor of a compiled module: stages by module, GPipe and 1F1B schedules.
+"""The pipeline executor of a compiled module: stages by module, GPipe, 1F1B and interleaved 1F1B.
 
     plan = PipelinePlan.from_dict({...})           # spmdc.sharding.pipeline_plan
     cm = spmdc.compile(model, ((x,), (y,)), mesh=None, plan=plan, train=True, loss_fn=lm_loss,
@@ -74,6 +74,11 @@ updates once. Each micro-batch normalizes by its own statistics (over the whole 
 under a data-parallel stage mesh, as one mesh computes them), so the step's loss is the mean of the
 micro-batches' losses, not the whole batch's: the micro-batch mean check is skipped for such a model.
 The updated statistics are in ``cm.state_dict()``, ``full_state_dict()`` and checkpoints.
+
+Interleaved 1F1B (``schedule="interleaved"``, :func:`~spmdc.sharding.pipeline_plan.interleaved_actions`):
+a rank runs several stages (``my_stages``: ``k, k + P, ...``); each keeps its own programs, buffers,
+random-number positions and stashed inputs (``_per_stage``; :meth:`_use` makes one current, as the
+schedule's ops name it), and ``params`` is the union of the rank's stages' parameters.
 
 Checkpoints: ``pm.save(dir)`` / ``pm.load(dir)`` write and read the checkpoint a one-mesh module of
 the same model does (:mod:`spmdc.runtime.checkpointing`: each stage its parameters and optimizer state
@@ -153,7 +158,7 @@ class PipelineExecutor:
             self._local = LocalBatches.for_stages(plan.stages, ndim=every[0].dim() if every else 1,
                                                   where=f"pipeline plan '{plan.name}'", check=options.check_inputs)
             full = [g.to(v.device) for g, v in zip(self._local.assemble(
-                every, [f"example input #{i}" for i in range(len(every))], self.device), every)]
+                every, [f"example input #{i}" for i in range(len(every))], self.device, step=False), every)]
             model_args, loss_args = full[:len(model_args)], full[len(model_args):len(model_args) + len(loss_args)]
             kwargs = dict(zip(kwargs, full[len(model_args) + len(loss_args):]))
         self._kw_names = list(kwargs)
@@ -170,8 +175,15 @@ class PipelineExecutor:
                              f"grad_accum round's input (1/{self.accum} of the batch)")
         micro = chunks(every, self.micro * self.accum, names)   # every round's micro-batches
         mb0 = micro[0]
-        modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
-                                                                                                  self.n_stages)
+        try:
+            modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
+                                                                                                      self.n_stages)
+        except ValueError as e:
+            if plan.virtual_stages == 1:
+                raise
+            raise type(e)(f"{e.args[0].split(';')[0]}: {plan.groups} device groups × {plan.virtual_stages} virtual "
+                          "stages (interleaved); give the plan fewer 'virtual_stages' (or the model more blocks)"
+                          ) from None
         n_in = len(model_args)
         from spmdc.frontend.export import ModuleModes, module_flags
 

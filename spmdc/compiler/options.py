@@ -33,7 +33,7 @@ from spmdc.compiler.pass_pipeline import RNG_MODES, TARGETS, PipelineOptions
 EXECUTIONS = ("compiled", "eager")
 INPUT_MODES = ("global", "local")
 CHECKPOINT_MODES = ("blocks",)
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b", "interleaved")   # (Interleaved1F1B: any case; interleaved: its alias)
 
 
 def positive(kind: type) -> Any:
@@ -119,7 +119,8 @@ class CompileOptions:
     eager_hints: bool = _opt(True, "eager: results take the layouts sharding propagation chose")
     eager_trace: bool = _opt(False, "eager: record each op's layouts and collectives")
     pp_schedule: str | None = _opt(
-        None, "pipeline schedule (default: the plan's, else 1f1b)", "--pp-schedule", choices=SCHEDULES)
+        None, "pipeline schedule (default: the plan's, else 1f1b); interleaved1f1b (interleaved): the plan's "
+        "virtual stages per rank group, 2 by default", "--pp-schedule", choices=SCHEDULES, type=str.lower)
     microbatches: int | None = _opt(
         None, "micro-batches per step of a pipeline (default: the plan's)", "--microbatches", type=positive(int),
         metavar="N")
@@ -133,6 +134,10 @@ class CompileOptions:
         for name in ("bucket", "overlap", "fuse_collectives", "check_inputs", "eager_hints", "eager_trace"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "expected True or False")
+        if isinstance(self.pp_schedule, str):   # (one name: interleaved, Interleaved1F1B -> interleaved1f1b)
+            from spmdc.sharding.pipeline_plan import schedule_name
+
+            object.__setattr__(self, "pp_schedule", schedule_name(self.pp_schedule))
         for name, choices in (("target", TARGETS), ("rng", RNG_MODES), ("checkpoint", CHECKPOINT_MODES),
                               ("inputs", INPUT_MODES), ("execution", EXECUTIONS), ("pp_schedule", SCHEDULES)):
             value = getattr(self, name)

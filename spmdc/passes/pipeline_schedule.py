@@ -24,7 +24,15 @@ before the producer's backward waits for every consumer's message, the pieces su
       func.return
     }
 
-Errors: a boundary between meshes that are not device groups of disjoint ranks, a stage that
+Interleaved 1F1B (``schedule=interleaved1f1b``): ``P·v`` stage meshes on ``P`` device groups,
+stage ``k`` on the ranks of stage ``k % P``; each rank's function runs its group's stages in
+:func:`~spmdc.sharding.pipeline_plan.interleaved_actions` order, its messages carrying their
+stage too (``pipe.send {mb = 0, stage = 2, to = [1], value = 2}``), the function its stages
+(``spmdc.stages = [0, 2]``).
+
+Errors: a boundary between meshes that are not device groups of disjoint ranks (or, interleaved,
+the same ranks), a boundary inside one device group, stages that share ranks otherwise or under
+another schedule, micro-batches not a multiple of the groups (interleaved), a stage that
 runs on no mesh, an unknown schedule, a value declared twice for one consumer or with another
 producer, shape or gradient layout.
 """
@@ -34,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spmdc.dialects.attrs import RANK_ATTR, SCHEDULE_ATTR, STAGE_ATTR, STAGES_ATTR
 from spmdc.dialects.func import FuncOp, ReturnOp
 from spmdc.dialects.pipe import (
     BackwardOp,
@@ -45,10 +54,10 @@ from spmdc.dialects.pipe import (
     StepOp,
 )
 from spmdc.dialects.shard import MeshOp
-from spmdc.ir.attributes import IntegerAttr, StringAttr, UnitAttr
+from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, UnitAttr
 from spmdc.ir.core import Operation
 from spmdc.passes.pass_base import ModulePass
-from spmdc.sharding.pipeline_plan import SCHEDULES, stage_actions
+from spmdc.sharding.pipeline_plan import INTERLEAVED, SCHEDULES, interleaved_actions, schedule_name, stage_actions
 from spmdc.sharding.slices import BsrPlan, MeshSpec, bsr_plan
 
 
@@ -63,6 +72,10 @@ class PipelineLayout:
     def moves(self, value: int, grad: bool) -> list[BsrPlan]:
         """The tables ``value`` (or its gradient) moves by: one per consumer stage, in stage order."""
         return [p for (v, _, g), p in sorted(self.plans.items(), key=lambda kv: kv[0][1]) if v == value and g == grad]
+
+    def stages_of(self, rank: int) -> list[int]:
+        """The stages ``rank`` runs (several under interleaved 1F1B), in order."""
+        return [k for k, m in enumerate(self.meshes) if rank in m.devices]
 
     def stage_of_mesh(self, name: str) -> int:
         return [m.sym_name for m in self.meshes].index(name)
@@ -88,13 +101,13 @@ def pipeline_layout(module: Operation) -> PipelineLayout:
                 raise b.emit_error(f"'{key}' names unknown mesh '@{a.mesh}'")  # type: ignore[attr-defined]
             used.add(a.mesh)  # type: ignore[attr-defined]
     meshes = [m for m in all_meshes.values() if m.sym_name in used]
-    seen: dict[int, str] = {}
+    seen: dict[int, MeshOp] = {}
     for m in meshes:
         for d in m.devices:
-            if d in seen:
-                raise m.emit_error(f"stage mesh @{m.sym_name} shares rank {d} with @{seen[d]}: stages run on "
-                                   "disjoint device groups")
-            seen[d] = m.sym_name
+            if d in seen and list(seen[d].devices) != list(m.devices):
+                raise m.emit_error(f"stage mesh @{m.sym_name} shares rank {d} with @{seen[d].sym_name}: stages run "
+                                   "on disjoint device groups (or, interleaved, on the same group)")
+            seen.setdefault(d, m)
     specs = {m.sym_name: MeshSpec(tuple(m.axis_names), tuple(m.shape), tuple(m.devices)) for m in meshes}
     out = PipelineLayout(meshes, boundaries, {})
     first: dict[int, BoundaryOp] = {}
@@ -109,6 +122,9 @@ def pipeline_layout(module: Operation) -> PipelineLayout:
                                                                     b.attributes[dst], specs)
             except (ValueError, NotImplementedError) as e:
                 raise b.emit_error(f"cannot move {'the gradient of ' if grad else ''}value {b.id}: {e}") from None
+        if list(out.meshes[out.producer(b)].devices) == list(out.meshes[out.consumer(b)].devices):
+            raise b.emit_error(f"value {b.id} goes from stage {out.producer(b)} to stage {out.consumer(b)} on the "
+                               "same device group: interleaved stages pass values only to another group")
         if out.producer(b) >= out.consumer(b):
             raise b.emit_error(f"value {b.id} goes from stage {out.producer(b)} to stage {out.consumer(b)}: a "
                                "boundary flows to a later stage")
@@ -138,20 +154,31 @@ def _peers(plans: list[BsrPlan], rank: int, sending: bool) -> list[int]:
     return sorted({s for plan in plans for (s, d) in plan.sends if d == rank and s != rank})
 
 
-def rank_schedule(layout: PipelineLayout, rank: int, schedule: str, microbatches: int) -> FuncOp:
-    """``func.func @rank<rank>``: the rank's schedule (see the module doc)."""
-    stage = next(k for k, m in enumerate(layout.meshes) if rank in m.devices)
+def rank_actions(layout: PipelineLayout, rank: int, schedule: str, microbatches: int) -> list[tuple[str, int, int]]:
+    """``(kind, stage, mb)`` of the rank's compute ops in order: its one stage's
+    :func:`~spmdc.sharding.pipeline_plan.stage_actions`, or under interleaved 1F1B its group's
+    :func:`~spmdc.sharding.pipeline_plan.interleaved_actions` over its stages."""
+    mine = layout.stages_of(rank)
     n = len(layout.meshes)
-    ins = [b for b in layout.boundaries if layout.consumer(b) == stage]
-    outs = [b for b in layout.boundaries if layout.producer(b) == stage]
-    outs = [b for i, b in enumerate(outs) if all(o.id != b.id for o in outs[:i])]   # a value once, for all consumers
+    if schedule != INTERLEAVED:
+        return [(kind, mine[0], mb) for kind, mb in stage_actions(schedule, n, microbatches, mine[0])]
+    groups = n // len(mine)
+    return interleaved_actions(groups, len(mine), microbatches, mine[0])
+
+
+def rank_schedule(layout: PipelineLayout, rank: int, schedule: str, microbatches: int) -> FuncOp:
+    """``func.func @rank<rank>``: the rank's schedule (see the module doc). A rank holding several
+    stages (interleaved) names each message's stage too (``stage = k`` on ``pipe.send``/``recv``)."""
+    mine = layout.stages_of(rank)
     func = FuncOp.build(f"rank{rank}", [], [])
-    func.set_attr("spmdc.rank", IntegerAttr(rank))
-    func.set_attr("spmdc.stage", IntegerAttr(stage))
-    func.set_attr("spmdc.schedule", StringAttr(schedule))
+    func.set_attr(RANK_ATTR, IntegerAttr(rank))
+    func.set_attr(STAGE_ATTR, IntegerAttr(mine[0]))
+    if len(mine) > 1:
+        func.set_attr(STAGES_ATTR, ArrayAttr([IntegerAttr(k) for k in mine]))
+    func.set_attr(SCHEDULE_ATTR, StringAttr(schedule))
     body = func.body
 
-    def message(cls: type, b: BoundaryOp, mb: int, grad: bool) -> None:
+    def message(cls: type, b: BoundaryOp, mb: int, grad: bool, stage: int) -> None:
         # (a value's output is sent to, its gradient received from, every consumer stage at once)
         plans = layout.moves(b.id, grad) if layout.producer(b) == stage else [layout.plans[(b.id, stage, grad)]]
         peers = _peers(plans, rank, cls is SendOp)
@@ -159,26 +186,31 @@ def rank_schedule(layout: PipelineLayout, rank: int, schedule: str, microbatches
             attrs = {"value": IntegerAttr(b.id), "mb": IntegerAttr(mb), cls.peer_key: [int(p) for p in peers]}
             if grad:
                 attrs["grad"] = UnitAttr()
+            if len(mine) > 1:
+                attrs["stage"] = IntegerAttr(stage)
             body.append(cls.create(attributes=attrs, result_types=[]))
 
-    for kind, mb in stage_actions(schedule, n, microbatches, stage):
+    for kind, stage, mb in rank_actions(layout, rank, schedule, microbatches):
+        ins = [b for b in layout.boundaries if layout.consumer(b) == stage]
+        outs = [b for b in layout.boundaries if layout.producer(b) == stage]
+        outs = [b for i, b in enumerate(outs) if all(o.id != b.id for o in outs[:i])]   # a value once, for all
         where = {"stage": IntegerAttr(stage), "mb": IntegerAttr(mb)}
         if kind in ("F", "FB"):
             for b in ins:
-                message(RecvOp, b, mb, False)
+                message(RecvOp, b, mb, False, stage)
             body.append((ForwardOp if kind == "F" else ForwardBackwardOp).create(attributes=where, result_types=[]))
             if kind == "F":
                 for b in outs:
-                    message(SendOp, b, mb, False)
+                    message(SendOp, b, mb, False, stage)
         else:
             for b in outs:
                 if b.differentiable:
-                    message(RecvOp, b, mb, True)
+                    message(RecvOp, b, mb, True, stage)
             body.append(BackwardOp.create(attributes=where, result_types=[]))
         if kind in ("B", "FB"):
             for b in ins:
                 if b.differentiable:
-                    message(SendOp, b, mb, True)
+                    message(SendOp, b, mb, True, stage)
     body.append(StepOp.create(result_types=[]))
     body.append(ReturnOp.create(result_types=[]))
     return func
@@ -193,6 +225,7 @@ class PipelineSchedule(ModulePass):
     microbatches: int = 1
 
     def run(self, module: Operation) -> None:
+        self.schedule = schedule_name(self.schedule)
         boundaries = [op for op in module.body.ops if isinstance(op, BoundaryOp)]
         if not boundaries:
             return
@@ -208,11 +241,35 @@ class PipelineSchedule(ModulePass):
             if k and not any(layout.consumer(b) == k for b in layout.boundaries):
                 raise layout.meshes[k].emit_error(f"stage {k} (@{layout.meshes[k].sym_name}) receives no value "
                                                   "from an earlier stage")
+        _check_groups(layout, self.schedule, self.microbatches, boundaries[0])
+        done: set[int] = set()
         for m in layout.meshes:
             for r in m.devices:
-                module.body.append(rank_schedule(layout, r, self.schedule, self.microbatches))
+                if r not in done:
+                    done.add(r)
+                    module.body.append(rank_schedule(layout, r, self.schedule, self.microbatches))
+
+
+def _check_groups(layout: PipelineLayout, schedule: str, microbatches: int, at: Operation) -> None:
+    """Stages on shared device groups only as interleaved 1F1B lays them: ``P·v`` stage meshes,
+    stage ``k`` on the ranks of stage ``k % P``; ``microbatches`` a multiple of ``P``."""
+    n = len(layout.meshes)
+    groups = len({tuple(m.devices) for m in layout.meshes})
+    if schedule != INTERLEAVED:
+        if groups != n:
+            raise at.emit_error(f"{n} stage meshes on {groups} device groups: several stages per rank need "
+                                f"schedule={INTERLEAVED}")
+        return
+    for k, m in enumerate(layout.meshes):
+        if n % groups or list(m.devices) != list(layout.meshes[k % groups].devices):
+            raise at.emit_error(f"schedule {INTERLEAVED}: stage {k} (@{m.sym_name}) must run on the ranks of stage "
+                                f"{k % groups} (stage k on device group k % {groups}, each group {n // groups or 1} "
+                                "stages)")
+    if microbatches % groups:
+        raise at.emit_error(f"schedule {INTERLEAVED}: {microbatches} micro-batches is not a multiple of the "
+                            f"{groups} device groups")
 
 
 PASS = PipelineSchedule
 
-__all__ = ["PipelineLayout", "PipelineSchedule", "pipeline_layout", "rank_schedule"]
+__all__ = ["PipelineLayout", "PipelineSchedule", "pipeline_layout", "rank_actions", "rank_schedule"]

@@ -287,3 +287,141 @@ def _group_ranks(group: Any, members: Sequence[int]) -> list[int]:
     if group is None:
         return list(range(dist.get_world_size()))
     return list(dist.get_process_group_ranks(group))
+
+
+def batch_axes(plan: Any, mesh: Any, ndim: int) -> list[str]:
+    """The axes of ``mesh`` along which ``plan`` (a preset name or a plan refining one) splits
+    dim 0 of a first user input of ``ndim`` dims: its data-parallel axes, in mesh order."""
+    from spmdc.sharding.plan import preset
+
+    lays = preset(getattr(plan, "preset", None) or plan, mesh, {}, [ndim]).inputs
+    lay = lays[0] if lays else {}
+    return [a for a in mesh.axis_names if getattr(lay.get(a) if hasattr(lay, "get") else None, "dim", None) == 0]
+
+
+@dataclass
+class LocalBatches:
+    """``inputs="local"`` for device groups and pipeline stages: each rank passes its
+    data-parallel replica's piece of the global batch; every step one ``all_gather`` per input
+    over the job brings every piece to every rank, which concatenates one piece per replica
+    (replica order) into the global batch and runs on it as with ``inputs="global"``.
+
+        lb = LocalBatches.for_stages(plan.stages, ndim=2, where="pipeline plan 'pp'")
+        lb.sampler_args(rank)           # (num_replicas, this rank's replica)
+        x, y = lb.assemble([x_piece, y_piece], ["input #0", "input #1"], device)
+
+    Replicas: the coordinates along a group's data-parallel axes (:func:`batch_axes`). Pipeline
+    stages all hold the same replicas (the ranks at the same dp coordinate across stages are one
+    replica; stages whose dp sizes differ are refused); device groups stack theirs (group 0's
+    replicas first), ``num_replicas`` = the sum of the groups' dp sizes. On the first step of each
+    shape (``check``) the ranks of one replica must pass the same piece, and on every step the
+    pieces' shapes and dtypes must agree on every rank; a refusal is the same error on every rank."""
+
+    replicas: int
+    replica_of: list[int]          # job rank -> its replica
+    labels: list[str]              # job rank -> where it is ("stage 1, dp=0")
+    where: str
+    check: bool = True
+    seen: set[tuple] = field(default_factory=set)
+    gathers: int = 0
+    """How many ``all_gather`` calls (per step: one of the shapes, one per input) this rank has issued."""
+
+    @staticmethod
+    def _table(groups: Sequence[Any], ndim: int, word: str) -> list[tuple[int, int, int, str]]:
+        """(job rank, group's dp size, replica within the group, label) of every rank."""
+        out = []
+        for k, g in enumerate(groups):
+            axes = dict(zip(g.mesh.axis_names, g.mesh.shape))
+            dp = batch_axes(g.plan, g.mesh, ndim)
+            for i, r in enumerate(g.ranks):
+                n, rep = sampler_args([_Dim0() if a in dp else Replicate() for a in axes], axes, _coords(axes, i))
+                coords = ",".join(f"{a}={c}" for a, c in _coords(axes, i).items() if a in dp)
+                out.append((r, n, rep, f"{word} {k}" + (f" {coords}" if coords else "")))
+        return sorted(out)
+
+    @staticmethod
+    def for_stages(stages: Sequence[Any], *, ndim: int, where: str, check: bool = True) -> LocalBatches:
+        table = LocalBatches._table(stages, ndim, "stage")
+        sizes = {}
+        for k, s in enumerate(stages):
+            sizes[k] = next(n for r, n, _, _ in table if r == s.ranks[0])
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"{where}: inputs='local' needs every stage to split the batch into the same number of "
+                             f"data-parallel pieces, but the stages' dp sizes are {list(sizes.values())}: a rank's "
+                             "piece would not be one replica's on every stage; use inputs='global', or give every "
+                             "stage the same dp size")
+        return LocalBatches(sizes[0], [rep for _, _, rep, _ in table], [lab for *_, lab in table], where, check)
+
+    @staticmethod
+    def for_groups(groups: Sequence[Any], *, ndim: int, where: str, check: bool = True) -> LocalBatches:
+        table = LocalBatches._table(groups, ndim, "group")
+        offset, starts = 0, []
+        for g in groups:
+            starts.append(offset)
+            offset += next(n for r, n, _, _ in table if r == g.ranks[0])
+        group_of = {r: k for k, g in enumerate(groups) for r in g.ranks}
+        return LocalBatches(offset, [starts[group_of[r]] + rep for r, _, rep, _ in table],
+                            [lab for *_, lab in table], where, check)
+
+    def sampler_args(self, rank: int) -> tuple[int, int]:
+        """``(num_replicas, rank)`` of job rank ``rank``'s ``DistributedSampler``."""
+        return self.replicas, self.replica_of[rank]
+
+    def _source(self, replica: int) -> int:
+        return self.replica_of.index(replica)
+
+    def assemble(self, values: Sequence[Any], names: Sequence[str], device: Any, step: bool = True) -> list[Any]:
+        """The global batch from every rank's pieces (see the class doc): one small ``all_gather``
+        of the pieces' shapes and dtypes (every step: a rank whose piece differs would hang the
+        next one), then one ``all_gather`` per input. ``step=False`` (the example inputs): the
+        replicas' pieces are compared, and the first step of the shape compares them again."""
+        import torch.distributed as dist
+
+        world = dist.get_world_size()
+        head = torch.tensor([[_DTYPES.index(v.dtype) if v.dtype in _DTYPES else -1, v.dim(),
+                              *[int(d) for d in v.shape[:MAX_DIMS]], *[-1] * (MAX_DIMS - min(v.dim(), MAX_DIMS))]
+                             for v in values], dtype=torch.int64, device=device).reshape(len(values), MAX_DIMS + 2)
+        heads = [torch.empty_like(head) for _ in range(world)]
+        dist.all_gather(heads, head)
+        self.gathers += 1
+        bad = next((r for r in range(world) if not torch.equal(heads[r], heads[0])), None)
+        if bad is not None:
+            i = next(i for i in range(len(values)) if not torch.equal(heads[bad][i], heads[0][i]))
+
+            def shown(h: Any) -> str:
+                return f"{tuple(int(d) for d in h[2:2 + int(h[1])])} {_dtype_name(int(h[0]))}"
+            raise ValueError(f"{self.where}: inputs='local': {names[i]} is {shown(heads[0][i])} on rank 0 but "
+                             f"{shown(heads[bad][i])} on rank {bad}: every rank passes a piece of one shape and "
+                             "dtype (a DistributedSampler with drop_last=True)")
+        key = tuple((tuple(v.shape), str(v.dtype)) for v in values)
+        first = self.check and key not in self.seen   # (the same decision on every rank: one shape)
+        out = []
+        for v, name in zip(values, names):
+            v = v.to(device).contiguous()
+            got = [torch.empty_like(v) for _ in range(world)]
+            dist.all_gather(got, v)
+            self.gathers += 1
+            if first:
+                for r in range(world):
+                    src = self._source(self.replica_of[r])
+                    if not torch.equal(got[r], got[src]):
+                        raise ValueError(
+                            f"{self.where}: inputs='local': {name} differs between ranks {src} ({self.labels[src]}) "
+                            f"and {r} ({self.labels[r]}), which are data-parallel replica {self.replica_of[r]} of "
+                            f"{self.replicas} and must pass the same piece; a DistributedSampler over every rank? "
+                            f"use num_replicas={self.replicas}, rank=<replica>, as spmdc.sampler_args(cm) returns "
+                            f"({OFF_HINT})")
+            out.append(torch.cat([got[self._source(j)] for j in range(self.replicas)]))
+        if step:
+            self.seen.add(key)
+        return out
+
+
+def _dtype_name(k: int) -> str:
+    return str(_DTYPES[k]).removeprefix("torch.") if 0 <= k < len(_DTYPES) else "another dtype"
+
+
+class _Dim0:
+    """A placement that splits dim 0 (what :func:`sampler_args` reads)."""
+
+    dim = 0

@@ -195,18 +195,39 @@ class GroupPlan:
         return self.hetero.groups[self.index].plan
 
     def extend(self, resolved: Plan, input_shapes: Sequence[tuple[int, ...]], names: Sequence[str]) -> Plan:
-        """``resolved`` (the group's preset on the virtual mesh) with the batch split across groups."""
+        """``resolved`` (the group's preset on the virtual mesh) with the batch split across groups.
+        A placement on one of the group's own axes of size 1 (``fsdp`` on ``dp=1``) is ``R``: it
+        cuts nothing, and as ``S`` it would make the group's program differ from the other groups'
+        (a batch ``[RS(0), S(0)]`` on ``dp=1`` is gathered where ``[RS(0), R]`` is not)."""
+        unit = {a for a, n in self.hetero.groups[self.index].mesh.axes if n == 1}
         inputs = []
         for i, shape in enumerate(input_shapes):
             spec = resolved.inputs[i] if i < len(resolved.inputs) else {}
             if not isinstance(spec, Mapping):
                 raise PlanError(f"group plan '{self.name}': input layouts must be per axis")
-            spec = dict(spec)
+            spec = _unit_replicated(spec, unit)
             if len(shape) >= 1:
                 what = f"input #{i}" + (f" ({names[i]})" if i < len(names) else "")
                 spec[GROUP_AXIS] = RaggedShard(0, self.hetero.split_sizes(shape[0], what))
             else:
                 spec[GROUP_AXIS] = Replicate()
             inputs.append(spec)
-        return dataclasses.replace(resolved, inputs=inputs, outputs=[], name=self.name)
+        params = {k: _unit_replicated(v, unit) for k, v in resolved.params.items()}
+        return dataclasses.replace(resolved, params=params, inputs=inputs, outputs=[], name=self.name)
+
+
+def _unit_replicated(spec: Any, unit: set[str]) -> Any:
+    """A per-axis layout (``{axis: placement}``, or a ParamLayout of two) with ``R`` on the axes
+    ``unit`` (size 1); any other form as it is.
+
+        >>> _unit_replicated({"dp": Shard(0), "tp": Shard(1)}, {"dp"})
+        {'dp': Replicate(), 'tp': Shard(1)}
+    """
+    from spmdc.sharding.plan import ParamLayout
+
+    if isinstance(spec, ParamLayout):
+        return ParamLayout(_unit_replicated(spec.storage, unit), _unit_replicated(spec.compute, unit))
+    if isinstance(spec, Mapping):
+        return {a: Replicate() if a in unit else p for a, p in spec.items()}
+    return spec
 

@@ -66,10 +66,6 @@ def run_case(kind: str, workload: str, opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_cases(cases: dict[str, Any]) -> dict[str, Any]:
-    import torch.distributed as dist
+    from rank_checks import run_cases_in_gloo
 
-    dist.init_process_group("gloo")
-    try:
-        return {name: run_case(*case) for name, case in cases.items()}
-    finally:
-        dist.destroy_process_group()
+    return run_cases_in_gloo(run_case, cases)

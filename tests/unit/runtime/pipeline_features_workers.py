@@ -75,6 +75,29 @@ def run_case(name: str, workload: str, plan: dict, opts: dict[str, Any], optimiz
             "grad_accum": pm.pipeline.accum, "microbatches": pm.pipeline.micro, "draws": len(pm.pipeline._rng.draws)}
 
 
+def user_loop(workload: str = "gpt2-tiny", max_norm: float = 0.5) -> dict[str, Any]:
+    """The training loop an FSDP2 user writes, on a pipeline module compiled without an optimizer:
+    torch's AdamW over ``cm.parameters()`` (this rank's stage's), ``cm.backward`` for the
+    gradients, ``cm.clip_grad_norm_`` for the global norm over every stage, ``opt.step()``."""
+    import spmdc
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    torch.manual_seed(0)
+    w = load_workload(workload, batch=BATCH)
+    cm = spmdc.compile(w.model, tuple(w.inputs), mesh=None, plan=PipelinePlan.from_dict(PP_DP), train=True,
+                       loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs))
+    opt = torch.optim.AdamW(cm.parameters(), lr=OPT[1]["lr"])
+    losses, norms = [], []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        losses.append(float(cm.backward(*w.inputs, *w.loss_inputs)))
+        norms.append(float(cm.clip_grad_norm_(max_norm)))
+        opt.step()
+    return {"losses": losses, "norms": norms, "state": cm.full_state_dict(), "kind": cm.kind,
+            "names": sorted(n for n, _ in cm.named_parameters())}
+
+
 def refusals() -> dict[str, str]:
     """Options a pipeline cannot run as asked, refused by name on every rank before compiling."""
     import spmdc
@@ -99,7 +122,7 @@ def run_cases(cases: dict[str, Any]) -> dict[str, Any]:
 
     dist.init_process_group("gloo")
     try:
-        out: dict[str, Any] = {"refused": refusals()}
+        out: dict[str, Any] = {"refused": refusals(), "user loop": user_loop()}
         out.update({name: run_case(name, *case) for name, case in cases.items()})
         return out
     finally:

@@ -45,3 +45,15 @@ def train_one_device(model: Any, inputs: Any, target: Any, loss_fn: Any, opt: An
         opt.step()
         losses.append(loss.detach())
     return losses
+
+
+def run_cases_in_gloo(run_case: Any, cases: dict[str, Any]) -> dict[str, Any]:
+    """Rank side of a one-launch test module: a gloo process group, ``run_case(*case)`` for every
+    named case in order, the group destroyed after (the launch's workers call this)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        return {name: run_case(*case) for name, case in cases.items()}
+    finally:
+        dist.destroy_process_group()

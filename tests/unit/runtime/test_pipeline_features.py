@@ -163,3 +163,24 @@ def test_dropout_draws_in_both_stages(results):
     for name in W.CASES:
         for r in range(4):
             assert (results[r][name]["draws"] > 0) == (name in W.PER_MICRO_BATCH), name
+
+
+@pytest.mark.matrix("pipeline", "clip")
+def test_user_loop_with_torch_optimizer_and_global_clip_matches_one_device(results):
+    """Own loop on a pipeline module: torch.optim.AdamW over cm.parameters(), cm.backward, the global
+    cm.clip_grad_norm_(0.5) over both stages (a tied weight once), opt.step(); equals one device with
+    clip_grad_norm_ (rtol 1e-4, atol 1e-5). Each rank's parameters are its stage's, under the model's names."""
+    ref = one_device("gpt2-tiny", W.PP_DP, {"clip_grad_norm": 0.5}, W.OPT)
+    stage_names = []
+    for r in range(4):
+        got = results[r]["user loop"]
+        assert got["kind"] == "pipeline"
+        close(got["losses"], ref["losses"])
+        close(got["norms"], ref["norms"])
+        stage_names.append(set(got["names"]))
+    assert stage_names[0] == stage_names[1] and stage_names[2] == stage_names[3]
+    assert stage_names[0] != stage_names[2]   # each stage holds its own parameters
+    assert "wpe.weight" in stage_names[0] - stage_names[2] and "ln_f.weight" in stage_names[2] - stage_names[0]
+    state = results[0]["user loop"]["state"]
+    close({k: state[k] for k in ref["state"]}, ref["state"])
+

@@ -91,6 +91,25 @@ def test_accumulation_and_clipping_on_ragged_pieces(four):
         close(r["accum_state"], {k: v.detach() for k, v in model.state_dict().items()})
 
 
+def test_own_loop_clips_by_the_global_norm_of_ragged_pieces(four):
+    """cm.backward + cm.clip_grad_norm_(0.05) + torch's AdamW on cm.parameters() (plain tensors: each rank's
+    whole parameters) equals one device's loop with clip_grad_norm_ (rtol 1e-4, atol 1e-5)."""
+    model, tokens, targets, loss_fn = W.gpt2_job()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses, norms = [], []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = loss_fn(model(tokens), targets)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)))
+        opt.step()
+        losses.append(float(loss))
+    for r in four.values():
+        close(r["own_losses"], losses)
+        close(r["own_norms"], norms)
+        close(r["own_state"], {k: v.detach() for k, v in model.state_dict().items()})
+
+
 def test_load_state_dict_of_full_tensors(four):
     for r in four.values():
         close(r["loaded_state"], r["state"], 0, 0)

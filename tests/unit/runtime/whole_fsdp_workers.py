@@ -74,6 +74,17 @@ def whole_four(tmp: str) -> dict[str, Any]:
         out["accum_losses"] = [float(acc.step(tokens, targets)) for _ in range(2)]
         out["accum_norm"] = float(acc.last_grad_norm)
         out["accum_state"] = acc.full_state_dict()
+        # the user's own loop: cm.backward, cm.clip_grad_norm_ (the global norm over the ragged pieces, which
+        # torch's clip_grad_norm_ on cm.parameters() would take per rank: they are plain tensors), torch's AdamW
+        own = build()
+        opt = torch.optim.AdamW(own.parameters(), lr=3e-3)
+        out["own_losses"], out["own_norms"] = [], []
+        for _ in range(2):
+            opt.zero_grad()
+            out["own_losses"].append(float(own.backward(tokens, targets)))
+            out["own_norms"].append(float(own.clip_grad_norm_(0.05)))
+            opt.step()
+        out["own_state"] = own.full_state_dict()
         # load_state_dict of full tensors cuts each rank's piece
         fresh = build(optimizer=("muon", MUON))
         fresh.load_state_dict(out["state"])
