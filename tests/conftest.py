@@ -16,7 +16,7 @@ import pytest
 
 KINDS = ("one mesh", "eager", "device groups", "pipeline", "4-D")
 FEATURES = ("bf16", "clip", "accum", "act. ckpt", "dropout", "save/resume", "switch", "BatchNorm", "interleaved",
-            "local inputs")
+            "local inputs", "hsdp")
 _cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
 
 

@@ -206,17 +206,24 @@ class MeshExecutor:
     def _update_buffers(self, prog: Any, outs: Sequence[Any]) -> None:
         """A training program's buffer updates (BatchNorm's running statistics in training, results
         marked ``spmdc.buffer_update``: statistics of the whole batch, as the program computes them)
-        copied into the module's buffers, once per program run. (Device groups: not yet.)"""
+        copied into the module's buffers, once per program run (device groups: refused by name)."""
         from spmdc.compiler.compilation import main_function
         from spmdc.dialects.attrs import BUFFER_UPDATE_ATTR
 
         module = getattr(prog, "module", None)
-        if self.m._hetero is not None or module is None:
+        if module is None:
             return
         fn = main_function(module)
+        updates = [(i, fn.res_attrs(i).get(BUFFER_UPDATE_ATTR)) for i in range(len(outs))]
+        updates = [(i, a) for i, a in updates if a is not None]
+        if updates and self.m._hetero is not None:   # refused rather than left at their initial values
+            raise NotImplementedError(f"plan '{self.m._hetero.name}' (device groups): the model updates buffer "
+                                      f"'{updates[0][1].value}' in training (e.g. BatchNorm's running statistics); "
+                                      "device groups do not apply buffer updates yet: train it on one mesh or in "
+                                      "pipeline stages, or with those modules in eval mode")
         with torch.no_grad():
-            for i, out in enumerate(outs):
-                a = fn.res_attrs(i).get(BUFFER_UPDATE_ATTR)
+            for i, a in updates:
+                out = outs[i]
                 if a is not None:
                     self.m.get_buffer(a.value).copy_(self.m._store.full(out, prog.res_layouts[i],
                                                                         prog.step.res_shapes[i]))

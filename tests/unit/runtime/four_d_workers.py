@@ -94,6 +94,23 @@ def _resumed(name: str, path: str, dm: Any, rng: Any) -> dict[str, Any]:
             "state": cm.full_state_dict(), "param_dtypes": sorted({str(p.dtype) for p in cm.parameters()})}
 
 
+def _hsdp_stages() -> dict[str, Any]:
+    """hsdp inside pipeline stages: ``mesh="pp=2,rep=2,dp=2", plan="hsdp"`` (each stage of 4 ranks
+    replicated over rep, sharded over dp), float32, AdamW, 2 steps of gpt2-tiny."""
+    import spmdc
+    from spmdc.frontend.workloads import load_workload
+
+    torch.manual_seed(SEED)
+    w = load_workload("gpt2-tiny", batch=BATCH)
+    pm = spmdc.compile(w.model, tuple(w.inputs), mesh="pp=2,rep=2,dp=2", plan="hsdp", train=True,
+                       loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), optimizer=OPTIONS["optimizer"])
+    losses = [float(pm.step(*w.inputs, *w.loss_inputs)) for _ in range(STEPS)]
+    stages = pm.pipeline.plan.stages
+    return {"losses": losses, "state": pm.full_state_dict(), "stage_mesh": [str(s.mesh) for s in stages],
+            "stage_plan": [str(getattr(s.plan, "name", s.plan)) for s in stages],
+            "layouts": {k: [str(p) for p in lay] for k, (_, lay, _) in pm.state_holdings().items()}}
+
+
 def run(tmp: str) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
@@ -112,6 +129,7 @@ def run(tmp: str) -> dict[str, Any]:
                 for part, key in (("pipeline", "saved"), ("pipeline", "state"), ("fsdp", "loaded"), ("fsdp", "state")):
                     out[name].get(part, {}).pop(key, None)
             dist.barrier()
+        out["hsdp stages"] = _hsdp_stages()
         return out
     finally:
         dist.destroy_process_group()

@@ -46,6 +46,27 @@ def run() -> dict[str, Any]:
             out[name] = {"losses": losses, "state": m.full_state_dict(), "layouts": {
                 k: [str(p) for p in lay] for k, (_, lay, _) in m.state_holdings().items()}}
             dist.barrier()
+        out["batchnorm refused"] = batchnorm_refusal()
         return out
     finally:
         dist.destroy_process_group()
+
+
+def batchnorm_refusal() -> str:
+    """A model that updates buffers in training (BatchNorm) on device groups: refused by name at the
+    first step (device groups do not apply buffer updates yet), never trained with stale statistics."""
+    import spmdc
+    from spmdc.sharding.device_groups import HeteroPlan
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+    x, y = torch.randn(6, 4), torch.randn(6, 2)
+    plan = HeteroPlan.from_dict({"name": "g", "groups": [{**PAIR, "plan": "dp"}, {**ONE, "plan": "dp"}]})
+    m = spmdc.compile(model, (x,), mesh=None, plan=plan, train=True, loss_fn=torch.nn.functional.mse_loss,
+                      loss_inputs=(y,), optimizer=("sgd", {"lr": LR}))
+    try:
+        m.step(x, y)
+    except NotImplementedError as e:
+        return str(e)
+    return ""
+

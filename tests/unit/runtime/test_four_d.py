@@ -158,3 +158,30 @@ def test_fsdp_resumes_the_optimizer_state(ranks, name):
         assert got["extra"] == {"step": 2} and got["param_dtypes"] == ["torch.float32"]
         assert got["rng_restored"]   # the generator as one device's after step 2 (dropout goes on alike)
         assert got["counts"].get("comm.reduce_scatter_bucket", 0) > 0   # fsdp on dp=4
+
+
+@pytest.mark.matrix("4-D", "hsdp")
+def test_hsdp_inside_pipeline_stages_matches_one_device(ranks):
+    """pp=2 x rep=2 x dp=2 with plan hsdp: two stages of 4 ranks, each replicating its parameters over
+    rep and sharding them over dp; float32 losses and parameters equal one device's AdamW run on the
+    whole batch (rtol 1e-4, atol 1e-5) — the pipeline's micro-batches' mean loss is the batch's."""
+    from spmdc.frontend.workloads import load_workload
+
+    torch.manual_seed(W.SEED)
+    w = load_workload("gpt2-tiny", batch=W.BATCH)
+    opt = torch.optim.AdamW(w.model.parameters(), lr=W.OPTIONS["optimizer"][1]["lr"])
+    losses = []
+    for _ in range(W.STEPS):
+        opt.zero_grad()
+        loss = w.loss_fn(w.model(*w.inputs), *w.loss_inputs)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    for r in range(8):
+        got = ranks[r]["hsdp stages"]
+        close(got["losses"], losses)
+        assert got["stage_mesh"] == ["rep=2,dp=2", "rep=2,dp=2"] and set(got["stage_plan"]) == {"hsdp"}, got
+        assert any(lay == ["R", "S(0)"] for lay in got["layouts"].values()), got["layouts"]
+    state = ranks[0]["hsdp stages"]["state"]
+    close({k: state[k] for k in state}, {k: v.detach() for k, v in w.model.state_dict().items() if k in state})
+

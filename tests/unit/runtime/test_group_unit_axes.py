@@ -65,4 +65,11 @@ def test_group_of_one_rank_trains_as_one_device(three, name):
         close(three[r][name]["losses"], losses)
         close(three[r][name]["state"], {k: v.detach() for k, v in w.model.state_dict().items()})
     layouts = three[2 if name != "fsdp1|fsdp2 1:2" else 0][name]["layouts"]   # the one-rank group's
-    assert all(lay == ["Replicate()"] for lay in layouts.values()), layouts
+    assert all(lay == ["R"] for lay in layouts.values()), layouts
+
+
+def test_buffer_updates_on_device_groups_are_refused_by_name(three):
+    for r in range(3):
+        msg = three[r]["batchnorm refused"]
+        assert "device groups do not apply buffer updates yet" in msg and "'1.running_mean'" in msg, msg
+
