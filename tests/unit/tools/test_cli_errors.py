@@ -147,7 +147,7 @@ CASES = [
          "spmdc run: error: 4 micro-batches x 4 rounds (--grad-accum) split every input along dim 0, but input #0 "
          "of workload 'gpt2-tiny' has shape (8, 8)"),
     Case("run-pipeline-misspelt-schedule", "spmdc", ["run", "gpt2-tiny", "--plan", "{d}/pp.yaml"], 1,
-         "unknown schedule '1f1f' (schedules: gpipe, 1f1b); did you mean '1f1b'?",
+         "unknown schedule '1f1f' (schedules: gpipe, 1f1b, interleaved1f1b); did you mean '1f1b'?",
          {"pp.yaml": b"schedule: 1f1f\nstages:\n  - {ranks: [0]}\n  - {ranks: [1]}\n"}),
     # -- a --mesh with a pp axis: stages over its coordinates (issue 26) ------------------------------
     Case("run-pp-mesh-with-stages-plan", "spmdc", ["run", "llama-tiny", "--mesh", "pp=2,tp=2", "--plan",
