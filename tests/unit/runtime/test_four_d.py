@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import four_d_workers as W  # noqa: E402
-from rank_checks import close  # noqa: E402
+from rank_checks import close, train_one_device  # noqa: E402
 
 from spmdc.runtime.launcher import launch  # noqa: E402
 
@@ -170,13 +170,8 @@ def test_hsdp_inside_pipeline_stages_matches_one_device(ranks):
     torch.manual_seed(W.SEED)
     w = load_workload("gpt2-tiny", batch=W.BATCH)
     opt = torch.optim.AdamW(w.model.parameters(), lr=W.OPTIONS["optimizer"][1]["lr"])
-    losses = []
-    for _ in range(W.STEPS):
-        opt.zero_grad()
-        loss = w.loss_fn(w.model(*w.inputs), *w.loss_inputs)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
+    (x,), (y,) = w.inputs, w.loss_inputs
+    losses = [float(v) for v in train_one_device(w.model, x, y, w.loss_fn, opt, W.STEPS)]
     for r in range(8):
         got = ranks[r]["hsdp stages"]
         close(got["losses"], losses)

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import group_unit_axes_workers as W  # noqa: E402
-from rank_checks import close  # noqa: E402
+from rank_checks import close, train_one_device  # noqa: E402
 
 from spmdc.runtime.launcher import launch  # noqa: E402
 
@@ -54,13 +54,8 @@ def test_group_of_one_rank_trains_as_one_device(three, name):
     batch, _ = W.CASES[name]
     w = W.workload(batch)
     opt = torch.optim.SGD(w.model.parameters(), lr=W.LR)
-    losses = []
-    for _ in range(W.STEPS):
-        opt.zero_grad()
-        loss = w.loss_fn(w.model(*w.inputs), *w.loss_inputs)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+    (x,), (y,) = w.inputs, w.loss_inputs
+    losses = [float(v) for v in train_one_device(w.model, x, y, w.loss_fn, opt, W.STEPS)]
     for r in range(3):
         close(three[r][name]["losses"], losses)
         close(three[r][name]["state"], {k: v.detach() for k, v in w.model.state_dict().items()})
