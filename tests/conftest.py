@@ -5,14 +5,26 @@ A test that checks a feature under a layout kind against one device carries
 carry their own through ``pytest.param(..., marks=[pytest.mark.matrix(...), ...])``). After the run, a table gives each
 cell's passed / failed test counts, so a combination nobody tests shows as an empty cell and a
 broken one as a failure, in the suite's own output.
+
+The session's ``SPMDC_CACHE_DIR`` (generated code, the compile cache) is a temporary directory
+removed at exit, unless the environment sets one: the suite never writes into ``~/.cache/spmdc``.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections import defaultdict
 from typing import Any
 
 import pytest
+
+if "SPMDC_CACHE_DIR" not in os.environ:   # generated code and compiled programs of the suite: never ~/.cache/spmdc
+    _CACHE = tempfile.mkdtemp(prefix="spmdc-test-cache-")   # (set before any launch: the ranks inherit it)
+    os.environ["SPMDC_CACHE_DIR"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, True)
 
 KINDS = ("one mesh", "eager", "device groups", "pipeline", "4-D")
 FEATURES = ("bf16", "clip", "accum", "act. ckpt", "dropout", "save/resume", "switch", "BatchNorm", "interleaved",

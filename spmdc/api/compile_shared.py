@@ -1,10 +1,15 @@
-"""Compiling once per job and sharing the result with every rank of a torch.distributed job."""
+"""Compiling once per job and sharing the result with every rank of a torch.distributed job.
+
+The compiling rank looks in the compile cache first (:mod:`spmdc.compiler.compile_cache`): a hit
+skips capture and the global passes; the broadcast is the same either way.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from spmdc.compiler import compile_global
+from spmdc.compiler.compile_cache import cached_compile
 from spmdc.sharding.mesh import Mesh
 
 
@@ -26,9 +31,11 @@ def compile_shared(model: Any, jobs: list[dict[str, Any]], mesh: Mesh, plan: Any
     for j, job in enumerate(jobs):
         if j % world == rank:
             try:
-                step = compile_global(model, mesh=mesh, plan=plan, **job)
-                step.arguments = []  # every rank takes the values from its own model
-                boxes[j][0] = step
+                def build(job: dict[str, Any] = job) -> Any:
+                    step = compile_global(model, mesh=mesh, plan=plan, **job)
+                    step.arguments = []  # every rank takes the values from its own model
+                    return step
+                boxes[j][0] = cached_compile(build, model, job, mesh=mesh, plan=plan)
             except Exception as e:  # tell the other ranks instead of leaving them waiting
                 boxes[j][0] = e
     out = []
@@ -54,10 +61,12 @@ def compile_groups_shared(model: Any, jobs: list[dict[str, Any]], hplan: Any) ->
     for j, job in enumerate(jobs):
         if j % world == rank:
             try:
-                steps = compile_groups(model, hplan, **job)
-                for step in steps:
-                    step.arguments = []
-                boxes[j][0] = steps
+                def build(job: dict[str, Any] = job) -> Any:
+                    steps = compile_groups(model, hplan, **job)
+                    for step in steps:
+                        step.arguments = []
+                    return steps
+                boxes[j][0] = cached_compile(build, model, job, mesh=None, plan=hplan, kind="groups")
             except Exception as e:  # tell the other ranks instead of leaving them waiting
                 boxes[j][0] = e
     g = hplan.group_of(rank)

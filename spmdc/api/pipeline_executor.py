@@ -105,6 +105,23 @@ class _Programs:
     backward: Any
 
 
+@dataclass(frozen=True)
+class StageSurrogate:
+    """A middle stage's training loss: ``sum_i (out_i * g_i).sum()`` over its differentiable outputs
+    (``differentiable[i]``: output ``i`` is), ``g_i`` the next stage's gradients of them. Plain
+    fields rather than a closure, so the compile cache can key the stage's program by them.
+
+        StageSurrogate((True, False))(outs, g0)   # == (outs[0] * g0).sum()
+    """
+
+    differentiable: tuple[bool, ...]
+
+    def __call__(self, outs: Any, *gs: Any) -> Any:
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        diff = [o for o, d in zip(outs, self.differentiable) if d]
+        return sum((o * g).sum() for o, g in zip(diff, gs))
+
+
 class PipelineExecutor(StageParameters):
     """This rank's stage of a model pipelined over device groups (see the module doc): its
     programs, the schedule, one step's run; every rank of the job builds one (inside its
@@ -299,11 +316,7 @@ class PipelineExecutor(StageParameters):
         if not last:
             jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}, options=opts))
 
-        def surrogate(outs: Any, *gs: Any) -> Any:
-            outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-            diff = [o for o, v in zip(outs, stage.outputs) if self.split.values[v].differentiable]
-            return sum((o * g).sum() for o, g in zip(diff, gs))
-
+        surrogate = StageSurrogate(tuple(self.split.values[v].differentiable for v in stage.outputs))
         jobs.append(dict(inputs=ins, train=True, dump=dump, kwargs={}, loss_fn=None if last else surrogate,
                          loss_inputs=[] if last else grads, options=opts))
         group = None
@@ -538,9 +551,11 @@ class PipelineExecutor(StageParameters):
 
     def forward(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
         """Refused by name: a pipeline's stages run training steps (``cm.step`` / ``cm.backward``)."""
-        raise NotImplementedError(f"cm(x) of a module on pipeline plan '{self.plan.name}': a forward through the "
-                                  "stages alone (inference) is not supported yet; train with cm.step or cm.backward, "
-                                  "or compile the model without stages for inference")
+        raise NotImplementedError(f"cm(x) of a module on pipeline plan '{self.plan.name}': neither a forward "
+                                  "through the stages alone (inference) nor autograd through cm(x) and "
+                                  "loss.backward() is supported on pipeline stages yet; train with cm.step(x, y) or "
+                                  "cm.backward(x, y) (the loss compiled into the last stage: spmdc.compile(..., "
+                                  "loss_fn=...)), or compile the model without stages")
 
     def backward(self, *batch: Any, **kwargs: Any) -> Any:
         """Forward and backward of the global batch (model inputs, loss inputs, keyword inputs —

@@ -268,8 +268,16 @@ def rank_module(step: CompiledStep, rank: int, target: str = "torch",
 
 
 def compile_rank(step: CompiledStep, rank: int, target: str = "torch", dump: Dump | None = None) -> RankProgram:
-    """Stages 06-09: rank ``rank``'s program, its generated code (loaded) and the layouts of its arguments."""
-    program = compile_program(Compilation.of_step(step, rank, target, dump)).program
+    """Stages 06-09: rank ``rank``'s program, its generated code (loaded) and the layouts of its arguments.
+
+    Stages 06-08 come from the compile cache when this rank's program was compiled before
+    (:func:`~spmdc.compiler.compile_cache.cached_rank_stages`; the generated code from the codegen cache)."""
+    from spmdc.compiler.compile_cache import cached_rank_stages
+
+    c = Compilation.of_step(step, rank, target, dump, last="pipeline-schedule")
+    cached_rank_stages(c, compile_program)
+    c.first = c.last = "codegen"
+    program = compile_program(c).program
     assert program is not None
     return program
 

@@ -32,6 +32,7 @@ from spmdc.compiler.pass_pipeline import RNG_MODES, TARGETS, PipelineOptions
 
 EXECUTIONS = ("compiled", "eager")
 INPUT_MODES = ("global", "local")
+OUTPUT_MODES = ("dtensor", "full", "local")
 CHECKPOINT_MODES = ("blocks",)
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b", "interleaved")   # (Interleaved1F1B: any case; interleaved: its alias)
 
@@ -112,9 +113,18 @@ class CompileOptions:
     inputs: str = _opt(
         "global", "'global': every rank passes the whole batch; 'local': each rank its own piece, laid out as the "
         "plan's inputs (a DistributedSampler's, num_replicas and rank from spmdc.sampler_args)")
+    outputs: str | None = _opt(
+        None, "what cm(x) returns: 'dtensor' (global values as DTensors; the default with inputs='global'), "
+        "'full' (whole tensors on every rank), 'local' (this rank's batch piece as a plain tensor, its loss its own "
+        "and gradients averaged over the pieces as DDP and FSDP2 do; the default with inputs='local')")
     check_inputs: bool = _opt(
         True, "check on each program's first call that the ranks were given consistent batches (one checksum "
         "all-gather; --no-input-check skips it)", "--input-check")
+    compile_cache: bool = _opt(
+        True, "keep each job's global program and every rank's program on disk under $SPMDC_CACHE_DIR/steps and "
+        "load them when the same job compiles again: a second run skips capture and every pass (--no-compile-cache: "
+        "always compile)",
+        "--compile-cache")
     execution: str = _opt("compiled", "'compiled' programs, or 'eager': the global program op by op")
     eager_hints: bool = _opt(True, "eager: results take the layouts sharding propagation chose")
     eager_trace: bool = _opt(False, "eager: record each op's layouts and collectives")
@@ -131,7 +141,8 @@ class CompileOptions:
         def bad(name: str, why: str) -> OptionError:
             return OptionError(f"option {name}={getattr(self, name)!r}: {why}")
 
-        for name in ("bucket", "overlap", "fuse_collectives", "check_inputs", "eager_hints", "eager_trace"):
+        for name in ("bucket", "overlap", "fuse_collectives", "check_inputs", "compile_cache", "eager_hints",
+                     "eager_trace"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "expected True or False")
         if isinstance(self.pp_schedule, str):   # (one name: interleaved, Interleaved1F1B -> interleaved1f1b)
@@ -139,7 +150,8 @@ class CompileOptions:
 
             object.__setattr__(self, "pp_schedule", schedule_name(self.pp_schedule))
         for name, choices in (("target", TARGETS), ("rng", RNG_MODES), ("checkpoint", CHECKPOINT_MODES),
-                              ("inputs", INPUT_MODES), ("execution", EXECUTIONS), ("pp_schedule", SCHEDULES)):
+                              ("inputs", INPUT_MODES), ("execution", EXECUTIONS), ("pp_schedule", SCHEDULES),
+                              ("outputs", OUTPUT_MODES)):
             value = getattr(self, name)
             if (value is not None or name in ("rng", "inputs", "execution")) and value not in choices:
                 raise bad(name, f"expected one of {', '.join(map(repr, choices))}")
@@ -180,6 +192,10 @@ class CompileOptions:
         return CompileOptions.of(self, "CompileOptions.replace", **kw)
 
     # -- derived --------------------------------------------------------------------------------------
+    def resolved_outputs(self) -> str:
+        """``outputs``, or the default: this rank's pieces when it passes pieces, else DTensors."""
+        return self.outputs or ("local" if self.inputs == "local" else "dtensor")
+
     def resolved_target(self) -> str:
         """``target``, or the default: Triton on GPUs, aten on CPUs."""
         if self.target is not None:
