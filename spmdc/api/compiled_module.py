@@ -3,6 +3,7 @@
     cm = spmdc.compile(model, (x,), mesh=Mesh({"dp": 2, "tp": 2}), plan="fsdp+tp",
                        train=True, loss_fn=F.mse_loss, loss_inputs=(y,), optimizer=("adamw", {"lr": 1e-3}))
     out = cm(x)                 # DTensor laid out as the program's output (cm(x, full=True): a tensor)
+    loss = my_loss(out.full_tensor(), y); loss.backward()   # autograd through cm(x) (spmdc.api.autograd_call)
     loss = cm.step(x, y)        # forward + backward (+ clipping) + optimizer update; 0-d tensor
 
     loss = cm.backward(x, y)    # or: gradients into p.grad (DTensors, accumulating), then any optimizer
@@ -477,7 +478,9 @@ class CompiledModule(nn.Module):
 
     # -- the model-like surface: each layout kind's executor runs it ---------------------------------
     def forward(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
-        """Inputs as tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
+        """Inputs as tensors or DTensors; outputs in the model's own structure, as the ``outputs``
+        option says (DTensors by default; ``full=True``: whole tensors), with a ``grad_fn`` under
+        autograd: ``loss.backward()`` runs the compiled vjp program (:mod:`spmdc.api.autograd_call`)."""
         return self._executor.forward(*inputs, full=full, **kwargs)
 
     def backward(self, *batch: Any, **kwargs: Any) -> Any:
@@ -505,23 +508,55 @@ class CompiledModule(nn.Module):
         self.zero_grad(set_to_none=True)
         return loss
 
-    def clip_grad_norm_(self, max_norm: float) -> Any:
+    def clip_grad_norm_(self, max_norm: float, also: Any = ()) -> Any:
         """``torch.nn.utils.clip_grad_norm_`` over the whole model, for every layout kind: the
         2-norm of every gradient in ``p.grad`` across all the ranks that hold a piece of it (a
         pipeline: every stage's, a tied parameter once; device groups: each group holds the
         whole model), every gradient scaled by one coefficient. Returns the norm before clipping,
         the same on every rank; one all-reduce of one float32. Every rank of the module calls it.
         (torch's own function on ``cm.parameters()`` sees only this rank's pieces where they are
-        not DTensors — a ragged shard — and only its stage under a pipeline plan.)"""
+        not DTensors — a ragged shard — and only its stage under a pipeline plan.)
+
+        ``also``: parameters outside the module clipped with it, in the same norm — the eager
+        layers around a compiled trunk (``cm.clip_grad_norm_(1.0, also=head.parameters())``):
+        plain tensors whose gradients are the same on every rank, or DTensors on this module's
+        DeviceMesh. (torch's function refuses a mix of DTensor and plain gradients.)"""
         if not max_norm > 0:
             raise ValueError(f"clip_grad_norm_: max_norm must be > 0, got {max_norm!r}")
+        extra = [p for p in also if p.grad is not None]
+        if extra and (self.pipeline is not None or self._hetero is not None):
+            raise NotImplementedError(f"clip_grad_norm_(also=...) on {self.kind} '{self.plan_name}': parameters "
+                                      "outside the module are clipped with one mesh's modules only")
         if self.pipeline is not None:
             return self.pipeline._clip_grads(float(max_norm))
         own = 1 if self._hetero is not None else 0   # (a group's gradients: its mesh has no grp axis)
         grads = [(p.grad, self._store.storage[fqn][own:]) for fqn, p in self.named_parameters() if p.grad is not None]
+        grads += [(p.grad, self._outside_layout(p.grad)) for p in extra]
         if not grads:   # still take part in the all-reduce (other ranks may hold gradients)
             grads = [(torch.zeros((), device=self.device), ())]
         return clip_grads_(grads, float(max_norm), self.comm, self.group)
+
+    def _outside_layout(self, g: Any) -> tuple[Any, ...]:
+        """The spmdc layout, on this module's mesh, of a gradient outside it (``clip_grad_norm_(also=)``)."""
+        from torch.distributed.tensor import Shard as TorchShard
+
+        if not _is_dtensor(g):
+            return tuple(Replicate() for _ in self.mesh.axis_names)   # the same on every rank
+        if g.device_mesh != self.device_mesh:
+            raise ValueError(f"clip_grad_norm_(also=...): a DTensor gradient on DeviceMesh {g.device_mesh} is not on "
+                             f"this module's ({self.device_mesh}); clip each mesh's parameters together")
+        from spmdc.dialects.shard import Shard
+
+        out: list[Any] = []
+        for p in g.placements:
+            if isinstance(p, TorchShard):
+                out.append(Shard(p.dim))
+            elif p.is_replicate():
+                out.append(Replicate())
+            else:
+                raise ValueError(f"clip_grad_norm_(also=...): a gradient placed {p} (partial) has no norm until it "
+                                 "is reduced")
+        return tuple(out)
 
     def set_optimizer(self, optimizer: Any) -> Any:
         """Replace the optimizer (fresh state) over the module's parameters; returns it. One that

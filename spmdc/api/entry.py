@@ -5,6 +5,7 @@
                        train=True, loss_fn=F.mse_loss, loss_inputs=(y,),
                        optimizer=("adamw", {"lr": 1e-3}))
     out = cm(x)                 # DTensor laid out as the program's output (cm(x, full=True): a tensor)
+    loss = my_loss(out.full_tensor(), y); loss.backward()   # autograd through cm(x) (spmdc.api.autograd_call)
     loss = cm.step(x, y)        # forward + backward + optimizer update; 0-d tensor
 
 Compilation (capture + plan + global sharding passes) runs once per program (forward on
@@ -135,14 +136,53 @@ def _pipeline(model: Any, example_inputs: Any, plan: Any, *, mesh: Any, train: b
     return CompiledModule(model, example_inputs, mesh=None, plan=plan, train=True, **kw)
 
 
-def sampler_args(cm: Any) -> tuple[int, int]:
-    """``(num_replicas, rank)`` for this rank's ``torch.utils.data.DistributedSampler`` when ``cm``
-    takes local batches (``inputs="local"``): the data-parallel size and this rank's data-parallel
-    coordinate — the number of pieces the plan cuts the batch dim into and this rank's piece (on
-    ``dp=2,tp=2`` under fsdp+tp: ``(2, dp coordinate)``; both tp ranks of a pair get the same)."""
-    if not isinstance(cm, CompiledModule):
-        raise TypeError(f"spmdc.sampler_args takes the module spmdc.compile returned, got {type(cm).__name__}")
-    return cm.sampler_args()
+def sampler_args(cm: Any = None, *, mesh: Any = None, plan: Any = "fsdp", rank: int | None = None,
+                 ndim: int = 2) -> tuple[int, int]:
+    """``(num_replicas, rank)`` for this rank's ``torch.utils.data.DistributedSampler`` when the
+    module takes local batches (``inputs="local"``): the data-parallel size and this rank's
+    data-parallel coordinate — the number of pieces the plan cuts the batch dim into and this
+    rank's piece (on ``dp=2,tp=2`` under fsdp+tp: ``(2, dp coordinate)``; both tp ranks of a pair,
+    and the ranks of one replica on every pipeline stage, get the same).
+
+    Either of the module ``spmdc.compile`` returned (``sampler_args(cm)``), or before compiling,
+    of the layout it will be compiled with (a DataLoader is usually built first)::
+
+        num_replicas, rank = spmdc.sampler_args(mesh="dp=2,tp=2", plan="fsdp+tp")
+        sampler = DistributedSampler(dataset, num_replicas=num_replicas, rank=rank)
+
+    ``mesh``/``plan`` as :func:`compile` takes them (a mesh with a ``pp`` axis, a PipelinePlan, a
+    HeteroPlan with ``mesh=None``); ``rank``: the job rank (default this process's); ``ndim``: the
+    first input's number of dims (``sp`` splits a 3-D input's dim 1, not its batch)."""
+    if cm is not None:
+        if not isinstance(cm, CompiledModule):
+            raise TypeError(f"spmdc.sampler_args takes the module spmdc.compile returned, got {type(cm).__name__}")
+        return cm.sampler_args()
+    import torch.distributed as dist
+
+    from spmdc.runtime.dtensors import mesh_of
+    from spmdc.runtime.input_check import LocalBatches, _coords, batch_axes
+    from spmdc.sharding.device_groups import HeteroPlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    if rank is None:
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    mesh, plan = _pp_stages(mesh, plan)
+    if isinstance(plan, PipelinePlan):
+        return LocalBatches.for_stages(plan.stages, ndim=ndim, where="spmdc.sampler_args").sampler_args(rank)
+    if isinstance(plan, HeteroPlan):
+        return LocalBatches.for_groups(plan.groups, ndim=ndim, where="spmdc.sampler_args").sampler_args(rank)
+    if mesh is None:
+        raise ValueError("spmdc.sampler_args needs the module (sampler_args(cm)) or mesh= (and plan=) it is "
+                         "compiled with")
+    m, _ = mesh_of(mesh, None)
+    if not 0 <= rank < m.size:
+        raise ValueError(f"spmdc.sampler_args: rank {rank} is not on mesh {m} ({m.size} ranks)")
+    axes = dict(zip(m.axis_names, m.shape))
+    coords = _coords(axes, rank)
+    n, r = 1, 0
+    for ax in batch_axes(plan, m, ndim):
+        n, r = n * axes[ax], r * axes[ax] + coords[ax]
+    return n, r
 
 
 def eager(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsdp", hints: bool = True,

@@ -92,11 +92,14 @@ class MeshExecutor:
                 return x.redistribute(self.m.device_mesh, self.m._store.dt(layout)).to_local().to(self.m.device)
         return self.m._store.cut(x, layout)
 
-    def _inputs(self, tensors: Sequence[Any], kwargs: dict[str, Any], kind: str) -> list[Any]:
-        """Positional inputs then keyword inputs (compiled order), as global tensors or DTensors."""
+    def _check_kwargs(self, kwargs: dict[str, Any]) -> None:
         if set(kwargs) != set(self.m._kw_names):
             raise TypeError(f"the compiled program takes keyword inputs {self.m._kw_names or 'none'}, "
                             f"got {sorted(kwargs) or 'none'}")
+
+    def _inputs(self, tensors: Sequence[Any], kwargs: dict[str, Any], kind: str) -> list[Any]:
+        """Positional inputs then keyword inputs (compiled order), as global tensors or DTensors."""
+        self._check_kwargs(kwargs)
         values = list(tensors) + [kwargs[n] for n in self.m._kw_names]
         for i, v in enumerate(values):
             self._global(v, f"input #{i}")
@@ -164,20 +167,58 @@ class MeshExecutor:
 
     # -- running ----------------------------------------------------------------------------------
     def forward(self, *inputs: Any, full: bool = False, **kwargs: Any) -> Any:
-        """Inputs as tensors or DTensors; outputs as DTensors (``full=True``: tensors)."""
-        values = self._inputs(inputs, kwargs, "forward")
+        """Inputs as tensors or DTensors; outputs as the ``outputs`` option says (``full=True``:
+        whole tensors). Under autograd (grad mode on, a parameter or an input requiring grad)
+        the outputs carry a ``grad_fn`` whose backward runs the vjp program
+        (:mod:`spmdc.api.autograd_call`); otherwise only the forward program runs."""
+        from spmdc.api.autograd_call import Call, CompiledCall, needs_autograd
+
+        self._check_kwargs(kwargs)
+        forms = self._outputs_form("full" if full else self.m.options.resolved_outputs(), inputs, kwargs)
+        flat = list(inputs) + [kwargs[n] for n in self.m._kw_names]
+        params = list(self.m.named_parameters())
+        if needs_autograd([p for _, p in params], flat):
+            outs = CompiledCall.apply(Call(self, forms, flat, len(inputs), params), *[p for _, p in params], *flat)
+        else:
+            values = self._inputs(inputs, kwargs, "forward")
+            outs = tuple(forms.user(*r) for r in self._forward_results(self._forward_runner(values), values))
+        return _structured(getattr(getattr(self.last_run.program, "step", None), "output_tree", None), list(outs))
+
+    def _outputs_form(self, mode: str, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        from spmdc.api.autograd_call import Outputs
+
+        first = next(iter(list(inputs) + [kwargs[n] for n in self.m._kw_names]), None)   # (compiled order)
+        local = self.m.options.inputs == "local"
+        batch = None
+        if torch.is_tensor(first) and first.dim() > 0:   # the global batch size (pieces: times their number)
+            batch = int(first.shape[0]) * (self.m.sampler_args()[0] if local and not _is_dtensor(first) else 1)
+        return Outputs(self, mode, batch, local)
+
+    def _forward_runner(self, values: list[Any]) -> Any:
+        """The forward program of these global inputs (compiled the first time)."""
         run = self.m._programs.get("forward", values)
         if self.m._hetero is not None and any(not isinstance(lay[0], Replicate) for lay in run.program.res_layouts):
             raise NotImplementedError(f"cm(x) of a module on plan '{self.m._hetero.name}' (device groups): its "
                                       "outputs are split across the groups, which no DTensor or full tensor "
                                       "gathers yet; train with cm.step/cm.backward, or compile without groups "
                                       "for inference")
+        return run
+
+    def _forward_results(self, run: Any, values: list[Any]) -> list[tuple[Any, Any, tuple[int, ...]]]:
+        """Run the forward program: its outputs as ``(this rank's piece, layout, global shape)``;
+        its buffer updates (BatchNorm in training) applied to the module's buffers."""
+        from spmdc.compiler.compilation import main_function
+        from spmdc.dialects.attrs import BUFFER_UPDATE_ATTR
+
         self.last_run = run
+        prog = run.program
         outs = run(self._args(run, values))
-        res = []
-        for out, layout, shape in zip(outs, run.program.res_layouts, run.program.step.res_shapes):
-            res.append(self.m._store.full(out, layout, shape) if full else self.m._store.dtensor(out, layout, shape))
-        return res[0] if len(res) == 1 else tuple(res)
+        module = getattr(prog, "module", None)
+        fn = main_function(module) if module is not None else None
+        updates = {i for i in range(len(outs)) if fn is not None and BUFFER_UPDATE_ATTR in fn.res_attrs(i)}
+        if updates:
+            self._update_buffers(prog, outs)
+        return [(out, prog.res_layouts[i], prog.step.res_shapes[i]) for i, out in enumerate(outs) if i not in updates]
 
     def _batch(self, batch: tuple, kwargs: dict[str, Any]) -> list[Any]:
         if not self.m._opts.can_train:
@@ -301,6 +342,25 @@ class MeshExecutor:
                                               self.m.options.clip_grad_norm, self.m.comm, self.m.group)
         self._accumulate(reduced)
         return torch.stack(losses).mean()
+
+
+def _structured(tree: Any, outs: list[Any]) -> Any:
+    """The outputs in the model's own structure (a HuggingFace ``ModelOutput``, tuples, dicts;
+    :func:`~spmdc.frontend.loss.rebuild_output`); without one, a tensor or a tuple."""
+    from spmdc.frontend.loss import rebuild_output
+
+    counted = _leaf_count(tree)
+    if tree is None or counted != len(outs):
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return rebuild_output(tree, outs)
+
+
+def _leaf_count(tree: Any) -> int:
+    if tree is None:
+        return 0
+    if tree[0] == "t":
+        return 1
+    return sum(_leaf_count(t) for t in tree[-1])
 
 
 def _dtensor_chunks(x: Any, n: int) -> list[Any]:

@@ -67,6 +67,8 @@ class ProgramCache:
     def _jobs(self, kind: str, tensors: list[Any], forward_too: list[Any] | None) -> list[dict[str, Any]]:
         """What to compile: the programs' inputs split into model, loss and keyword inputs."""
         opts, nk = self.options, len(self.kw_names)
+        if kind.startswith("vjp:"):
+            return [self._vjp_job(kind, tensors)]
         n_model = len(tensors) - (self.n_loss if kind != "forward" else 0) - nk
         kw = dict(zip(self.kw_names, tensors[len(tensors) - nk:]))
         model_in = list(tensors[:n_model])
@@ -83,6 +85,21 @@ class ProgramCache:
                              options=opts if kind == "train" else opts.replace(clip_grad_norm=None),
                              partial_grads=kind == "train_partial"))
         return jobs
+
+    def _vjp_job(self, kind: str, tensors: list[Any]) -> dict[str, Any]:
+        """The vjp program of ``cm(x)`` under autograd (:mod:`spmdc.api.autograd_call`): the model's
+        inputs (those whose gradient is wanted requiring grad), one gradient per floating output as
+        loss inputs, then the keyword inputs."""
+        from spmdc.api.autograd_call import VjpLoss, parse_vjp_kind
+
+        n_cot, needs = parse_vjp_kind(kind)
+        nk = len(self.kw_names)
+        n_model = len(tensors) - n_cot - nk
+        user = list(tensors[:n_model]) + list(tensors[len(tensors) - nk:])
+        user = [t.detach().requires_grad_(n) if n else t for t, n in zip(user, needs)]
+        return dict(inputs=user[:n_model], train=True, loss_fn=VjpLoss(), dump=self.dump,
+                    kwargs=dict(zip(self.kw_names, user[n_model:])), loss_inputs=list(tensors[n_model:n_model + n_cot]),
+                    options=self.options.replace(clip_grad_norm=None, grad_accum=1), partial_grads=False)
 
     def _same_modes_everywhere(self, modes: ModuleModes) -> None:
         """Refuse to compile when the model's modes differ between the ranks compiling together (one
@@ -107,7 +124,7 @@ class ProgramCache:
         """The latest program per kind (``forward``, ``train``)."""
         out = {}
         for (kind, _mode, _sig), run in self.runners.items():
-            out["train" if kind.startswith("train") else kind] = run.program
+            out["train" if kind.startswith("train") else kind.split(":")[0]] = run.program
         return out
 
     def __len__(self) -> int:

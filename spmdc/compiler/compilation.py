@@ -142,7 +142,7 @@ def _step(c: Compilation, g: GroupProgram) -> CompiledStep:
     args = [a.detach().clone() if hasattr(a, "detach") else a for a in g.captured.arguments(*user_inputs)]
     return CompiledStep(print_module(g.module, debuginfo=True), g.mesh, g.resolved.name, args,
                         *_signature(main_function(g.module)), timings=timings, options=c.options, name=c.name,
-                        propagated_ir=g.propagated)
+                        propagated_ir=g.propagated, output_tree=getattr(g.captured.info, "output_tree", None))
 
 
 def _signature(func: FuncOp) -> tuple[list[str], list[str], list[tuple[int, ...]], list[tuple[int, ...]], set[int]]:

@@ -44,6 +44,7 @@ class CompiledStep:
     #                                  stages read theirs from it (bucketing, overlap, memory cap, fused reductions)
     propagated_ir: str = ""          # the program after sharding-propagation (eager=True): what spmdc.eager runs
     name: str = "forward"            # "forward" or "train": names the dumps
+    output_tree: Any = None          # a forward program: the model output's structure (its results are the leaves)
 
     def rank_module(self, rank: int, target: str = "torch") -> Operation:
         """Rank ``rank``'s program as IR (the per-rank stages, no code generation)."""

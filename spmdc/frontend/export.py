@@ -252,6 +252,7 @@ def export_program(
         state=state,
         timings=timings,
         metadata_complete=metadata_complete,
+        output_tree=root.tree[0] if isinstance(root, OutputWrapper) and root.tree else None,
     )
     if train:
         _check_gradients(info)

@@ -79,6 +79,7 @@ class OutputWrapper(nn.Module):
         self.model = model
         self.policy = policy
         self.left_out: list[str] = _Notes()
+        self.tree: list[Any] = _Notes()   # [the output's structure] (:func:`output_tree`)
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple:
         out = call_model(self.model, args, kwargs, self.policy)
@@ -86,7 +87,72 @@ class OutputWrapper(nn.Module):
         found: list[str] = []
         _tensor_leaves(out, "output", tensors, found)
         self.left_out[:] = found   # in place: the list is shared with copies of this module
+        self.tree[:] = [output_tree(out)]
         return tuple(tensors)
+
+
+def output_tree(x: Any, counter: list[int] | None = None) -> Any:
+    """The structure of a model's output, its tensors numbered in :func:`_tensor_leaves` order —
+    what :func:`rebuild_output` puts the program's results back into. Picklable (it travels with
+    the compiled program): containers are named by module and qualified name.
+
+    >>> output_tree((t0, {"a": t1, "b": None}))
+    ('tuple', 'builtins', 'tuple', [('t', 0), ('dict', 'builtins', 'dict', ['a', 'b'], [('t', 1), None])])
+    """
+    counter = counter if counter is not None else [0]
+    if isinstance(x, torch.Tensor):
+        counter[0] += 1
+        return ("t", counter[0] - 1)
+    if x is None:
+        return None
+    cls = type(x)
+    name = (cls.__module__, cls.__qualname__)
+    if isinstance(x, dict) or hasattr(x, "keys") and hasattr(x, "__getitem__") and not isinstance(x, type):
+        keys = list(x.keys())
+        return ("dict", *name, keys, [output_tree(x[k], counter) for k in keys])
+    if isinstance(x, (tuple, list)):
+        return ("tuple" if isinstance(x, tuple) else "list", *name, [output_tree(i, counter) for i in x])
+    return None   # an object that is not a tensor (left out of the program): None in its place
+
+
+def rebuild_output(tree: Any, leaves: list[Any]) -> Any:
+    """The model's output structure (:func:`output_tree`) around ``leaves``: a HuggingFace
+    ``ModelOutput``, a named tuple, dicts, lists; a container class that cannot be imported here
+    comes back as a plain dict / tuple."""
+    if tree is None:
+        return None
+    if tree[0] == "t":
+        return leaves[tree[1]]
+    kind, module, qualname = tree[:3]
+    cls = _importable(module, qualname)
+    if kind == "dict":
+        items = {k: rebuild_output(t, leaves) for k, t in zip(tree[3], tree[4])}
+        if cls is None or cls is dict:
+            return items
+        try:
+            return cls(**items)
+        except Exception:   # (a mapping type that is not built from keywords)
+            return items
+    items_ = [rebuild_output(t, leaves) for t in tree[3]]
+    if kind == "list":
+        return items_
+    if cls is not None and cls is not tuple and hasattr(cls, "_fields"):   # a named tuple
+        return cls(*items_)
+    return tuple(items_)
+
+
+def _importable(module: str, qualname: str) -> Any:
+    import importlib
+
+    if "<locals>" in qualname:
+        return None
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+    except Exception:
+        return None
 
 
 def _tensor_leaves(x: Any, name: str, tensors: list[torch.Tensor], left_out: list[str]) -> None:

@@ -98,6 +98,7 @@ class ExportedProgramInfo:
     # False when the joint decomposition had to run without metadata preservation:
     # nodes then may have an empty module path / no stack trace (numerics unaffected)
     metadata_complete: bool = True
+    output_tree: Any = None   # a forward capture: the model output's structure (spmdc.frontend.loss.output_tree)
 
     # ---- convenience -------------------------------------------------------------
     @property

@@ -77,7 +77,7 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
     # the agent logs every failure with tracebacks: into the log file, not onto the terminal
     restore_logs = _agent_logs_to(os.path.join(work, "agent.log")) if not verbose else (lambda: None)
     try:
-        return elastic_launch(config, fn)(*args)
+        return elastic_launch(config, _Values(fn))(*args)
     except ChildFailedError as e:
         rank, failure = _root_failure(e.failures)
         log = None if verbose else _collect_logs(work, run_id, {r: _stack(f) for r, f in e.failures.items()})
@@ -86,6 +86,22 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
         raise (Terminated() if e.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     finally:
         restore_logs()
+
+
+class _Values:
+    """``fn`` whose result comes back as values: every tensor in it detached (a tensor that is part
+    of an autograd graph, e.g. a compiled module's output, cannot cross the process boundary)."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "fn")   # (torch elastic names the ranks' function)
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+
+    def __call__(self, *args: Any) -> Any:
+        import torch
+        from torch.utils._pytree import tree_map
+
+        return tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, self.fn(*args))
 
 
 # what a rank reports when *another* rank died under it: a symptom, not the cause
