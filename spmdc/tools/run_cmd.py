@@ -50,6 +50,8 @@ class RunConfig:
     eager_trace: str | None = None
     batch: int | None = None
     switch: list[str] = field(default_factory=list)
+    peak_flops: float | None = None   # --peak-flops: FLOP/s per device, for MFU
+    device_peak: str | None = None    # --device-peak NAME: the peak of a known device
     extra: dict[str, Any] = field(default_factory=dict)
     options: CompileOptions = field(default_factory=CompileOptions)   # how to compile and run (--bucket, ...)
 
@@ -134,6 +136,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--eager-trace", default=None, metavar="FILE",
                     help="with --eager: write rank 0's last step to FILE, one line per op: layouts in -> out and "
                          "the collectives it issued")
+    ap.add_argument("--peak-flops", type=positive(float), default=None, metavar="FLOPS",
+                    help="peak FLOP/s of one device (e.g. 989e12), for the MFU column (default: $SPMDC_PEAK_FLOPS, "
+                         "else the GPU's entry in spmdc.api.metrics.DEVICE_PEAKS; none on a CPU)")
+    ap.add_argument("--device-peak", default=None, metavar="NAME",
+                    help="the MFU column against a known device's bf16 dense peak: h100 (SXM), h100-pcie, h100-nvl, "
+                         "h200, a100 (80GB), a100-40gb, l4, mi300x, cpu (a rough guess)")
     CompileOptions.add_arguments(ap)   # every compile option's flag, declared with the option
     ap.add_argument("--verbose", action="store_true",
                     help="show every rank's stderr and Python tracebacks (else a failed run writes them to a log)")
@@ -146,7 +154,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      args.optimizer, args.lr, args.dump_ir, args.dump_codegen, args.timeout,
                      force=args.force, verbose=args.verbose, seed=args.seed, save=args.save, load=args.load,
                      rtol=args.rtol, atol=args.atol, fsdp_shard=args.fsdp_shard, eager_trace=args.eager_trace,
-                     batch=args.batch, switch=list(args.switch),
+                     batch=args.batch, switch=list(args.switch), peak_flops=args.peak_flops,
+                     device_peak=args.device_peak,
                      options=CompileOptions.from_arguments(args, **eager))
 
 
@@ -580,6 +589,15 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
     if cfg.check and cfg.options.rng == "philox":
         raise UserError("--check compares with eager PyTorch, whose random numbers --rng philox does not "
                         "reproduce by design; use --rng eager (the default) with --check")
+    if cfg.peak_flops is not None and cfg.device_peak is not None:
+        raise UserError("--peak-flops and --device-peak both give the peak for MFU: give one")
+    if cfg.peak_flops is None:   # a device name, or $SPMDC_PEAK_FLOPS: checked here, read again by the ranks
+        from spmdc.api.metrics import ENV_PEAK, resolve_peak
+
+        try:
+            resolve_peak(cfg.device_peak, "cpu")
+        except ValueError as e:
+            raise UserError(f"{'--device-peak' if cfg.device_peak is not None else '$' + ENV_PEAK}: {e}") from None
     if cfg.eager_trace and not cfg.eager:
         raise UserError("--eager-trace writes the op-by-op run of --eager; add --eager")
     if cfg.eager and (cfg.options.target == "triton" or cfg.dump_codegen):
@@ -654,7 +672,8 @@ def make_job(cfg: RunConfig, mesh: Any, plan: Any) -> dict[str, Any]:
             "seed": cfg.seed, "save": cfg.save, "load": cfg.load,
             "settings": reference_settings(cfg, plan).as_dict(),   # what a checkpoint's steps replay (--check)
             "eager_trace": cfg.eager_trace, "workload_args": workload_args(cfg),
-            "switch": parse_switches(cfg, mesh, plan)}
+            "switch": parse_switches(cfg, mesh, plan),
+            "peak": cfg.peak_flops if cfg.peak_flops is not None else cfg.device_peak}   # None: env or the GPU's
 
 
 def print_header(console: Any, cfg: RunConfig, mesh: Any, plan: Any) -> None:

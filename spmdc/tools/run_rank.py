@@ -8,6 +8,7 @@ generated module it loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from datetime import timedelta
@@ -33,6 +34,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     from spmdc.compiler import Dump
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.memory import measure_peak
+    from spmdc.tools.run_metrics import compile_progress, step_suffix, workload_metrics
 
     forward_warnings()
     own_group = not dist.is_initialized()
@@ -46,12 +48,14 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     try:
         w = load_workload(job["workload"], **job.get("workload_args", {}))
         say = print if rank == 0 else (lambda *a, **k: None)
+        metrics, counted = workload_metrics(w, job, dist.get_world_size())   # tokens/s, memory, MFU per step
         t0 = time.perf_counter()   # one module for every layout kind (one mesh, device groups, stages)
-        cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
-                            train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
-                            optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
-                            dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
-                            options=job["options"])
+        with compile_progress(rank, "capturing and compiling"):
+            cm = CompiledModule(w.model, tuple(w.inputs), mesh=job["mesh"], plan=job["plan"],
+                                train=job["train"], loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs),
+                                optimizer=Optimizer(job["optimizer"], lr=job["lr"]) if job["train"] else None,
+                                dump=Dump(job.get("dump_ir"), job.get("dump_codegen")), example_kwargs=w.kwargs,
+                                options=job["options"])
         compile_s = time.perf_counter() - t0
         if cm.pipeline is not None:
             say(f"[rank 0] compiled {cm.pipeline.n_stages} stages in {compile_s:.1f} s ({job['plan'].describe()})",
@@ -64,7 +68,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         else:
             where = job["mesh"] or "its group's mesh"
             say(f"[rank 0] compiled in {compile_s:.1f} s ({cm.plan_name} on {where}, target {cm.target})", flush=True)
-        losses, times = [], []
+        losses, times, records = [], [], []
         cm.comm.stats.counts.clear()
         cm.comm.stats.bytes.clear()
         torch.manual_seed(job.get("seed", 0))   # the eager reference (--check) seeds the same way
@@ -87,12 +91,14 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                     say(f"[rank {rank}] left at step {k}")
                     return {"rank": rank, "losses": losses, "times": times, "left": True, "switched": switched}
                 cm = new
+                metrics.devices = sw["mesh"].size if sw["mesh"] is not None else sw["plan"].world   # rates per device
                 cm.comm.stats.counts.clear()
                 cm.comm.stats.bytes.clear()
                 steps_here = job["steps"] - k
                 say(f"[rank 0] switched to {sw['text']} after step {start_step + k} in {rep.seconds:.2f} s "
                     f"(compile {rep.compile_seconds:.2f} s, moving {rep.bytes_total:,} bytes "
                     f"{rep.transfer_seconds * 1000:.1f} ms)", flush=True)
+            metrics.start()
             start = time.perf_counter()
             call = measure_peak if k == profiled else _plain
             if job["train"]:
@@ -103,16 +109,18 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 first = out[0] if isinstance(out, tuple) else out
                 losses.append(float(first.float().norm()))
             times.append(time.perf_counter() - start)
+            rec = metrics.stop(losses[-1], **counted)
+            records.append(dataclasses.asdict(rec))
             if peak is not None:
                 measured = (k, peak)
             what = "loss" if job["train"] else "|output|"
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
-                f"({1000 * times[-1]:.1f} ms)", flush=True)
+                f"({1000 * times[-1]:.1f} ms){step_suffix(rec)}", flush=True)
         if cm.pipeline is not None:   # a pipeline plan (compiled so, or switched to)
             if job.get("save"):
                 save_checkpoint(cm, job, start_step, resumed)
             return {**_pipeline_result(cm, job, rank, losses, times, compile_s, start_step, resumed),
-                    "switched": switched, "steps_here": steps_here}
+                    "switched": switched, "steps_here": steps_here, "metrics": records, "mfu_of": metrics.describe()}
         counts, nbytes = dict(cm.comm.stats.counts), dict(cm.comm.stats.bytes)
         if job.get("eager_trace") and rank == 0:
             with open(job["eager_trace"], "w") as f:
@@ -126,7 +134,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 "peak_bytes": None if job["options"].execution == "eager" else prog.peak_bytes,
                 "measured_peak": measured,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
-                "start_step": start_step, "switched": switched, "steps_here": steps_here, **_resumed(resumed)}
+                "start_step": start_step, "switched": switched, "steps_here": steps_here, **_resumed(resumed),
+                "metrics": records, "mfu_of": metrics.describe()}
     except BaseException:
         # no teardown: destroying the group would close the peers' connections before this rank's
         # error is recorded (they would be reported as the failure); the process ends anyway

@@ -46,15 +46,36 @@ def report(console: Any, cfg: Any, job: dict[str, Any], plan: Any, results: dict
 
 
 def report_steps(console: Any, cfg: Any, r0: dict[str, Any], results: dict[int, Any]) -> None:
-    """Each step's loss (or output norm) and the slowest rank's time."""
+    """Each step's loss (or output norm), the slowest rank's time, and from that rank's record
+    (:mod:`spmdc.tools.run_metrics`) tokens/s or samples/s per device, TFLOP/s and MFU (when a
+    peak is known); the largest peak memory of any rank (CUDA; n/a on CPU)."""
     table = Table(title="steps")
-    for col in ("step", "loss" if cfg.train else "|output|", "step ms (slowest rank)"):
+    recs = [r["metrics"] for r in results.values() if r.get("metrics")]
+    unit = recs[0][0]["unit"] if recs and recs[0] and recs[0][0]["per_device"] is not None else None
+    mfu = bool(recs) and any(rec["mfu"] is not None for rec in recs[0])
+    cols = ["step", "loss" if cfg.train else "|output|", "step ms (slowest rank)"]
+    if recs:
+        cols += ([{"tps": "tokens/s per device", "sps": "samples/s per device"}[unit]] if unit else []) + \
+            ["peak memory", "TFLOP/s per device"] + (["MFU"] if mfu else [])
+    for col in cols:
         table.add_column(col, justify="right")
     start_step = r0.get("start_step", 0)
     for k, loss in enumerate(r0["losses"]):
         slowest = max(r["times"][k] for r in results.values())
-        table.add_row(str(start_step + k + 1), f"{loss:.6f}", f"{1000 * slowest:.1f}")
+        row = [str(start_step + k + 1), f"{loss:.6f}", f"{1000 * slowest:.1f}"]
+        if recs:
+            rec = max((r[k] for r in recs), key=lambda rec: rec["seconds"])   # the slowest rank's rates
+            memory = [r[k]["memory"] for r in recs if r[k]["memory"] is not None]
+            row += ([f"{rec['per_device']:,.0f}"] if unit else []) + \
+                [f"{max(memory) / 1024 ** 3:.2f} GiB" if memory else "n/a",
+                 f"{rec['tflops']:.4g}" if rec["tflops"] is not None else "n/a"]
+            if mfu:
+                row.append(f"{'~' if rec['rough'] else ''}{100 * rec['mfu']:.3g}%" if rec["mfu"] is not None else "n/a")
+        table.add_row(*row)
     console.print(table)
+    if mfu and r0.get("mfu_of"):
+        console.print(f"{r0['mfu_of']}; model FLOPs: {6 if cfg.train else 2}·N per "
+                      f"{'token' if unit == 'tps' else 'sample'} (N: parameters, embeddings left out)")
 
 
 def report_collectives(console: Any, cfg: Any, r0: dict[str, Any]) -> int:

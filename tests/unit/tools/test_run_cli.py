@@ -19,11 +19,22 @@ def _run(*args, env=None, timeout=240):
 
 def test_run_check_passes_and_prints_summary():
     res = _run("mlp", "--nproc", "2", "--mesh", "tp=2", "--plan", "megatron", "--steps", "3", "--check",
-               "--optimizer", "adamw", "--lr", "0.01")
+               "--optimizer", "adamw", "--lr", "0.01", "--device-peak", "cpu")
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
     assert "step 3/3" in out and "check passed" in out
     assert "comm.all_reduce" in out  # the collectives table (one all_reduce per step: Megatron MLP)
+    # the metrics (spmdc.api.metrics): samples/s per device (float inputs), memory n/a on CPU, MFU
+    # against --device-peak cpu (a rough guess: "~"); no spinner's control characters in a pipe
+    steps = [line for line in out.splitlines() if line.startswith("[rank 0] step ")]
+    assert len(steps) == 3 and all(" sps  mfu ~" in line for line in steps), steps
+    header = next(line for line in out.splitlines() if line.startswith("┃ step"))
+    for col in ("samples/s per device", "peak memory", "TFLOP/s per device", "MFU"):
+        assert col in header, header
+    rows = [line for line in out.splitlines() if line.startswith("│") and "%" in line]
+    assert len(rows) == 3 and all("n/a" in r and "~" in r for r in rows), rows
+    assert "MFU against a CPU (a rough guess" in out and "6·N per sample" in out
+    assert "\x1b" not in out
 
 
 def test_failing_rank_aborts_all_ranks_with_its_message():
@@ -63,7 +74,10 @@ def test_bad_arguments_fail_before_starting_ranks():
     cases = [(("nosuch",), "unknown workload 'nosuch'"),
              (("mlp", "--plan", "fdsp", "--mesh", "dp=2"), "did you mean 'fsdp'"),
              (("mlp", "--plan", "megatron", "--mesh", "dp=2"), "needs mesh axis 'tp'"),
-             (("mlp", "--mesh", "dp=x"), "invalid mesh 'dp=x'")]
+             (("mlp", "--mesh", "dp=x"), "invalid mesh 'dp=x'"),
+             (("mlp", "--device-peak", "h1000"), "--device-peak: unknown device 'h1000' for the peak FLOP/s (did you "
+                                                 "mean 'h100"),
+             (("mlp", "--device-peak", "h100", "--peak-flops", "1e15"), "give one")]
     for args, message in cases:
         res = _run(*args, timeout=60)
         text = " ".join((res.stdout + res.stderr).split())
@@ -93,8 +107,11 @@ def test_philox_mode_refuses_check_and_runs_without_it():
     res = _run("mlp", "--nproc", "2", "--mesh", "dp=2", "--rng", "philox", "--check", timeout=60)
     assert res.returncode == 1 and "--rng philox" in res.stderr
     res = _run(f"{MODELS / 'hf_tiny.py'}:gpt2", "--nproc", "2", "--mesh", "dp=2", "--plan", "fsdp", "--steps", "2",
-               "--rng", "philox")
+               "--rng", "philox", env={"SPMDC_PEAK_FLOPS": "2e12"})
     assert res.returncode == 0 and "step 2/2" in res.stdout, res.stdout + res.stderr
+    # token ids (HF's input_ids keyword): tokens/s; the peak from the environment: MFU, no "~"
+    assert "tokens/s per device" in " ".join(res.stdout.split()) and " tps  mfu " in res.stdout
+    assert "MFU against $SPMDC_PEAK_FLOPS: 2.0 TFLOP/s per device" in res.stdout
 
 
 def _losses(stdout: str) -> dict[int, str]:
