@@ -110,7 +110,7 @@ def spmdc_fingerprint() -> str:
     invalidates every entry. Computed once per process."""
     import spmdc
 
-    root = Path(spmdc.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]   # the spmdc package
     h = hashlib.sha256(spmdc.__version__.encode())
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
                        and p.suffix not in (".pyc", ".pyo")):

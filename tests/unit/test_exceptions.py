@@ -15,6 +15,8 @@ from spmdc.ir.location import FileLineColLoc, NameLoc
 
 
 def _examples() -> dict[str, object]:
+    from spmdc.compiler.compile_cache import CompileCacheWarning
+    from spmdc.compiler.fingerprint import Uncacheable
     from spmdc.compiler.options import OptionError
     from spmdc.frontend.aten.base import TranslationError, UnsupportedOpError, UnsupportedOpsError
     from spmdc.frontend.deferred_init import ReplayError
@@ -67,6 +69,9 @@ def _examples() -> dict[str, object]:
         "UserError": UserError("cannot read 'x.mlir': No such file or directory"),
         "MetadataLostWarning": MetadataLostWarning("module paths of backward ops are lost"),
         "OutputLeftOutWarning": OutputLeftOutWarning("output 'past_key_values' (DynamicCache) is not a tensor"),
+        "CompileCacheWarning": CompileCacheWarning("compile cache entry steps/ab12.pkl is unreadable (truncated): "
+                                                   "compiling again"),
+        "Uncacheable": Uncacheable("loss_fn closes over a tensor"),
     }
 
 
