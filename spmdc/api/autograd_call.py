@@ -163,25 +163,28 @@ class Outputs:
         return DTensor.from_local(g / world, m.device_mesh, self.batch_placements(Partial()), run_check=False,
                                   shape=tuple(shape), stride=contiguous_stride(shape))
 
-    def input_grad(self, x: Any, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
-        """The gradient of user input ``x`` from the vjp program's piece ``local``: a DTensor for a
-        DTensor input, this rank's piece (of its own loss, under ``outputs='local'``) for a piece,
-        else the whole gradient."""
+    def input_grad(self, x: Any, k: int, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:
+        """The gradient of user input ``x`` (input #k) from the vjp program's piece ``local``: a
+        DTensor for a DTensor input; for a piece (``inputs="local"``), this rank's piece of it, laid
+        out as the plan lays out the input — under ``outputs='local'`` the gradient of this rank's
+        own loss (the mean over the pieces, times their number); else the whole gradient."""
         m, st = self.ex.m, self.store
         if is_dtensor(x):
             return st.dtensor(local, layout, shape).redistribute(x.device_mesh, x.placements)
         if not self.local_inputs:
             return st.full(local, layout, shape).to(x.device)
-        scale = self._pieces() if self.mode == "local" else 1
-        if m._hetero is not None:
+        if m._hetero is not None:   # the replicas' equal pieces along dim 0 (LocalBatches)
             lb = self._batches()
             piece = st.full(local, layout, shape).chunk(lb.replicas)[_replica(lb)]
+            pieces = lb.replicas
         else:
-            from torch.distributed.tensor import Replicate
-
-            piece = st.dtensor(local, layout, shape).redistribute(
-                m.device_mesh, self.batch_placements(Replicate())).to_local()
-        return (piece * scale).to(x.device)
+            plan_layout = self.ex._input_specs("forward")[k][1]
+            piece = st.relayout(local, layout, plan_layout, shape)
+            axes = dict(zip(m.mesh.axis_names, m.mesh.shape))
+            pieces = 1
+            for ax, p in zip(m.mesh.axis_names, plan_layout):
+                pieces *= axes[ax] if getattr(p, "dim", None) == 0 else 1
+        return (piece * (pieces if self.mode == "local" else 1)).to(x.device)
 
     def _pieces(self) -> int:
         return self.ex.m.sampler_args()[0]
@@ -251,7 +254,7 @@ class Call:
                 k = int(kind[11:])
                 k = k if k < n else k - len(cots)   # (user inputs: model, the gradients, keyword inputs)
                 if needs[k]:
-                    input_grads[k] = self.forms.input_grad(self.inputs[k], out, lay, shape)
+                    input_grads[k] = self.forms.input_grad(self.inputs[k], k, out, lay, shape)
         return param_grads + input_grads   # (None: a parameter the outputs do not depend on)
 
 

@@ -264,6 +264,32 @@ def sandwich(mesh: str, plan: str, two: bool) -> dict[str, Any]:
     return {"losses": losses, "grads": grads, "state": got, "ref_state": ref_state}
 
 
+def local_sandwich(mesh: str, plan: str) -> dict[str, Any]:
+    """inputs='local' with eager layers around the module: the embedding's gradient comes back
+    through the module's input as this rank's own loss's (DDP-averaged by the user, as for any
+    module FSDP2 does not wrap); everything equals one device on the whole batch."""
+    import torch.distributed as dist
+
+    torch.manual_seed(1)
+    ref = Sandwich(False)
+    model = copy.deepcopy(ref)
+    tokens = torch.randint(0, 20, (16,), generator=torch.Generator().manual_seed(2))
+    target = torch.randint(0, 5, (16,), generator=torch.Generator().manual_seed(3))
+    n, r = spmdc.sampler_args(mesh=mesh, plan=plan)
+    tok, tgt = tokens.chunk(n)[r], target.chunk(n)[r]
+    model.trunk = spmdc.compile(model.trunk, (torch.randn(16 // n, 12),), mesh=mesh, plan=plan, inputs="local")
+    F.cross_entropy(model(tok), tgt).backward()
+    F.cross_entropy(ref(tokens), target).backward()
+    world = dist.get_world_size()
+    grads = {}
+    for name in ("emb.weight", "head.weight", "head.bias"):   # the eager layers: averaged as DDP would
+        g = model.get_parameter(name).grad.clone()
+        dist.all_reduce(g)
+        grads[name] = (g / world, ref.get_parameter(name).grad.clone())
+    grads["trunk.fc1.weight"] = (_full(model.trunk.fc1.weight.grad).clone(), ref.trunk.fc1.weight.grad.clone())
+    return {"grads": grads}
+
+
 def accumulate(mesh: str, plan: str) -> dict[str, Any]:
     """Gradient accumulation by repeated backward: two half batches (loss / 2 each) = the batch."""
     x, y = batch(0)
@@ -434,6 +460,8 @@ CASES: dict[str, tuple[Callable[..., Any], tuple]] = {
     "local_plain": (local_plain, ()),
     "sandwich": (sandwich, ("dp=2,tp=2", "fsdp+tp", False)),
     "sandwich_two": (sandwich, ("dp=4", "fsdp", True)),
+    "local_sandwich": (local_sandwich, ("dp=2,tp=2", "fsdp+tp")),
+    "local_sandwich_dp4": (local_sandwich, ("dp=4", "fsdp")),
     "accumulate": (accumulate, ("dp=2,tp=2", "fsdp+tp")),
     "evaluation": (evaluation, ("dp=4", "fsdp")),
     "batchnorm": (batchnorm, ("dp=4", "fsdp")),

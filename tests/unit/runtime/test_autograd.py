@@ -98,6 +98,13 @@ def test_eager_layers_around_compiled_modules(ranks, case):
         same_state(got["state"], got["ref_state"])
 
 
+@pytest.mark.parametrize("case", ["local_sandwich", "local_sandwich_dp4"])
+def test_local_pieces_through_eager_layers(ranks, case):
+    for r in range(4):
+        for name, (g, want) in ranks[r][case]["grads"].items():
+            close(g, want), name
+
+
 def test_repeated_backward_accumulates(ranks):
     for r in range(4):
         for name, (g, want) in ranks[r]["accumulate"]["grads"].items():
