@@ -2,19 +2,22 @@
 
     python bench/autograd_step.py [--quick] [--iters N] [--cases mlp gpt2] [--markdown FILE]
 
-One launch of 4 ranks (gloo, CPU, mesh dp=4, plan fsdp). Every rank runs, for each workload, three
+One launch of 4 ranks (gloo, CPU, mesh dp=4, plan fsdp). Every rank runs, for each workload, four
 loops over the same batches, alternating iteration by iteration so that all see the same load:
 
 * **FSDP2**: ``fully_shard`` on every block and the root; ``loss_fn(model(x), y)``,
   ``loss.backward()``, ``AdamW.step()``, ``zero_grad()``.
 * **spmdc autograd**: ``spmdc.compile(model, (x,), inputs="local")`` in place of ``fully_shard``,
-  the same loop (the forward program, then the vjp program: forward recomputed + backward).
+  the same loop (``autograd_activations="saved"``, the default: the vjp program's forward half in
+  ``cm(x)``, its backward half in ``loss.backward()``).
+* **spmdc autograd, recompute**: the same with ``autograd_activations="recompute"`` (the forward
+  program, then the whole vjp program: the forward recomputed + backward).
 * **spmdc cm.step**: model, loss and backward in one compiled program, then the same AdamW.
 
 Each rank passes its quarter of the batch (a DistributedSampler's piece). Time: per iteration the
 slowest rank's (after a barrier), median over the measured iterations. Peak: what one step
 allocates above what was live when it began (:func:`spmdc.runtime.memory.measure_peak`). The
-losses of the three loops are compared after the run (they train the same model on the same data).
+losses of the four loops are compared after the run (they train the same model on the same data).
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def worker(workloads: list[str], iters: int, warmup: int) -> list[dict[str, Any]
 
             auto = spmdc.compile(model, (xl,), mesh="dp=4", plan="fsdp", inputs="local")
             auto_opt = torch.optim.AdamW(auto.parameters(), lr=1e-3)
+            again = spmdc.compile(build(workload)[0], (xl,), mesh="dp=4", plan="fsdp", inputs="local",
+                                  autograd_activations="recompute")
+            again_opt = torch.optim.AdamW(again.parameters(), lr=1e-3)
             step_model, _, _ = build(workload)
             fused = spmdc.compile(step_model, (xl,), mesh="dp=4", plan="fsdp", inputs="local", train=True,
                                   loss_fn=loss_fn, loss_inputs=(yl,), optimizer=("adamw", {"lr": 1e-3}))
@@ -73,10 +79,18 @@ def worker(workloads: list[str], iters: int, warmup: int) -> list[dict[str, Any]
                 auto_opt.zero_grad()
                 return float(loss)
 
+            def recompute() -> float:
+                loss = loss_fn(again(xl), yl)
+                loss.backward()
+                again_opt.step()
+                again_opt.zero_grad()
+                return float(loss)
+
             def step() -> float:
                 return float(fused.step(xl, yl))
 
-            loops = {"FSDP2": fsdp2, "spmdc autograd": autograd, "spmdc cm.step": step}
+            loops = {"FSDP2": fsdp2, "spmdc autograd": autograd, "spmdc autograd, recompute": recompute,
+                     "spmdc cm.step": step}
             times: dict[str, list[float]] = {k: [] for k in loops}
             losses: dict[str, list[float]] = {k: [] for k in loops}
             for i in range(warmup + iters):

@@ -74,15 +74,17 @@ class VjpLoss:
         return total
 
 
-def vjp_kind(n_cotangents: int, needs: Sequence[bool]) -> str:
-    """The program cache's kind of a vjp program: its number of output gradients and which user
-    inputs (positional, then keyword) it returns gradients of."""
-    return f"vjp:{n_cotangents}:" + "".join("1" if n else "0" for n in needs)
+def vjp_kind(n_cotangents: int, needs: Sequence[bool], saved: bool = False) -> str:
+    """The program cache's kind of a vjp program: its number of output gradients, which user
+    inputs (positional, then keyword) it returns gradients of, and whether it suspends before its
+    backward (``autograd_activations="saved"``: ``vjp:1:10:saved``)."""
+    return f"vjp:{n_cotangents}:" + "".join("1" if n else "0" for n in needs) + (":saved" if saved else "")
 
 
-def parse_vjp_kind(kind: str) -> tuple[int, list[bool]]:
-    _, n, needs = kind.split(":")
-    return int(n), [c == "1" for c in needs]
+def parse_vjp_kind(kind: str) -> tuple[int, list[bool], bool]:
+    """``(output gradients, inputs whose gradient is wanted, saved)`` of a :func:`vjp_kind`."""
+    parts = kind.split(":")
+    return int(parts[1]), [c == "1" for c in parts[2]], parts[3:] == ["saved"]
 
 
 @dataclass
@@ -208,6 +210,13 @@ class Call:
     values: list[Any] = field(default_factory=list)    # the inputs as the programs take them (global)
     results: list[tuple[Any, Any, tuple[int, ...]]] = field(default_factory=list)   # (piece, layout, shape)
     rng: Any = None                  # torch's generator states before the forward
+    saved: Any = None                # autograd_activations="saved": the vjp program's runner ...
+    paused: Any = None               # ... and its run, paused before the backward (spmdc.runtime.suspended)
+    n_cot: int = 0                   # its output gradients (one per floating output)
+
+    @property
+    def needs(self) -> list[bool]:
+        return [torch.is_tensor(x) and x.requires_grad for x in self.inputs]
 
     def forward(self) -> tuple[Any, ...]:
         ex = self.ex
@@ -215,8 +224,53 @@ class Call:
         pos, kw = self.inputs[:self.n_positional], self.inputs[self.n_positional:]
         self.values = ex._inputs([_plain(v) for v in pos], dict(zip(ex.m._kw_names, map(_plain, kw))), "forward")
         run = ex._forward_runner(self.values)
-        self.results = ex._forward_results(run, self.values)
+        if ex.m.options.autograd_activations == "saved":
+            self.results = self._forward_half(run)
+            ex.last_run = run   # (the forward program's output structure)
+        else:
+            self.results = ex._forward_results(run, self.values)
         return tuple(self.forms.user(*r) for r in self.results)
+
+    def _forward_half(self, fwd: Any) -> list[tuple[Any, Any, tuple[int, ...]]]:
+        """``autograd_activations="saved"``: the vjp program (compiled the first time, with zero
+        output gradients of the forward program's output shapes and dtypes as examples) run up
+        to its suspension; its buffer updates applied; the model outputs as the forward
+        program's would be."""
+        from spmdc.api.program_cache import signature
+        from spmdc.compiler.compilation import main_function
+        from spmdc.dialects.attrs import BUFFER_UPDATE_ATTR
+        from spmdc.dialects.tensor.base import torch_dtype
+        from spmdc.frontend.export import module_flags
+
+        ex, m, n = self.ex, self.ex.m, self.n_positional
+        prog = fwd.program
+        fn = main_function(prog.module)
+        outs = [i for i in range(len(prog.step.res_shapes)) if BUFFER_UPDATE_ATTR not in fn.res_attrs(i)]
+        dtypes = [torch_dtype(fn.function_type.results[i].element_type) for i in outs]
+        floating = [(prog.step.res_shapes[i], d) for i, d in zip(outs, dtypes) if d.is_floating_point]
+        key = (module_flags(m._model), signature(self.values), tuple(self.needs), tuple(floating))
+        runs = ex.__dict__.setdefault("_saved_vjp", {})
+        if key not in runs:
+            cots = [torch.zeros(shape, dtype=d, device=m.device) for shape, d in floating]
+            with torch.enable_grad():
+                runs[key] = m._programs.get(vjp_kind(len(cots), self.needs, saved=True),
+                                            list(self.values[:n]) + cots + list(self.values[n:]))
+        self.saved, self.n_cot = runs[key], len(floating)
+        run = self.saved
+        self.paused = self._start()
+        vprog = run.program
+        early = self.paused.early
+        vfn = main_function(vprog.module)
+        every = [early.get(i) for i in range(len(vprog.step.result_kinds))]
+        ex._update_buffers(vprog, every)
+        return [(early[i], vprog.res_layouts[i], vprog.step.res_shapes[i])
+                for i, kind in enumerate(vprog.step.result_kinds)
+                if kind == "output" and BUFFER_UPDATE_ATTR not in vfn.res_attrs(i)]
+
+    def _start(self) -> Any:
+        """The vjp program's forward half (the output gradients' places left empty)."""
+        n, run = self.n_positional, self.saved
+        return run.start(self.ex._args(run, list(self.values[:n]) + [None] * self.n_cot + list(self.values[n:])))
 
     def backward(self, grads: Sequence[Any]) -> list[Any]:
         ex, m = self.ex, self.ex.m
@@ -227,18 +281,17 @@ class Call:
                                "torch.nn.utils.clip_grad_norm_(params, ...), and compile without clip_grad_norm")
         floating = [i for i, (piece, _, _) in enumerate(self.results) if piece.is_floating_point()]
         cots = [self.forms.cotangent(grads[i], *self.results[i]) for i in floating]
-        needs = [torch.is_tensor(x) and x.requires_grad for x in self.inputs]
+        needs = self.needs
         n = self.n_positional
         tensors = list(self.values[:n]) + cots + list(self.values[n:])
-        with torch.enable_grad():   # (autograd runs backward functions with grad mode off; the capture needs it)
-            run = m._programs.get(vjp_kind(len(cots), needs), tensors)
+        if self.saved is not None:
+            run = self.saved
+            outs = self._backward_half(run, cots)
+        else:
+            with torch.enable_grad():   # (autograd runs backward functions with grad mode off; the capture needs it)
+                run = m._programs.get(vjp_kind(len(cots), needs), tensors)
+            outs = self._rerun(lambda: run(ex._args(run, tensors)))
         ex.last_run = run
-        now = _rng_state(m.device)   # the forward's random numbers again, then the generators as they were
-        _set_rng_state(self.rng, m.device)
-        try:
-            outs = run(ex._args(run, tensors))
-        finally:
-            _set_rng_state(now, m.device)
         prog, st = run.program, m._store
         index = {id(p): k for k, (_, p) in enumerate(self.params)}
         by_name = {fqn: index[id(p)] for fqn, p in m.named_parameters(remove_duplicate=False) if id(p) in index}
@@ -256,6 +309,30 @@ class Call:
                 if needs[k]:
                     input_grads[k] = self.forms.input_grad(self.inputs[k], k, out, lay, shape)
         return param_grads + input_grads   # (None: a parameter the outputs do not depend on)
+
+
+    def _rerun(self, fn: Any) -> Any:
+        """``fn()`` with torch's generators as they were at the forward (the same random numbers), then
+        as they are now."""
+        now = _rng_state(self.ex.m.device)
+        _set_rng_state(self.rng, self.ex.m.device)
+        try:
+            return fn()
+        finally:
+            _set_rng_state(now, self.ex.m.device)
+
+    def _backward_half(self, run: Any, cots: list[Any]) -> list[Any]:
+        """Resume the paused vjp program with the output gradients (cut to this rank's pieces). A
+        second backward through the same graph (``retain_graph=True``) runs its forward half again
+        with the forward's random numbers."""
+        prog = run.program
+        at = [i for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
+        places = at[self.n_positional:self.n_positional + len(cots)]
+        local = [self.ex._local_arg(c, prog.arg_layouts[i], prog.step.arg_shapes[i], "the gradient of output "
+                                    f"#{k}") for k, (c, i) in enumerate(zip(cots, places))]
+        paused = self.paused if not self.paused.done else self._rerun(self._start)
+        self.paused = paused
+        return paused.resume(local)
 
 
 class CompiledCall(torch.autograd.Function):

@@ -32,18 +32,19 @@ choice; results still equal one device within float rounding.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spmdc.compiler.program import CompiledStep, Layout
-from spmdc.dialects.func import FuncOp, ReturnOp
+from spmdc.dialects.func import FuncOp, ReturnOp, SuspendOp
 from spmdc.dialects.shard import AnnotateOp, MeshOp, Replicate, ShardingAttr
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.module import ModuleOp
 from spmdc.ir.types import TensorType
 from spmdc.passes.lower_redistribution import unfold_layout as _unfold
 from spmdc.runtime.collectives import CountingComm
+from spmdc.runtime.suspended import Paused, run_whole, suspend_results
 from spmdc.sharding.layouts import SHARDING, layout_of, set_result_layouts
 from spmdc.sharding.mesh import local_shape
 from spmdc.sharding.planner import plan_redistribution
@@ -88,6 +89,11 @@ def eager_program(step: CompiledStep, rank: int) -> EagerProgram:
     for i, v in enumerate(func.return_op.operands):
         s = func.res_attrs(i).get(SHARDING)
         res.append(tuple(s.placements) if isinstance(s, ShardingAttr) else layout_of(v) or rep)
+    pause = step.options.vjp_pause if step.options is not None else None
+    if pause is not None:   # cm(x)'s vjp program, saved activations: pause before the backward
+        from spmdc.passes.suspend_for_backward import suspend
+
+        suspend(func, *pause)
     return EagerProgram(step, rank, module, args, res)
 
 
@@ -126,6 +132,24 @@ class EagerRunner:
     def __call__(self, local_args: Sequence[Any]) -> list[Any]:
         import torch
 
+        gen = self._steps(local_args)
+        try:
+            with torch.no_grad():
+                next(gen)
+        except StopIteration as stop:
+            return list(stop.value)
+        return run_whole(gen)   # (it suspended: refused)
+
+    def start(self, local_args: Sequence[Any]) -> Paused:
+        """The forward half of a suspending program (:mod:`spmdc.runtime.suspended`)."""
+        indices = suspend_results(self.program.module)
+        if indices is None:
+            raise RuntimeError("this program does not suspend (no func.suspend): call it whole")
+        import torch
+
+        return Paused.start(self._steps(local_args), indices, torch.no_grad)
+
+    def _steps(self, local_args: Sequence[Any]) -> Generator[list[Any], list[Any], list[Any]]:
         start = time.perf_counter()
         counting = CountingComm(self.comm)
         env: dict[Value, tuple[Any, Layout]] = {}
@@ -138,24 +162,31 @@ class EagerRunner:
         for a, t, lay in zip(self.func.args, local_args, self.program.arg_layouts):
             env[a] = (t, tuple(lay))
         out: list[Any] = []
-        with torch.no_grad():
-            for op in self.func.body.ops:
-                if isinstance(op, ReturnOp):
-                    n0 = len(stats.order) if stats.order is not None else 0
-                    out = [self._convert(v, tuple(lay), env, shared, counting, op)
-                           for v, lay in zip(op.operands, self.program.res_layouts)]
-                    if self.trace:
-                        self._note(op, [env[v][1] for v in op.operands],
-                                   [tuple(lay) for lay in self.program.res_layouts], n0)
-                    break
-                if isinstance(op, AnnotateOp):   # its own conversion point (FSDP's backward re-gather)
-                    want = tuple(op.sharding.placements)
-                    n0 = len(stats.order) if stats.order is not None else 0
-                    env[op.result] = (self._convert(op.operand(0), want, env, None, counting, op), want)
-                    if self.trace:
-                        self._note(op, [env[op.operand(0)][1]], [want], n0)
-                    continue
-                self._dispatch(op, env, shared, counting)
+        # (grad mode off: the callers run each half under no_grad; a suspended generator holds no context)
+        for op in self.func.body.ops:
+            if isinstance(op, ReturnOp):
+                n0 = len(stats.order) if stats.order is not None else 0
+                out = [self._convert(v, tuple(lay), env, shared, counting, op)
+                       for v, lay in zip(op.operands, self.program.res_layouts)]
+                if self.trace:
+                    self._note(op, [env[v][1] for v in op.operands],
+                               [tuple(lay) for lay in self.program.res_layouts], n0)
+                break
+            if isinstance(op, SuspendOp):   # the forward half's end: hand back, wait for the gradients
+                idx = [a.value for a in op.attributes["results"]]  # type: ignore[attr-defined]
+                got = yield [self._convert(v, tuple(self.program.res_layouts[i]), env, shared, counting, op)
+                             for v, i in zip(op.operands, idx)]
+                for r, t in zip(op.results, got):
+                    env[r] = (t, tuple(layout_of(r) or ()))
+                continue
+            if isinstance(op, AnnotateOp):   # its own conversion point (FSDP's backward re-gather)
+                want = tuple(op.sharding.placements)
+                n0 = len(stats.order) if stats.order is not None else 0
+                env[op.result] = (self._convert(op.operand(0), want, env, None, counting, op), want)
+                if self.trace:
+                    self._note(op, [env[op.operand(0)][1]], [want], n0)
+                continue
+            self._dispatch(op, env, shared, counting)
         if own_order:
             stats.order = None
         self.ops_run = len(self.func.body.ops)

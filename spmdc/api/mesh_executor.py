@@ -155,8 +155,9 @@ class MeshExecutor:
             for i, kind in enumerate(prog.step.arg_kinds):
                 name = kind.split(":", 1)[1]
                 if kind.startswith("input:"):
-                    args.append(self._local_arg(next(it), prog.arg_layouts[i], prog.step.arg_shapes[i],
-                                                f"input '{name}'"))
+                    v = next(it)   # (None: given when a suspended program resumes, spmdc.runtime.suspended)
+                    args.append(None if v is None else self._local_arg(v, prog.arg_layouts[i], prog.step.arg_shapes[i],
+                                                                       f"input '{name}'"))
                 elif i in prog.step.buffers:
                     args.append(self.m.get_buffer(name))
                 else:

@@ -92,14 +92,16 @@ class ProgramCache:
         loss inputs, then the keyword inputs."""
         from spmdc.api.autograd_call import VjpLoss, parse_vjp_kind
 
-        n_cot, needs = parse_vjp_kind(kind)
+        n_cot, needs, saved = parse_vjp_kind(kind)
         nk = len(self.kw_names)
         n_model = len(tensors) - n_cot - nk
         user = list(tensors[:n_model]) + list(tensors[len(tensors) - nk:])
         user = [t.detach().requires_grad_(n) if n else t for t, n in zip(user, needs)]
         return dict(inputs=user[:n_model], train=True, loss_fn=VjpLoss(), dump=self.dump,
                     kwargs=dict(zip(self.kw_names, user[n_model:])), loss_inputs=list(tensors[n_model:n_model + n_cot]),
-                    options=self.options.replace(clip_grad_norm=None, grad_accum=1), partial_grads=False)
+                    options=self.options.replace(clip_grad_norm=None, grad_accum=1,
+                                                 vjp_pause=(n_model, n_cot) if saved else None),
+                    partial_grads=False)
 
     def _same_modes_everywhere(self, modes: ModuleModes) -> None:
         """Refuse to compile when the model's modes differ between the ranks compiling together (one

@@ -186,7 +186,7 @@ class PythonEmitter:
                     for k, r in enumerate(op.results)]
             if not outs:
                 steps.append((f"    {expr}", ins, []))
-            elif len(outs) == 1 and op.name not in ("kernel.fused", "func.call"):
+            elif len(outs) == 1 and op.name not in ("kernel.fused", "func.call", "func.suspend"):
                 steps.append((f"    {outs[0]} = {expr}", ins, outs))
             else:
                 steps.append((f"    {', '.join(outs)}, = {expr}", ins, outs))
@@ -219,6 +219,8 @@ class PythonEmitter:
             return self.emit_fused(op, ins)
         if op.name == "func.call":
             return f"{self.fn_names[op.symbol_ref('callee')]}([{', '.join(ins)}], comm)"
+        if op.name == "func.suspend":   # the function becomes a generator: resumed with the results' values
+            return f"(yield [{', '.join(ins)}])"
         triton_call = getattr(op, "triton_call", None) if self.target == "triton" else None
         if triton_call is not None:   # a Triton kernel library call (flash attention)
             return triton_call(ins)

@@ -91,7 +91,8 @@ def capture(c: Compilation) -> None:
             checkpoint = g.plan.checkpoint
         g.captured = capture_program(c.model, c.inputs, train=c.train, loss_fn=c.loss_fn, loss_inputs=c.loss_inputs,
                                      example_kwargs=c.kwargs, checkpoint=checkpoint,
-                                     mixed_precision=c.options.mixed_precision)
+                                     mixed_precision=c.options.mixed_precision,
+                                     return_outputs=c.options.vjp_pause is not None)
         g.module = g.captured.module
         g.writer = c.dump.ir_writer(c.name, "global" if g.group is None else f"global-{g.group}") if c.dump else None
         if g.writer:

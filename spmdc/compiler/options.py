@@ -33,6 +33,7 @@ from spmdc.compiler.pass_pipeline import RNG_MODES, TARGETS, PipelineOptions
 EXECUTIONS = ("compiled", "eager")
 INPUT_MODES = ("global", "local")
 OUTPUT_MODES = ("dtensor", "full", "local")
+ACTIVATION_MODES = ("saved", "recompute")
 CHECKPOINT_MODES = ("blocks",)
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b", "interleaved")   # (Interleaved1F1B: any case; interleaved: its alias)
 
@@ -117,6 +118,14 @@ class CompileOptions:
         None, "what cm(x) returns: 'dtensor' (global values as DTensors; the default with inputs='global'), "
         "'full' (whole tensors on every rank), 'local' (this rank's batch piece as a plain tensor, its loss its own "
         "and gradients averaged over the pieces as DDP and FSDP2 do; the default with inputs='local')")
+    autograd_activations: str = _opt(
+        "saved", "cm(x) under autograd: 'saved' runs the forward half of the vjp program and keeps what its backward "
+        "reads until loss.backward() (as eager PyTorch and FSDP2 do), 'recompute' runs the forward program and the "
+        "whole vjp program in the backward (one more forward; nothing held between forward and backward)")
+    vjp_pause: tuple[int, int] | None = _opt(
+        None, "set by cm(x) for its vjp program under autograd_activations='saved': (first, count) of the inputs "
+        "that are the output gradients; the capture returns the model outputs and each rank's program suspends "
+        "before its backward (spmdc.passes.suspend_for_backward)")
     check_inputs: bool = _opt(
         True, "check on each program's first call that the ranks were given consistent batches (one checksum "
         "all-gather; --no-input-check skips it)", "--input-check")
@@ -151,9 +160,10 @@ class CompileOptions:
             object.__setattr__(self, "pp_schedule", schedule_name(self.pp_schedule))
         for name, choices in (("target", TARGETS), ("rng", RNG_MODES), ("checkpoint", CHECKPOINT_MODES),
                               ("inputs", INPUT_MODES), ("execution", EXECUTIONS), ("pp_schedule", SCHEDULES),
-                              ("outputs", OUTPUT_MODES)):
+                              ("outputs", OUTPUT_MODES), ("autograd_activations", ACTIVATION_MODES)):
             value = getattr(self, name)
-            if (value is not None or name in ("rng", "inputs", "execution")) and value not in choices:
+            if (value is not None or name in ("rng", "inputs", "execution", "autograd_activations")) \
+                    and value not in choices:
                 raise bad(name, f"expected one of {', '.join(map(repr, choices))}")
         for name, least in (("memory_cap", 0), ("grad_accum", 1), ("microbatches", 1)):
             value = getattr(self, name)
@@ -161,6 +171,12 @@ class CompileOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise bad(name, f"expected an integer >= {least}" + (" (0: no cap)" if name == "memory_cap" else ""))
+        pause = self.vjp_pause
+        if pause is not None:
+            if not (isinstance(pause, (tuple, list)) and len(pause) == 2
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pause)):
+                raise bad("vjp_pause", "expected (first, count): two integers >= 0")
+            object.__setattr__(self, "vjp_pause", (int(pause[0]), int(pause[1])))
         clip = self.clip_grad_norm
         number = isinstance(clip, (int, float)) and not isinstance(clip, bool)
         if clip is not None and not (number and 0 < clip < float("inf")):
@@ -207,7 +223,8 @@ class CompileOptions:
     def passes(self, rank: int, target: str | None = None) -> PipelineOptions:
         """The pass pipeline's options for rank ``rank``'s program (:mod:`spmdc.compiler.pass_pipeline`)."""
         return PipelineOptions(rank=rank, bucket=self.bucket, overlap=self.overlap, memory_cap=self.memory_cap,
-                               target=target or self.resolved_target(), rng=self.rng, fuse=self.fuse_collectives)
+                               target=target or self.resolved_target(), rng=self.rng, fuse=self.fuse_collectives,
+                               suspend=self.vjp_pause or ())
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from the defaults (for reports and dumps)."""

@@ -10,6 +10,8 @@
     bucketing  bucket-collectives                            (bucket=True) one AG/RS per block
     schedule   schedule-collectives{memory-cap=N}            (overlap=True) async start/wait,
                                                              prefetch under a memory cap
+    suspend    suspend-for-backward{first=F count=N}         (cm(x)'s vjp program, saved activations)
+                                                             pause before the backward
     kernels    fuse-kernels,dce                              (target=triton) Triton regions
 
 The first stages run once on the global program; the rest on each rank's copy. The plan
@@ -34,7 +36,9 @@ class PipelineOptions:
     ``overlap``: async collectives reordered for overlap (``schedule-collectives``) under
     ``memory_cap`` bytes per rank (0: no cap); ``rng``: ``eager`` (random numbers bitwise equal
     to single-device PyTorch) or ``philox`` (counter-based: each rank draws only its piece);
-    ``fuse``: ``fuse-collectives`` (deferred and merged reductions) on each rank's program."""
+    ``fuse``: ``fuse-collectives`` (deferred and merged reductions) on each rank's program;
+    ``suspend``: ``(first, count)`` of the inputs that resume a vjp program after its forward half
+    (``spmd-pipeline{suspend=[1,1]}``; empty: none)."""
 
     rank: int = 0
     bucket: bool = False
@@ -43,6 +47,7 @@ class PipelineOptions:
     target: str = "torch"
     rng: str = "eager"
     fuse: bool = True
+    suspend: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -51,6 +56,10 @@ class PipelineOptions:
             raise PipelineError(f"unknown random-number mode '{self.rng}' (choices: {', '.join(RNG_MODES)})")
         if self.memory_cap < 0:
             raise PipelineError(f"memory-cap must be >= 0 bytes (0: no cap), got {self.memory_cap}")
+        if len(self.suspend) not in (0, 2):
+            raise PipelineError(f"suspend takes two numbers, first,count (the output gradients' inputs), got "
+                                f"{list(self.suspend)}")
+        object.__setattr__(self, "suspend", tuple(self.suspend))
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,9 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
         out.append(Stage("bucketing", "bucket-collectives", per_rank=True))
     if options.overlap:
         out.append(Stage("schedule", f"schedule-collectives{{memory-cap={options.memory_cap}}}", per_rank=True))
+    if options.suspend:   # (before fuse-kernels: no region spans the suspension, a barrier to it)
+        first, count = options.suspend
+        out.append(Stage("suspend", f"suspend-for-backward{{first={first} count={count}}}", per_rank=True))
     if options.target == "triton":
         out.append(Stage("kernels", "fuse-kernels,dce", per_rank=True))
     return out
@@ -83,7 +95,8 @@ def pipeline_text(options: PipelineOptions, per_rank: bool | None = None) -> str
 
 
 SPMD_PIPELINE = NamedPipeline(
-    "spmd-pipeline", "the whole compiler on a planned module: prepare, global, rank, bucketing, schedule, kernels",
+    "spmd-pipeline",
+    "the whole compiler on a planned module: prepare, global, rank, bucketing, schedule, suspend, kernels",
     PipelineOptions, pipeline_text)
 
 

@@ -86,9 +86,10 @@ def _user_input_names(model: Any, n_model: int, n_loss: int, kwargs: Mapping[str
 def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = False,
                     loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                     example_kwargs: Mapping[str, Any] | None = None, checkpoint: str | None = None,
-                    mixed_precision: Any = None) -> Captured:
+                    mixed_precision: Any = None, return_outputs: bool = False) -> Captured:
     """Like :func:`capture` but returns a :class:`Captured` with timings and input bookkeeping.
-    ``checkpoint="blocks"``: checkpoint every repeated block (training captures)."""
+    ``checkpoint="blocks"``: checkpoint every repeated block (training captures); ``return_outputs``:
+    a training capture also returns the model's tensor outputs after the loss."""
     from spmdc.frontend.export import export_program
     from spmdc.frontend.torch_mlir_bridge import import_to_torch_mlir
     from spmdc.frontend.translate import TranslationStats, check_supported, translate
@@ -101,7 +102,8 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     timings: dict[str, float] = {}
     t = time.perf_counter()
     info = export_program(model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
-                          example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision)
+                          example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision,
+                          return_model_outputs=return_outputs)
     timings["export"] = time.perf_counter() - t
     t = time.perf_counter()
     check_supported(info)

@@ -53,7 +53,8 @@ class LossWrapper(nn.Module):
             loss, rest = extract_loss(out), None
         if self.return_outputs and rest is not None:
             leaves = torch_compat.tree_leaves(rest)
-            return (loss, *[t for t in leaves if isinstance(t, torch.Tensor)])
+            # (detached: the joint graph differentiates the loss only; the values are the forward's)
+            return (loss, *[t.detach() for t in leaves if isinstance(t, torch.Tensor)])
         return (loss,)
 
 

@@ -35,6 +35,7 @@ PASS_MODULES: dict[str, str] = {
     "fuse-collectives": "spmdc.passes.fuse_collectives",
     "bucket-collectives": "spmdc.passes.bucket_collectives",
     "schedule-collectives": "spmdc.passes.schedule_collectives",
+    "suspend-for-backward": "spmdc.passes.suspend_for_backward",
     "fuse-kernels": "spmdc.passes.fuse_kernels",
     "cross-group": "spmdc.passes.cross_group",
     "pipeline-schedule": "spmdc.passes.pipeline_schedule",

@@ -18,6 +18,7 @@ from typing import Any
 
 from spmdc.dialects.shard import Partial, Replicate, Shard, StridedShard, chunk_size
 from spmdc.runtime.collectives import CountingComm
+from spmdc.runtime.suspended import Paused, run_whole, suspend_results
 from spmdc.sharding.mesh import Mesh, local_blocks, local_offset, local_shape
 from spmdc.sharding.planner import plan_redistribution
 
@@ -117,10 +118,39 @@ class RankRunner:
         on_device = dev if dev is not None and dev.type != "cpu" else contextlib.nullcontext()
         with torch.no_grad(), on_device:
             if self.executor == "codegen":
-                return list(self.program.fn(list(local_args), counting))
+                return run_whole(self.program.fn(list(local_args), counting))
             from spmdc.runtime.interpreter import interpret
 
             return interpret(self.program.module, list(local_args), comm=counting)
+
+    def start(self, local_args: Sequence[Any]) -> Paused:
+        """Run a suspending program's forward half (:mod:`spmdc.runtime.suspended`): ``None`` where
+        an input is given at ``resume``."""
+        import contextlib
+
+        import torch
+
+        counting = CountingComm(self.comm)
+        dev = torch.device(self.device) if self.device is not None else None
+
+        def context() -> Any:
+            stack = contextlib.ExitStack()
+            stack.enter_context(torch.no_grad())
+            if dev is not None and dev.type != "cpu":
+                stack.enter_context(dev)
+            return stack
+
+        indices = suspend_results(self.program.module)
+        if indices is None:
+            raise RuntimeError("this program does not suspend (no func.suspend): call it whole")
+        if self.executor == "codegen":
+            gen = self.program.fn(list(local_args), counting)
+        else:
+            from spmdc.runtime.interpreter import Interpreter, bind_inputs
+
+            gen = Interpreter(counting).steps(self.program.module, "main",
+                                              bind_inputs(self.program.module, "main", list(local_args)))
+        return Paused.start(gen, indices, context)
 
     def local_arguments(self, full_args: Sequence[Any]) -> list[Any]:
         """Every argument cut to this rank's piece of its layout."""

@@ -13,7 +13,7 @@ collectives (:class:`spmdc.runtime.collectives.Collectives`) for ``comm`` ops.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from spmdc.dialects.attrs import PARAM_ATTR
@@ -27,6 +27,19 @@ class Interpreter:
         self.comm = comm
 
     def call(self, module: Operation, func_name: str, args: Sequence[Any]) -> list[Any]:
+        from spmdc.runtime.suspended import run_whole
+
+        gen = self.steps(module, func_name, args)
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return list(stop.value)
+        return run_whole(gen)   # (it suspended: refused)
+
+    def steps(self, module: Operation, func_name: str,
+              args: Sequence[Any]) -> Generator[list[Any], list[Any], list[Any]]:
+        """Run ``@func_name`` as a generator: at ``func.suspend`` it yields the operands' values and
+        takes the results' values (:mod:`spmdc.runtime.suspended`); returns the function's results."""
         from spmdc.dialects.func import FuncOp
 
         func = lookup_symbol(module, func_name)
@@ -36,7 +49,16 @@ class Interpreter:
             raise DiagnosticError(f"'@{func_name}' takes {len(func.args)} arguments, got {len(args)}",
                                   func.location)
         env: dict[Value, Any] = dict(zip(func.args, args))
-        return self.run_block(module, func.body, env)
+        for op in func.body.ops:
+            if op.name == "func.suspend":
+                got = yield [env[v] for v in op.operands]
+                env.update(zip(op.results, got))
+                continue
+            if op.has_trait("Terminator"):
+                return [env[v] for v in op.operands]
+            for r, t in zip(op.results, self.run_op(module, op, [env[v] for v in op.operands])):
+                env[r] = t
+        return []
 
     def run_block(self, module: Operation, block, env: dict[Value, Any]) -> list[Any]:
         for op in block.ops:

@@ -8,10 +8,10 @@
     }
 """
 
-from spmdc.dialects.func.ops import CallOp, FuncOp, ReturnOp
+from spmdc.dialects.func.ops import CallOp, FuncOp, ReturnOp, SuspendOp
 from spmdc.dialects.func.syntax import SYNTAX
 from spmdc.ir.registry import Dialect
 
-DIALECT = Dialect("func", [FuncOp, ReturnOp, CallOp], syntax=SYNTAX)
+DIALECT = Dialect("func", [FuncOp, ReturnOp, CallOp, SuspendOp], syntax=SYNTAX)
 
-__all__ = ["DIALECT", "CallOp", "FuncOp", "ReturnOp"]
+__all__ = ["DIALECT", "CallOp", "FuncOp", "ReturnOp", "SuspendOp"]

@@ -223,6 +223,38 @@ class ReturnOp(Operation):
             raise self.emit_error("must be the last operation of its block")
 
 
+class SuspendOp(Operation):
+    """``%g = func.suspend %out {results = [1]} : (tensor<8x4xf32>) -> tensor<8x4xf32>``.
+
+    The function pauses here: its caller receives the operands — the function's results
+    ``results`` (their indices), known before the backward — and later resumes it with the
+    values of this op's results, which replace arguments the first part did not read (the
+    output gradients of ``cm(x)``'s vjp program). What the first part computed and the rest
+    reads stays alive in between: the saved activations. Inserted by ``suspend-for-backward``
+    (:mod:`spmdc.passes.suspend_for_backward`); at most one per function, never moved or erased
+    by a pass (not ``Pure``).
+    """
+
+    name = "func.suspend"
+    required_attrs = {"results": ArrayAttr}
+
+    def verify_(self) -> None:
+        func = self.parent_op()
+        if not isinstance(func, FuncOp):
+            raise self.emit_error("expects parent op 'func.func'")
+        idx = [getattr(a, "value", None) for a in self.attributes["results"]]  # type: ignore[attr-defined]
+        n = len(func.function_type.results)
+        if len(idx) != len(self.operands) or not all(isinstance(i, int) and 0 <= i < n for i in idx):
+            raise self.emit_error(f"'results' must give, for each of its {len(self.operands)} operands, the index of "
+                                  f"a result of the function (0..{n - 1}), got {list(idx)}")
+        ret = func.return_op
+        for i, v in zip(idx, self.operands):
+            if ret.operand(i) is not v:
+                raise self.emit_error(f"operand for result #{i} is not the value the function returns there")
+        if sum(1 for op in func.body.ops if isinstance(op, SuspendOp)) > 1:
+            raise self.emit_error("a function may suspend at most once")
+
+
 class CallOp(Operation):
     """``%r = func.call %x {callee = @f} : (tensor<4xf32>) -> tensor<4xf32>``."""
 

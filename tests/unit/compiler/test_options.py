@@ -20,6 +20,8 @@ def test_defaults_and_derived_pass_options():
     assert (p.rank, p.bucket, p.overlap, p.memory_cap, p.fuse, p.target) == (3, False, True, 1 << 20, False, "torch")
     assert CompileOptions().changed() == {}
     assert CompileOptions(clip_grad_norm=1).describe() == "clip_grad_norm=1.0"
+    assert CompileOptions().autograd_activations == "saved" and CompileOptions().passes(0, "torch").suspend == ()
+    assert CompileOptions(vjp_pause=[2, 1]).passes(0, "torch").suspend == (2, 1)
 
 
 def test_frozen_and_picklable():
@@ -42,6 +44,8 @@ def test_frozen_and_picklable():
     (dict(checkpoint="all"), ["checkpoint='all'", "'blocks'"]),
     (dict(bucket="yes"), ["bucket='yes'", "True or False"]),
     (dict(microbatches=0), ["microbatches=0"]),
+    (dict(autograd_activations="keep"), ["autograd_activations='keep'", "'saved', 'recompute'"]),
+    (dict(vjp_pause=(1,)), ["vjp_pause=(1,)", "(first, count)"]),
 ])
 def test_bad_values_are_refused_by_name(kw, words):
     with pytest.raises(OptionError) as e:

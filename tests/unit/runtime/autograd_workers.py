@@ -372,6 +372,43 @@ def eager_mode(mesh: str, plan: str) -> dict[str, Any]:
     return {"grads": one_backward(cm, ref, x, y)}
 
 
+def activations(mesh: str, plan: str, execution: str = "compiled") -> dict[str, Any]:
+    """autograd_activations='saved' against 'recompute': the gradients of one step and of a double
+    backward (``retain_graph=True``: the saved run's forward half runs again with the forward's
+    random numbers), the collectives one training step and one no-grad forward issue, the
+    programs compiled, and whether a program suspends (``func.suspend``)."""
+    x, y = batch(0)
+    out: dict[str, Any] = {}
+    for mode in ("saved", "recompute"):
+        model = make_net()
+        ref = copy.deepcopy(model)
+        compile = spmdc.eager if execution == "eager" else spmdc.compile
+        cm = compile(model, (x,), mesh=mesh, plan=plan, outputs="full", autograd_activations=mode)
+        first = one_backward(cm, ref, x, y)
+        cm.comm.stats.counts.clear()
+        for p in list(cm.parameters()) + list(ref.parameters()):
+            p.grad = None
+        torch.manual_seed(6)
+        loss = F.mse_loss(cm(x), y)
+        loss.backward(retain_graph=True)
+        step = dict(cm.comm.stats.counts)
+        loss.backward()
+        torch.manual_seed(6)
+        ref_loss = F.mse_loss(ref(x), y)
+        ref_loss.backward(retain_graph=True)
+        ref_loss.backward()
+        rp = dict(ref.named_parameters())
+        twice = {n: (_full(p.grad).clone(), rp[n].grad.clone()) for n, p in cm.named_parameters()}
+        cm.comm.stats.counts.clear()
+        with torch.no_grad():
+            cm(x)
+        out[mode] = {"first": first, "twice": twice, "step": step, "forward": dict(cm.comm.stats.counts),
+                     "kinds": sorted({k[0] for k in cm.program_cache.runners}),
+                     "suspends": [k[0] for k, r in cm.program_cache.runners.items()
+                                  if any(op.name == "func.suspend" for op in r.program.module.walk())]}
+    return out
+
+
 def hf_gpt2(mesh: str, plan: str) -> dict[str, Any]:
     """HuggingFace GPT-2 at its defaults (dropout 0.1, Conv1D): ``cm(input_ids=...)`` gives its
     ``ModelOutput``; the user's own next-token loss on ``.logits``; gradients as one device's."""
@@ -446,12 +483,13 @@ def refusals() -> dict[str, Any]:
     return out
 
 
-CASES: dict[str, tuple[Callable[..., Any], tuple]] = {
+CASES: dict[str, tuple] = {   # name: (function, args[, keyword args])
     "plain": (plain_ref, (make_net,)),
     "fsdp2": (fsdp2_ref, (make_net,)),
     "fsdp_full": (spmdc_loop, ("dp=4", "fsdp", "full")),
     "fsdp_tp_dtensor": (spmdc_loop, ("dp=2,tp=2", "fsdp+tp", "dtensor")),
     "fsdp_tp_full_cmclip": (spmdc_loop, ("dp=2,tp=2", "fsdp+tp", "full", "spmdc")),
+    "fsdp_tp_recompute": (spmdc_loop, ("dp=2,tp=2", "fsdp+tp", "full"), {"autograd_activations": "recompute"}),
     "megatron_full": (spmdc_loop, ("tp=4", "megatron", "full")),
     "head_plain": (head_plain, ()),
     "head_fsdp": (head_loop, ("dp=4", "fsdp")),
@@ -467,14 +505,17 @@ CASES: dict[str, tuple[Callable[..., Any], tuple]] = {
     "batchnorm": (batchnorm, ("dp=4", "fsdp")),
     "frozen": (frozen, ("dp=2,tp=2", "fsdp+tp")),
     "eager": (eager_mode, ("dp=4", "fsdp")),
+    "activations_fsdp": (activations, ("dp=4", "fsdp")),
+    "activations_megatron": (activations, ("tp=4", "megatron")),
+    "activations_eager": (activations, ("dp=2,tp=2", "fsdp+tp", "eager")),
     "hf_gpt2": (hf_gpt2, ("dp=2,tp=2", "fsdp+tp")),
     "bf16": (bf16, ("dp=4", "fsdp")),
     "refusals": (refusals, ()),
 }
 
 
-def run_case(fn: Callable[..., Any], args: tuple) -> Any:
-    return fn(*args)
+def run_case(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any] | None = None) -> Any:
+    return fn(*args, **(kwargs or {}))
 
 
 def autograd_cases() -> dict[str, Any]:

@@ -13,6 +13,9 @@
   together: ``cm.clip_grad_norm_(..., also=head.parameters())``); gradient accumulation by
   repeated backward; ``no_grad`` and ``inference_mode`` (no graph, no vjp program); BatchNorm's
   statistics updated once per forward; a frozen parameter; spmdc.eager; the refusals.
+* ``autograd_activations``: 'saved' (the default; every case above) runs the forward once, the
+  backward resumes the suspended vjp program; 'recompute' runs the forward program and then the
+  whole vjp program. The collectives per step differ by exactly the forward program's.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def same_state(got, want):
         close(got[k], want[k])
 
 
-@pytest.mark.parametrize("case", ["fsdp_full", "fsdp_tp_dtensor", "fsdp_tp_full_cmclip", "megatron_full"])
+@pytest.mark.parametrize("case", ["fsdp_full", "fsdp_tp_dtensor", "fsdp_tp_full_cmclip", "megatron_full",
+                                  "fsdp_tp_recompute"])
 def test_fsdp2_loop_equals_plain_pytorch_and_fsdp2(ranks, case):
     plain, fsdp2 = ranks[0]["plain"], ranks[0]["fsdp2"]
     close(torch.tensor(fsdp2["losses"]), torch.tensor(plain["losses"]), rtol=1e-5, atol=0)   # (the reference)
@@ -183,3 +187,22 @@ def test_sampler_args_before_compiling():
         spmdc.sampler_args(mesh="dp=2", rank=5)
     with pytest.raises(ValueError, match="needs the module"):
         spmdc.sampler_args(plan="fsdp")
+
+
+@pytest.mark.parametrize("case", ["activations_fsdp", "activations_megatron", "activations_eager"])
+def test_saved_activations_run_the_forward_once_and_equal_recompute(ranks, case):
+    """autograd_activations='saved' (the default): the vjp program suspends before its backward, so
+    a training step issues exactly the collectives of one vjp program run; 'recompute' issues the
+    forward program's on top. Both give one device's gradients, also for a double backward
+    (retain_graph=True: the saved run's forward half again, with the forward's random numbers)."""
+    for r in range(4):
+        saved, recompute = ranks[r][case]["saved"], ranks[r][case]["recompute"]
+        for got in (saved, recompute):
+            for key in ("first", "twice"):
+                for a, want in got[key].values():
+                    close(a, want)
+        assert saved["kinds"] == ["forward", "vjp:1:0:saved"] and saved["suspends"] == ["vjp:1:0:saved"]
+        assert recompute["kinds"] == ["forward", "vjp:1:0"] and recompute["suspends"] == []
+        assert saved["forward"] == recompute["forward"] and saved["forward"]
+        extra = {k: recompute["step"].get(k, 0) - saved["step"].get(k, 0) for k in recompute["step"]}
+        assert {k: v for k, v in extra.items() if v} == saved["forward"]
