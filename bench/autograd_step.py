@@ -54,43 +54,30 @@ def worker(workloads: list[str], iters: int, warmup: int) -> list[dict[str, Any]
             model, ((x,), (y,)), loss_fn = build(workload)
             xl, yl = x.chunk(world)[rank], y.chunk(world)[rank]
             fsdp_model = torch_fsdp(build(workload)[0], init_device_mesh("cpu", (world,), mesh_dim_names=("dp",)))
-            fsdp_opt = torch.optim.AdamW(fsdp_model.parameters(), lr=1e-3)
-
             auto = spmdc.compile(model, (xl,), mesh="dp=4", plan="fsdp", inputs="local")
-            auto_opt = torch.optim.AdamW(auto.parameters(), lr=1e-3)
             again = spmdc.compile(build(workload)[0], (xl,), mesh="dp=4", plan="fsdp", inputs="local",
                                   autograd_activations="recompute")
-            again_opt = torch.optim.AdamW(again.parameters(), lr=1e-3)
             step_model, _, _ = build(workload)
             fused = spmdc.compile(step_model, (xl,), mesh="dp=4", plan="fsdp", inputs="local", train=True,
                                   loss_fn=loss_fn, loss_inputs=(yl,), optimizer=("adamw", {"lr": 1e-3}))
 
-            def fsdp2() -> float:
-                loss = loss_fn(fsdp_model(xl), yl)
-                loss.backward()
-                fsdp_opt.step()
-                fsdp_opt.zero_grad()
-                return float(loss)
+            def own_loop(m: Any) -> Any:
+                """The user's loop: own loss on the output, loss.backward(), torch's AdamW."""
+                opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
 
-            def autograd() -> float:
-                loss = loss_fn(auto(xl), yl)
-                loss.backward()
-                auto_opt.step()
-                auto_opt.zero_grad()
-                return float(loss)
-
-            def recompute() -> float:
-                loss = loss_fn(again(xl), yl)
-                loss.backward()
-                again_opt.step()
-                again_opt.zero_grad()
-                return float(loss)
+                def one() -> float:
+                    loss = loss_fn(m(xl), yl)
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+                    return float(loss)
+                return one
 
             def step() -> float:
                 return float(fused.step(xl, yl))
 
-            loops = {"FSDP2": fsdp2, "spmdc autograd": autograd, "spmdc autograd, recompute": recompute,
-                     "spmdc cm.step": step}
+            loops = {"FSDP2": own_loop(fsdp_model), "spmdc autograd": own_loop(auto),
+                     "spmdc autograd, recompute": own_loop(again), "spmdc cm.step": step}
             times: dict[str, list[float]] = {k: [] for k in loops}
             losses: dict[str, list[float]] = {k: [] for k in loops}
             for i in range(warmup + iters):

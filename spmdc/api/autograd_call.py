@@ -213,6 +213,7 @@ class Call:
     saved: Any = None                # autograd_activations="saved": the vjp program's runner ...
     paused: Any = None               # ... and its run, paused before the backward (spmdc.runtime.suspended)
     n_cot: int = 0                   # its output gradients (one per floating output)
+    versions: dict[str, tuple[int, ...]] = field(default_factory=dict)   # the inputs' and parameters' at the forward
 
     @property
     def needs(self) -> list[bool]:
@@ -221,6 +222,7 @@ class Call:
     def forward(self) -> tuple[Any, ...]:
         ex = self.ex
         self.rng = _rng_state(ex.m.device)
+        self.versions = self._versions()
         pos, kw = self.inputs[:self.n_positional], self.inputs[self.n_positional:]
         self.values = ex._inputs([_plain(v) for v in pos], dict(zip(ex.m._kw_names, map(_plain, kw))), "forward")
         run = ex._forward_runner(self.values)
@@ -279,6 +281,11 @@ class Call:
                                "inside cm.step()/cm.backward(); with loss.backward() clip the whole model's gradients "
                                f"yourself before opt.step(): cm.clip_grad_norm_({m.options.clip_grad_norm}) or "
                                "torch.nn.utils.clip_grad_norm_(params, ...), and compile without clip_grad_norm")
+        changed = [name for name, v in self._versions().items() if v != self.versions.get(name)]
+        if changed:   # (the program would read the new values: gradients of a forward that never ran)
+            raise RuntimeError(f"{', '.join(changed)} changed in place between cm(x) and its backward (as "
+                               "autograd's 'modified by an inplace operation'): the backward needs the values the "
+                               "forward read; modify them after backward(), or on a clone")
         floating = [i for i, (piece, _, _) in enumerate(self.results) if piece.is_floating_point()]
         cots = [self.forms.cotangent(grads[i], *self.results[i]) for i in floating]
         needs = self.needs
@@ -310,6 +317,12 @@ class Call:
                     input_grads[k] = self.forms.input_grad(self.inputs[k], k, out, lay, shape)
         return param_grads + input_grads   # (None: a parameter the outputs do not depend on)
 
+
+    def _versions(self) -> dict[str, tuple[int, ...]]:
+        """The version counters of what the programs read: the inputs and the parameters."""
+        out = {f"input #{k}": _version(x) for k, x in enumerate(self.inputs) if torch.is_tensor(x)}
+        out.update((f"parameter '{name}'", _version(p)) for name, p in self.params)
+        return out
 
     def _rerun(self, fn: Any) -> Any:
         """``fn()`` with torch's generators as they were at the forward (the same random numbers), then
@@ -364,6 +377,11 @@ def _canonical_name(m: Any, fqn: str) -> str:
         return fqn
     p = m.get_parameter(fqn)
     return next(n for n, q in m.named_parameters() if q is p)
+
+
+def _version(x: Any) -> tuple[int, ...]:
+    """The version counter(s) an in-place update bumps: a DTensor's own and its local tensor's."""
+    return (x._version, x._local_tensor._version) if is_dtensor(x) else (x._version,)
 
 
 def _plain(x: Any) -> Any:

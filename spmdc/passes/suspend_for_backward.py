@@ -41,6 +41,7 @@ from spmdc.dialects.attrs import GRAD_NORM_ATTR, GRAD_OF_ATTR, GRAD_OF_INPUT_ATT
 from spmdc.dialects.func import FuncOp, SuspendOp
 from spmdc.ir.attributes import ArrayAttr, IntegerAttr
 from spmdc.ir.core import Operation, OpResult, Value
+from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING
 
@@ -92,6 +93,12 @@ def suspend(func: FuncOp, first: int, count: int) -> SuspendOp:
     for a, r in zip(resumed, sus.results):
         r.name_hint = a.name_hint
         a.replace_all_uses_with(r)
+    first_half = set(order)
+    for op in order:   # (by construction: the sinking moves every start whose wait is in the second half)
+        for r in op.results:
+            if not isinstance(r.type, TensorType) and any(u.owner not in first_half for u in r.uses):
+                raise func.emit_error(f"suspend-for-backward: '{op.name}' would leave {r.type} in flight while the "
+                                      "program is paused")
     for op in ops:
         op.detach()
     for op in order + [sus] + [op for op in before if op in sunk] + rest:

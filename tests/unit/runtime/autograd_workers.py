@@ -467,6 +467,18 @@ def refusals() -> dict[str, Any]:
         out["bad_option"] = None
     except ValueError as e:
         out["bad_option"] = str(e)
+    for mode in ("saved", "recompute"):   # an input, then a parameter, changed between forward and backward
+        cm = spmdc.compile(make_net(), (x,), mesh="dp=4", plan="fsdp", outputs="full", autograd_activations=mode)
+        xi = x.clone()
+        for what in ("input", "parameter"):
+            loss = F.mse_loss(cm(xi), y)
+            with torch.no_grad():
+                xi.mul_(2) if what == "input" else cm.fc2.bias.add_(1.0)
+            try:
+                loss.backward()
+                out[f"{what}_{mode}"] = None
+            except RuntimeError as e:
+                out[f"{what}_{mode}"] = str(e)
     from spmdc.frontend.workloads import load_workload
     from spmdc.sharding.device_groups import HeteroPlan
 

@@ -169,6 +169,9 @@ def test_refusals_name_the_option(ranks):
     assert "outputs" in got["bad_option"] and "'local'" in got["bad_option"]
     assert "pipeline plan" in got["pipeline"] and "loss.backward()" in got["pipeline"]
     assert "device groups" in got["groups"]
+    for mode in ("saved", "recompute"):   # never the gradients of a forward that did not run
+        assert "input #0 changed in place between cm(x) and its backward" in got[f"input_{mode}"]
+        assert "parameter 'fc2.bias' changed in place" in got[f"parameter_{mode}"]
 
 
 def test_sampler_args_before_compiling():
