@@ -13,9 +13,13 @@ one thread per rank) per workload on it (every row: a fresh process's first mode
 
 In every launch each rank first builds FSDP2 on the same model (``fully_shard`` on every block
 and the root, then one forward + backward + SGD step), then spmdc (``spmdc.compile`` of the
-``fsdp`` plan on ``dp=4`` with an SGD optimizer, then one ``cm.step``). Times are the slowest
+``fsdp`` plan on ``dp=4`` with an SGD optimizer, then one ``cm.step``), then spmdc in the user's
+own loop (``spmdc.compile(..., inputs="local")`` of a copy of the model, then one
+``loss_fn(cm(x), y).backward()`` + torch SGD step: the forward program and the vjp program). Times are the slowest
 rank's, between barriers; a launch's process start and imports (torch.export, dynamo, DTensor,
-FSDP, spmdc's modules: imported before the first timing) are not counted; each row is the fastest repetition's.
+FSDP, spmdc's modules and dialects: imported before the first timing; the machine's
+``PYTHONDONTWRITEBYTECODE=1`` makes every import compile its source) are not counted; each row
+is the fastest repetition's.
 The first steps' losses are checked equal across the three launches (the cache must not change
 a number) and against FSDP2's.
 """
@@ -69,7 +73,14 @@ def worker(workloads: list[str], mode: str) -> list[dict[str, Any]]:
     import torch.export  # noqa: F401
 
     import spmdc.api.compiled_module  # noqa: F401
+    import spmdc.api.entry  # noqa: F401
     import spmdc.compiler.driver  # noqa: F401
+    import spmdc.frontend.capture  # noqa: F401
+    import spmdc.ir.serialize  # noqa: F401
+    import spmdc.runtime.input_check  # noqa: F401
+    from spmdc.ir.registry import all_dialects
+
+    all_dialects()   # every dialect's ops (what a cached program's classes are)
     try:
         for name in workloads:
             module, kw = WORKLOADS[name]
@@ -98,6 +109,7 @@ def worker(workloads: list[str], mode: str) -> list[dict[str, Any]]:
             dist.all_reduce(total)
             row["fsdp2_loss"] = float(total) / 4
 
+            fresh = copy.deepcopy(model)   # (for the autograd loop below)
             # spmdc: compile (the programs of the training module), then its first step
             compile_cache.stats.reset()
             dist.barrier()
@@ -113,6 +125,23 @@ def worker(workloads: list[str], mode: str) -> list[dict[str, Any]]:
             counts = torch.tensor([st.hits, st.misses, st.rank_hits, st.rank_misses])
             dist.all_reduce(counts)
             row["hits"], row["misses"], row["rank_hits"], row["rank_misses"] = (int(c) for c in counts)
+
+            # spmdc in the FSDP2-style loop: compile the module (its forward program), then cm(x) + the loss
+            # + loss.backward() (the vjp program, compiled or loaded at the first call) + torch's SGD
+            dist.barrier()
+            t = time.perf_counter()
+            am = spmdc.compile(fresh, (x[piece],), mesh={"dp": 4}, plan="fsdp", inputs="local",
+                               compile_cache=mode != "codegen warm")
+            aopt = torch.optim.SGD(am.parameters(), lr=0.1)
+            row["auto_compile"] = _slowest(time.perf_counter() - t)
+            t = time.perf_counter()
+            loss = loss_fn(am(x[piece]), y[piece])
+            loss.backward()
+            aopt.step()
+            row["auto_first_step"] = _slowest(time.perf_counter() - t)
+            total = loss.detach().clone()
+            dist.all_reduce(total)
+            row["auto_loss"] = float(total) / 4
             out.append(row)
     finally:
         dist.destroy_process_group()
@@ -168,8 +197,8 @@ def main() -> None:
             os.environ["SPMDC_CACHE_DIR"] = saved
 
     cols = ("workload", "launch", "spmdc compile s", "spmdc first step s", "spmdc total s", "global hits / misses",
-            "rank hits / misses",
-            "FSDP2 first step s", "spmdc loss", "FSDP2 loss")
+            "rank hits / misses", "autograd total s (compile + first step)",
+            "FSDP2 first step s", "spmdc loss", "autograd loss", "FSDP2 loss")
     table = Table(title="Time to first training step, fsdp on dp=4, 4 CPU ranks (gloo), slowest rank")
     for c in cols:
         table.add_column(c, justify="left" if c in ("workload", "launch") else "right")
@@ -181,7 +210,9 @@ def main() -> None:
             total = _total(r)
             cells = [w, mode, f"{r['spmdc_compile']:.2f}", f"{r['spmdc_first_step']:.3f}", f"{total:.2f}",
                      f"{r['hits']} / {r['misses']}", f"{r['rank_hits']} / {r['rank_misses']}",
-                     f"{r['fsdp2_first_step']:.2f}", f"{r['spmdc_loss']:.6f}",
+                     f"{r['auto_compile'] + r['auto_first_step']:.2f} ({r['auto_compile']:.2f} + "
+                     f"{r['auto_first_step']:.2f})",
+                     f"{r['fsdp2_first_step']:.2f}", f"{r['spmdc_loss']:.6f}", f"{r['auto_loss']:.6f}",
                      f"{r['fsdp2_loss']:.6f}"]
             table.add_row(*cells)
             md.append("| " + " | ".join(cells) + " |")
@@ -189,6 +220,10 @@ def main() -> None:
                 bad.append(f"{w} {mode}: first loss {r['spmdc_loss']} differs from the cold launch's")
             if abs(r["spmdc_loss"] - r["fsdp2_loss"]) > 1e-4 * abs(r["fsdp2_loss"]) + 1e-5:
                 bad.append(f"{w} {mode}: spmdc loss {r['spmdc_loss']} vs FSDP2 {r['fsdp2_loss']}")
+            if r["auto_loss"] != rows[(w, "cold")]["auto_loss"] or \
+                    abs(r["auto_loss"] - r["fsdp2_loss"]) > 1e-4 * abs(r["fsdp2_loss"]) + 1e-5:
+                bad.append(f"{w} {mode}: autograd loss {r['auto_loss']} (cold {rows[(w, 'cold')]['auto_loss']}, "
+                           f"FSDP2 {r['fsdp2_loss']})")
         cold, warm = rows[(w, "cold")], rows[(w, "warm")]
         speed = _total(cold) / _total(warm)
         console.print(f"{w}: warm start {speed:.1f}x faster than cold to the first step")
@@ -206,8 +241,10 @@ def main() -> None:
                     "Time to the first training step, fsdp on dp=4. Per workload and repetition, three launches "
                     "share one fresh `SPMDC_CACHE_DIR`: *cold* (empty), *codegen warm* (`compile_cache=False`: "
                     "capture and passes again, generated code cached), *warm* (the compile cache's global and "
-                    "per-rank programs). spmdc: `spmdc.compile` + first `cm.step`; FSDP2 (same launch, before "
-                    "spmdc): `fully_shard` + first forward/backward/SGD step. Slowest of 4 ranks, fastest of "
+                    "per-rank programs). spmdc: `spmdc.compile` + first `cm.step`; autograd: `spmdc.compile` "
+                    "(inputs='local') + first `loss_fn(cm(x), y).backward()` + torch SGD step (the forward and "
+                    "vjp programs); FSDP2 (same launch, before spmdc): `fully_shard` + first forward/backward/SGD "
+                    "step. Slowest of 4 ranks, fastest of "
                     f"{args.repeat} repetitions; imports and process start not counted.\n\n" + "\n".join(md) + "\n")
     if bad:
         sys.exit(1)

@@ -43,7 +43,7 @@ from spmdc.api.program_cache import ProgramCache
 from spmdc.compiler import Dump, RankProgram, split_example_inputs
 from spmdc.compiler.options import CompileOptions
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate
-from spmdc.runtime.dtensors import contiguous_stride, mesh_of
+from spmdc.runtime.dtensors import contiguous_stride, dtensor_parameter, mesh_of
 from spmdc.runtime.executor import local_piece
 from spmdc.runtime.gradients import clip_grads_
 from spmdc.runtime.optimizers import is_elementwise, is_per_tensor, make_optimizer, optimizer_class
@@ -388,9 +388,9 @@ class CompiledModule(nn.Module):
                 if _ragged(layout):   # no DTensor placement: this rank's piece itself (see _stored)
                     params_by_id[id(p)] = nn.Parameter(local, requires_grad=p.requires_grad)
                 else:
-                    dt = DTensor.from_local(local, self.device_mesh, self._store.dt(layout), run_check=False,
-                                            shape=tuple(p.shape), stride=contiguous_stride(p.shape))
-                    params_by_id[id(p)] = nn.Parameter(dt, requires_grad=p.requires_grad)
+                    dt = DTensor.from_local(local.detach(), self.device_mesh, self._store.dt(layout),
+                                            run_check=False, shape=tuple(p.shape), stride=contiguous_stride(p.shape))
+                    params_by_id[id(p)] = dtensor_parameter(dt, p.requires_grad)
                 self._store.shapes[first] = tuple(p.shape)
                 self._store.storage.setdefault(first, layout)
             self._place(name, params_by_id[id(p)], kind="param")

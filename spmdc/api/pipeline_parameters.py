@@ -25,7 +25,7 @@ class StageParameters:
         """This stage's parameters, cut to this rank's pieces (DTensors on the stage's mesh)."""
         from torch.distributed.tensor import DTensor
 
-        from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
+        from spmdc.runtime.dtensors import contiguous_stride, dtensor_parameter, dtensor_placements
         from spmdc.runtime.executor import local_piece
 
         prog = self._programs.backward.program
@@ -51,7 +51,7 @@ class StageParameters:
             self._storage[name] = prog.arg_layouts[i]
             dt = DTensor.from_local(local, self.device_mesh, dtensor_placements(prog.arg_layouts[i]),
                                     run_check=False, shape=tuple(full.shape), stride=contiguous_stride(full.shape))
-            self.params[name] = torch.nn.Parameter(dt, requires_grad=full.requires_grad)
+            self.params[name] = dtensor_parameter(dt, full.requires_grad)
         fwd = self._programs.forward
         if fwd is not None:
             for i, kind in enumerate(fwd.program.step.arg_kinds):

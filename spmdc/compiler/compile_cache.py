@@ -22,13 +22,16 @@ as without the cache, never a wrong hit.
 A rank's program (after partition and the per-rank passes, before code generation) is keyed by
 :func:`rank_key`: the global program's text, its options, mesh, the rank's index, the target, the
 versions and spmdc's sources; it is stored as IR text only when that text reads back as the same
-text, and a hit parses it (the generated code then comes from the codegen cache).
+text, beside its flat form (:mod:`spmdc.ir.serialize`: kept only when it loads back printing that
+text). A hit loads the flat form (milliseconds; parsing the text takes 0.1-0.2 s), else parses the
+text; the generated code then comes from the codegen cache.
 
 Entries live in ``$SPMDC_CACHE_DIR/steps/`` (default ``~/.cache/spmdc/steps``, beside the generated
 code's ``codegen/``): one pickle per key holding the CompiledStep (or a device-group job's list of
 them) without tensors, or a rank's IR text, and the warnings its compile gave (a hit gives them
 again). They are written to a temporary file, fsynced and ``os.replace``d into place. An unreadable entry warns once
-(:class:`CompileCacheWarning`) and is compiled again and overwritten. The cache is off with
+(:class:`CompileCacheWarning`) and is compiled again and overwritten (a rank's entry whose flat
+form does not load warns and parses its text; one whose text does not parse is compiled again). The cache is off with
 ``compile_cache=False`` (``--no-compile-cache``) and when a dump of the global stages is asked for
 (``Dump.ir_dir``; for a rank's program: a dump of its IR) or ``SPMDC_TRACE_PROPAGATION`` is set:
 those want the compile to run. The
@@ -73,6 +76,7 @@ class CacheStats:
     rank_hits: int = 0       # per-rank programs (partition and the per-rank passes) loaded
     rank_misses: int = 0
     rank_stores: int = 0
+    rank_parsed: int = 0     # rank programs (module or unfused) read from their text, not their flat form
     last_reason: str = ""
     last_key: str = ""
 
@@ -222,10 +226,14 @@ def rank_key(step: Any, at: int, target: str) -> str:
 
 def cached_rank_stages(c: Any, run: Callable[[Any], Any]) -> None:
     """Stages 06-08 of the Compilation ``c`` (``c.last`` at most ``pipeline-schedule``): ``run(c)``,
-    or this rank's program from the cache (its IR text parsed: the per-rank passes skipped). Stored
-    only when its text reads back to the same text; off with the option or an IR dump."""
+    or this rank's program from the cache (the per-rank passes skipped): its flat form
+    (:mod:`spmdc.ir.serialize`, milliseconds), else its IR text parsed. Stored only when its text
+    reads back to the same text (and the flat form only when it loads back printing that text); off
+    with the option or an IR dump. An entry whose flat form or text does not load warns
+    (:class:`CompileCacheWarning`): its text is parsed, or the rank's program compiled again."""
     from spmdc.ir.parser import parse_module
     from spmdc.ir.printer import print_module
+    from spmdc.ir.serialize import checked_dump
 
     step = c.step
     c.target = c.target or step.options.resolved_target()
@@ -241,16 +249,46 @@ def cached_rank_stages(c: Any, run: Callable[[Any], Any]) -> None:
         for text in texts.values():   # (nothing stored that would not read back as it was)
             if text is not None and print_module(parse_module(text, "<rank>"), debuginfo=True) != text:
                 return {"store": False}
-        return texts
+        flat = {"module": checked_dump(c.module, texts["module"]),
+                "unfused": checked_dump(c.unfused, texts["unfused"]) if c.unfused is not None else None}
+        return {**texts, "flat": flat}
 
     entry, hit, stored = _through(digest, compile_rank_ir, keep=lambda v: v.get("store", True))
     stats.rank_stores += stored
-    if hit:
-        stats.rank_hits += 1
-        c.module = parse_module(entry["module"], f"<rank {c.at}>")
-        c.unfused = parse_module(entry["unfused"], f"<rank {c.at}>") if entry["unfused"] is not None else None
-    else:
+    if not hit:
         stats.rank_misses += 1
+        return
+    path = steps_dir() / f"{digest}.pkl"
+    try:
+        module = _rank_ir(entry, "module", c.at, path)
+        unfused = _rank_ir(entry, "unfused", c.at, path) if entry["unfused"] is not None else None
+    except Exception as e:   # noqa: BLE001 - any damage: this rank's program is compiled again
+        _warn_once(path, f"the compile cache entry '{path}' holds a rank's program that does not read back "
+                         f"({type(e).__name__}: {e}); compiling it again")
+        stats.corrupt += 1
+        stats.rank_misses += 1
+        stats.rank_stores += _compute(path, digest, compile_rank_ir, keep=lambda v: v.get("store", True))[1]
+        return
+    stats.rank_hits += 1
+    c.module, c.unfused = module, unfused
+
+
+def _rank_ir(entry: dict[str, Any], name: str, at: int, path: Path) -> Any:
+    """``entry[name]`` (a rank's program) as a module: its flat form loaded, else its text parsed
+    (a flat form that does not load warns once)."""
+    from spmdc.ir.parser import parse_module
+    from spmdc.ir.serialize import load_ir
+
+    blob = (entry.get("flat") or {}).get(name)
+    if blob is not None:
+        try:
+            return load_ir(blob)
+        except Exception as e:   # noqa: BLE001 - the text is the reference: parse it
+            _warn_once(path, f"the compile cache entry '{path}' holds a flat form of rank {at}'s program that "
+                             f"does not load ({type(e).__name__}: {e}); parsing its text instead", tag="flat")
+            stats.corrupt += 1
+    stats.rank_parsed += 1
+    return parse_module(entry[name], f"<rank {at}>")
 
 
 def _through(digest: str, compile_fn: Callable[[], T],
@@ -262,13 +300,19 @@ def _through(digest: str, compile_fn: Callable[[], T],
     if entry is not None:
         _replay(entry["warnings"])
         return entry["value"], True, False
+    value, stored = _compute(path, digest, compile_fn, keep)
+    return value, False, stored
+
+
+def _compute(path: Path, digest: str, compile_fn: Callable[[], T], keep: Callable[[T], bool]) -> tuple[T, bool]:
+    """``(compile_fn()'s value, stored)``: stored in ``path`` (with its warnings) when ``keep(value)``."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         value = compile_fn()
     recorded = [_warning_record(w) for w in caught]
     stored = keep(value) and _store(path, digest, value, recorded)
     _replay(recorded)
-    return value, False, stored
+    return value, stored
 
 
 # -- entries -------------------------------------------------------------------------------------
@@ -351,7 +395,7 @@ def _replay(recorded: list[tuple[Any, ...]]) -> None:
         warnings.warn_explicit(message, category, filename, lineno)
 
 
-def _warn_once(path: Path, message: str) -> None:
-    if str(path) not in _warned:
-        _warned.add(str(path))
+def _warn_once(path: Path, message: str, tag: str = "") -> None:
+    if str(path) + tag not in _warned:
+        _warned.add(str(path) + tag)
         warnings.warn("spmdc: " + message, CompileCacheWarning, stacklevel=3)

@@ -39,7 +39,7 @@ import site
 import sys
 import sysconfig
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 MAX_NODES = 200_000
@@ -116,7 +116,7 @@ def library_version(module_name: str) -> str:
         return "python " + sys.version
     if top == "spmdc":
         return "spmdc"   # (its own version and source hash are part of every key)
-    for dist in [top, *_distributions().get(top, [])]:   # (most distributions are named as their module)
+    for dist in _dist_candidates(top):
         try:
             return distribution_id(dist)
         except (metadata.PackageNotFoundError, ValueError):
@@ -125,6 +125,13 @@ def library_version(module_name: str) -> str:
     if v is None:
         raise Uncacheable(f"the version of package '{top}' is unknown (no distribution, no __version__)")
     return f"{top} {v}"
+
+
+def _dist_candidates(top: str) -> Iterator[str]:
+    """The distributions that may hold module ``top``: ``top`` itself first (most distributions are named
+    as their module), then those ``packages_distributions()`` names (scanned only when needed: 0.1 s)."""
+    yield top
+    yield from _distributions().get(top, [])
 
 
 def _module_of(obj: Any) -> str | None:

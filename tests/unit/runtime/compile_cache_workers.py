@@ -78,6 +78,8 @@ def _case(kind: str, rows: int = 8, **kw: Any) -> dict[str, Any]:
     return {"losses": losses, "state": state, "hits": s.hits, "misses": s.misses, "stores": s.stores,
             "corrupt": s.corrupt, "uncacheable": s.uncacheable, "bypassed": s.bypassed, "key": s.last_key,
             "reason": s.last_reason, "rank_hits": s.rank_hits, "rank_misses": s.rank_misses,
+            "rank_parsed": s.rank_parsed, "params": [(type(p).__name__, isinstance(p, torch.nn.Parameter), p.is_leaf,
+                                                     p.requires_grad) for p in cm.parameters()],
             "sources": sorted(r.program.source for r in runners),
             "cache_warnings": [str(w.message) for w in got if issubclass(w.category, cc.CompileCacheWarning)]}
 

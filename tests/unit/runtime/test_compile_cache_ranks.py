@@ -4,7 +4,8 @@
 A second ``spmdc.compile`` of the same job (a fresh model in a fresh module) loads every global
 program and every rank's program from the cache — one mesh, device groups and pipeline stages —
 generates the same code and trains to the same numbers, bitwise, as the first, which equal one
-device's (rtol 1e-4 / atol 1e-5); another batch size misses; an entry overwritten with garbage
+device's (rtol 1e-4 / atol 1e-5), its rank programs loaded from their flat form (not parsed), its
+parameters leaf ``nn.Parameter``s; another batch size misses; an entry overwritten with garbage
 warns on the rank that reads it, is compiled again with the same numbers and rewritten (the next
 compile hits); ``compile_cache=False`` compiles.
 """
@@ -73,6 +74,11 @@ def test_a_second_compile_is_a_hit_and_trains_to_the_same_numbers(ranks, kind):
     assert total(ranks, cold, "rank_hits") == 0 and total(ranks, cold, "rank_misses") >= 4
     assert total(ranks, warm, "rank_hits") == total(ranks, cold, "rank_misses")
     assert total(ranks, warm, "rank_misses") == 0
+    assert total(ranks, warm, "rank_parsed") == 0   # loaded from their flat form, not parsed
+    for r in range(4):   # parameters as nn.Parameter made them (dtensor_parameter skips its detach)
+        for case in (cold, warm):
+            params = ranks[r][case]["params"]
+            assert params and all(p[1:] == (True, True, True) for p in params), (r, case, params)
     same_training(ranks, cold, warm)
     for r in range(4):
         assert ranks[r][warm]["sources"] == ranks[r][cold]["sources"]   # the same generated code
