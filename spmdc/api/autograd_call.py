@@ -251,7 +251,7 @@ class Call:
         dtypes = [torch_dtype(fn.function_type.results[i].element_type) for i in outs]
         floating = [(prog.step.res_shapes[i], d) for i, d in zip(outs, dtypes) if d.is_floating_point]
         key = (module_flags(m._model), signature(self.values), tuple(self.needs), tuple(floating))
-        runs = ex.__dict__.setdefault("_saved_vjp", {})
+        runs = ex.saved_vjp
         if key not in runs:
             cots = [torch.zeros(shape, dtype=d, device=m.device) for shape, d in floating]
             with torch.enable_grad():

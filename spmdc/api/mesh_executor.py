@@ -45,6 +45,8 @@ class MeshExecutor:
         self.last_grad_norm: Any = None
         self.last_run: Any = None       # the last program run (its eager trace)
         self._group_grads: Any = None   # device groups with grad_accum: the two-level reduction
+        self.saved_vjp: dict[tuple, Any] = {}   # cm(x) under autograd, saved activations: the vjp runner per call
+        #                                         signature (spmdc.api.autograd_call.Call._forward_half)
 
     def _build_programs(self, jobs: list[dict[str, Any]]) -> list[Any]:
         """This layout kind's compile (the program cache's ``build``): one global program per job
