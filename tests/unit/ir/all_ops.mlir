@@ -7,6 +7,12 @@ module @all attributes {spmdc.version = 1} {
   func.func @helper(%a: tensor<4xf32>) -> tensor<4xf32> {
     func.return %a : tensor<4xf32>
   }
+  func.func @paused(%a: tensor<4xf32>, %g: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+    %e = tensor.exp %a : tensor<4xf32>
+    %g_1 = func.suspend %e {results = [0]} : tensor<4xf32>
+    %m = tensor.mul %e, %g_1 : tensor<4xf32>
+    func.return %e, %m : tensor<4xf32>, tensor<4xf32>
+  }
   func.func @main(%x: tensor<8x16xf32> {shard.sharding = #shard<@mesh, [S(0), R]>},
                   %w: tensor<16x32xf32> {spmdc.param = "fc.weight"},
                   %v: tensor<4xf32>, %i: tensor<4xi32>)
