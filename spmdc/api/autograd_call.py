@@ -213,6 +213,7 @@ class Call:
     saved: Any = None                # autograd_activations="saved": the vjp program's runner ...
     paused: Any = None               # ... and its run, paused before the backward (spmdc.runtime.suspended)
     n_cot: int = 0                   # its output gradients (one per floating output)
+    key: Any = None                  # saved: the call signature its vjp program serves (Call._saved_key)
     versions: dict[str, tuple[int, ...]] = field(default_factory=dict)   # the inputs' and parameters' at the forward
 
     @property
@@ -227,44 +228,43 @@ class Call:
         self.values = ex._inputs([_plain(v) for v in pos], dict(zip(ex.m._kw_names, map(_plain, kw))), "forward")
         run = ex._forward_runner(self.values)
         if ex.m.options.autograd_activations == "saved":
-            self.results = self._forward_half(run)
-            ex.last_run = run   # (the forward program's output structure)
-        else:
-            self.results = ex._forward_results(run, self.values)
+            self.key = self._saved_key(run)
+            if self.key in ex.saved_vjp:   # (this call signature's suspending vjp program exists: use it)
+                self.results = self._forward_half(ex.saved_vjp[self.key])
+                ex.last_run = run   # (the forward program's output structure)
+                return tuple(self.forms.user(*r) for r in self.results)
+        self.results = ex._forward_results(run, self.values)
         return tuple(self.forms.user(*r) for r in self.results)
 
-    def _forward_half(self, fwd: Any) -> list[tuple[Any, Any, tuple[int, ...]]]:
-        """``autograd_activations="saved"``: the vjp program (compiled the first time, with zero
-        output gradients of the forward program's output shapes and dtypes as examples) run up
-        to its suspension; its buffer updates applied; the model outputs as the forward
-        program's would be."""
+    def _saved_key(self, fwd: Any) -> tuple:
+        """The call signature a suspending vjp program serves: the module's modes, the inputs'
+        shapes and dtypes, which inputs want gradients, the floating outputs' shapes and dtypes."""
         from spmdc.api.program_cache import signature
         from spmdc.compiler.compilation import main_function
         from spmdc.dialects.attrs import BUFFER_UPDATE_ATTR
         from spmdc.dialects.tensor.base import torch_dtype
         from spmdc.frontend.export import module_flags
 
-        ex, m, n = self.ex, self.ex.m, self.n_positional
         prog = fwd.program
         fn = main_function(prog.module)
         outs = [i for i in range(len(prog.step.res_shapes)) if BUFFER_UPDATE_ATTR not in fn.res_attrs(i)]
         dtypes = [torch_dtype(fn.function_type.results[i].element_type) for i in outs]
         floating = [(prog.step.res_shapes[i], d) for i, d in zip(outs, dtypes) if d.is_floating_point]
-        key = (module_flags(m._model), signature(self.values), tuple(self.needs), tuple(floating))
-        runs = ex.saved_vjp
-        if key not in runs:
-            cots = [torch.zeros(shape, dtype=d, device=m.device) for shape, d in floating]
-            with torch.enable_grad():
-                runs[key] = m._programs.get(vjp_kind(len(cots), self.needs, saved=True),
-                                            list(self.values[:n]) + cots + list(self.values[n:]))
-        self.saved, self.n_cot = runs[key], len(floating)
-        run = self.saved
+        return (module_flags(self.ex.m._model), signature(self.values), tuple(self.needs), tuple(floating))
+
+    def _forward_half(self, run: Any) -> list[tuple[Any, Any, tuple[int, ...]]]:
+        """``autograd_activations="saved"``: the suspending vjp program run up to its suspension;
+        its buffer updates applied; the model outputs as the forward program's would be."""
+        from spmdc.compiler.compilation import main_function
+        from spmdc.dialects.attrs import BUFFER_UPDATE_ATTR
+
+        self.saved = run
+        self.n_cot = len(self.key[3])
         self.paused = self._start()
         vprog = run.program
         early = self.paused.early
         vfn = main_function(vprog.module)
-        every = [early.get(i) for i in range(len(vprog.step.result_kinds))]
-        ex._update_buffers(vprog, every)
+        self.ex._update_buffers(vprog, [early.get(i) for i in range(len(vprog.step.result_kinds))])
         return [(early[i], vprog.res_layouts[i], vprog.step.res_shapes[i])
                 for i, kind in enumerate(vprog.step.result_kinds)
                 if kind == "output" and BUFFER_UPDATE_ATTR not in vfn.res_attrs(i)]
@@ -291,8 +291,14 @@ class Call:
         needs = self.needs
         n = self.n_positional
         tensors = list(self.values[:n]) + cots + list(self.values[n:])
-        if self.saved is not None:
+        if self.saved is not None:   # the forward half ran in cm(x): resume it
             run = self.saved
+            outs = self._backward_half(run, cots)
+        elif self.key is not None:   # saved, this signature's first backward: compile the suspending vjp
+            with torch.enable_grad():   # program (later calls run its forward half) and run it whole now
+                run = m._programs.get(vjp_kind(len(cots), needs, saved=True), tensors)
+            ex.saved_vjp[self.key] = self.saved = run
+            self.n_cot = len(cots)
             outs = self._backward_half(run, cots)
         else:
             with torch.enable_grad():   # (autograd runs backward functions with grad mode off; the capture needs it)
@@ -335,15 +341,16 @@ class Call:
             _set_rng_state(now, self.ex.m.device)
 
     def _backward_half(self, run: Any, cots: list[Any]) -> list[Any]:
-        """Resume the paused vjp program with the output gradients (cut to this rank's pieces). A
-        second backward through the same graph (``retain_graph=True``) runs its forward half again
-        with the forward's random numbers."""
+        """Resume the paused vjp program with the output gradients (cut to this rank's pieces). When
+        no forward half is paused — this signature's first call ran the forward program, or a second
+        backward through the same graph (``retain_graph=True``) — the forward half runs first, with
+        the forward's random numbers."""
         prog = run.program
         at = [i for i, k in enumerate(prog.step.arg_kinds) if k.startswith("input:")]
         places = at[self.n_positional:self.n_positional + len(cots)]
         local = [self.ex._local_arg(c, prog.arg_layouts[i], prog.step.arg_shapes[i], "the gradient of output "
                                     f"#{k}") for k, (c, i) in enumerate(zip(cots, places))]
-        paused = self.paused if not self.paused.done else self._rerun(self._start)
+        paused = self.paused if self.paused is not None and not self.paused.done else self._rerun(self._start)
         self.paused = paused
         return paused.resume(local)
 
