@@ -10,6 +10,7 @@ import torch
 from spmdc.codegen.cache import load_program
 from spmdc.dialects.shard import chunk_sizes
 from spmdc.dialects.tensor.base import torch_dtype
+from spmdc.ir.symbols import lookup_symbol
 from spmdc.runtime.collectives import STARTS, Collectives, CommStats, CountingComm, Pending
 from spmdc.runtime.interpreter import interpret
 
@@ -110,9 +111,24 @@ def run_both(module: Any, func_name: str, args: list[Any], sizes: dict[str, int]
     """(interpreter results, generated-code results, interpreter comm, codegen comm); both runs
     start from the same generator state (random ops draw the same numbers)."""
     ci, cg = FakeCollectives(sizes or {}, coords), FakeCollectives(sizes or {}, coords)
+    fn, _ = load_program(module, func_name)
+    sus = next((op for op in lookup_symbol(module, func_name).body.ops if op.name == "func.suspend"), None)
+    if sus is not None:   # a function that pauses (func.suspend): both halves, resumed with the same values
+        from spmdc.runtime.interpreter import Interpreter
+        from spmdc.runtime.suspended import Paused
+
+        torch.manual_seed(1)
+        values = [torch.randn(r.type.shape, dtype=torch_dtype(r.type.element_type)) for r in sus.results]
+        idx = [a.value for a in sus.attributes["results"]]
+        runs = []
+        for gen in (lambda: Interpreter(CountingComm(ci)).steps(module, func_name, [a.clone() for a in args]),
+                    lambda: fn([a.clone() for a in args], CountingComm(cg))):
+            torch.manual_seed(0)
+            paused = Paused.start(gen(), idx)
+            runs.append([paused.early[i] for i in idx] + paused.resume([v.clone() for v in values]))
+        return runs[0], runs[1], ci, cg
     torch.manual_seed(0)
     want = interpret(module, [a.clone() for a in args], func=func_name, comm=CountingComm(ci))
-    fn, _ = load_program(module, func_name)
     torch.manual_seed(0)
     got = fn([a.clone() for a in args], CountingComm(cg))
     return want, got, ci, cg
