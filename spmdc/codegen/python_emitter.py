@@ -47,7 +47,7 @@ from spmdc.dialects.pyexpr import literal
 from spmdc.ir.core import Block, Operation, Value
 from spmdc.ir.symbols import lookup_symbol
 
-EMITTER_VERSION = "6"
+EMITTER_VERSION = "7"
 TARGETS = ("torch", "triton")
 _MODULE_NAMES = frozenset({"torch", "ENTRY", "args", "comm", "triton", "tl", "spmdc_ops", "spmdc_attn"})
 

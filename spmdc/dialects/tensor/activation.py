@@ -1,4 +1,5 @@
-"""Pointwise math beyond the basics: activations, trig, erf, pow, clamp.
+"""Pointwise math beyond the basics: activations (gelu, elu, leaky_relu...), trigonometric and
+hyperbolic functions and their inverses, erf, pow, clamp.
 
     %0 = tensor.gelu %x {approximate = "tanh"} : tensor<8x16xf32>
     %1 = tensor.sigmoid %0 : tensor<8x16xf32>
@@ -12,10 +13,12 @@ from collections.abc import Sequence
 
 from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.tensor.base import tensor_types, triton_type
-from spmdc.dialects.tensor.elementwise import BinaryOp, UnaryOp
+from spmdc.dialects.tensor.elementwise import BinaryOp, MathOp, UnaryOp
 from spmdc.dialects.tensor.helpers import number_attr, str_attr
+from spmdc.dialects.tensor.triton_math import in_f32
 from spmdc.ir.attributes import FloatAttr, IntegerAttr, StringAttr
 from spmdc.ir.core import InferError
+from spmdc.ir.types import TensorType
 
 # exponents a pow by a splat constant may have in a Triton kernel (repeated products, square roots)
 POW_EXPONENTS = (-4.0, -3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0)
@@ -61,7 +64,8 @@ class Log1pOp(UnaryOp):
 
     name = "tensor.log1p"
     torch = "torch.log1p({0})"
-    triton = "tl.where((1.0 + {0}) == 1.0, {0}, tl.log(1.0 + {0}) * ({0} / ((1.0 + {0}) - 1.0)))"
+    triton = ("tl.where((1.0 + {0}) == 1.0, {0}, tl.where({0} == float('inf'), {0}, "
+              "tl.log(1.0 + {0}) * ({0} / ((1.0 + {0}) - 1.0))))")
 
 
 class SiluOp(UnaryOp):
@@ -184,12 +188,166 @@ class ClampOp(UnaryOp):
 
     def triton_expr(self, ins: Sequence[str]) -> str:
         x = ins[0]
+        t = self.result.tensor_type
         lo, hi = self.attr_value("min"), self.attr_value("max")
+        nan = ", propagate_nan=tl.PropagateNan.ALL" if t.is_float else ""  # clamp(NaN) is NaN
         if lo is not None:
-            x = f"tl.maximum({x}, {literal(lo)})"
+            x = f"tl.maximum({x}, {typed_literal(lo, t)}{nan})"
         if hi is not None:
-            x = f"tl.minimum({x}, {literal(hi)})"
+            x = f"tl.minimum({x}, {typed_literal(hi, t)}{nan})"
         return x
 
 
-OPS = [SigmoidOp, SinOp, CosOp, ErfOp, Log1pOp, SiluOp, AbsOp, SignOp, GeluOp, PowOp, ClampOp]
+def typed_literal(value: int | float, t: TensorType) -> str:
+    """A bound or coefficient in a kernel: a plain literal for f32 and integers (Triton's float
+    literals are fp32), a ``tl.full`` of the element type otherwise (f64 keeps every digit)."""
+    if not t.is_float or t.element_type == "f32":
+        return literal(value)
+    return f"tl.full([], {literal(float(value))}, {triton_type(t)})"
+
+
+class TanOp(MathOp):
+    """``%r = tensor.tan %a : tensor<4xf32>`` (kernel form: sin(a) / cos(a))."""
+
+    name = "tensor.tan"
+    torch = "torch.tan({0})"
+    math = "(tl.sin({0}) / tl.cos({0}))"
+    math_f64 = True
+
+
+class SinhOp(MathOp):
+    """``%r = tensor.sinh %a : tensor<4xf32>``."""
+
+    name = "tensor.sinh"
+    torch = "torch.sinh({0})"
+    math = "_sinh({0})"
+
+
+class CoshOp(MathOp):
+    """``%r = tensor.cosh %a : tensor<4xf32>``."""
+
+    name = "tensor.cosh"
+    torch = "torch.cosh({0})"
+    math = "_cosh({0})"
+    math_f64 = True
+
+
+class AsinOp(MathOp):
+    """``%r = tensor.asin %a : tensor<4xf32>`` — arcsine, NaN outside [-1, 1]."""
+
+    name = "tensor.asin"
+    torch = "torch.asin({0})"
+    math = "_asin({0})"
+
+
+class AcosOp(MathOp):
+    """``%r = tensor.acos %a : tensor<4xf32>`` — arccosine, NaN outside [-1, 1]."""
+
+    name = "tensor.acos"
+    torch = "torch.acos({0})"
+    math = "_acos({0})"
+
+
+class AtanOp(MathOp):
+    """``%r = tensor.atan %a : tensor<4xf32>``."""
+
+    name = "tensor.atan"
+    torch = "torch.atan({0})"
+    math = "_atan({0})"
+
+
+class AsinhOp(MathOp):
+    """``%r = tensor.asinh %a : tensor<4xf32>``."""
+
+    name = "tensor.asinh"
+    torch = "torch.asinh({0})"
+    math = "_asinh({0})"
+
+
+class AcoshOp(MathOp):
+    """``%r = tensor.acosh %a : tensor<4xf32>`` — NaN below 1."""
+
+    name = "tensor.acosh"
+    torch = "torch.acosh({0})"
+    math = "_acosh({0})"
+
+
+class AtanhOp(MathOp):
+    """``%r = tensor.atanh %a : tensor<4xf32>`` — +-inf at +-1, NaN beyond."""
+
+    name = "tensor.atanh"
+    torch = "torch.atanh({0})"
+    math = "_atanh({0})"
+
+
+class Atan2Op(BinaryOp):
+    """``%r = tensor.atan2 %y, %x : tensor<4xf32>`` — the angle of the point (x, y), in [-pi, pi]
+    (C's atan2, signed zeros and infinities included)."""
+
+    name = "tensor.atan2"
+    torch = "torch.atan2({0}, {1})"
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        out = super().infer_result_types(operand_types, attrs)
+        if not out[0].is_float:
+            raise InferError(f"expects floating-point operands, got {out[0].element_type}")
+        return out
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        return in_f32(self.result.tensor_type, ins, lambda v: f"_atan2({v[0]}, {v[1]})")
+
+
+class EluOp(UnaryOp):
+    """ELU: ``scale * a`` for ``a > 0``, else ``scale * alpha * (exp(input_scale * a) - 1)``
+    (torch's ``aten.elu``; each coefficient defaults to 1).
+
+    ``%r = tensor.elu %a {alpha = 0.5, input_scale = 2.0, scale = 1.5} : tensor<4xf32>``
+    """
+
+    name = "tensor.elu"
+    optional_attrs = {"alpha": FloatAttr, "scale": FloatAttr, "input_scale": FloatAttr}
+
+    def coefficients(self) -> tuple[float, float, float]:
+        return tuple(float(self.attr_value(k, 1.0)) for k in ("alpha", "scale", "input_scale"))  # type: ignore[return-value]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        alpha, scale, input_scale = self.coefficients()
+        return f"torch.ops.aten.elu({ins[0]}, {literal(alpha)}, {literal(scale)}, {literal(input_scale)})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        alpha, scale, input_scale = self.coefficients()
+
+        def elu(v: list[str]) -> str:
+            x = v[0]
+            neg = f"_expm1({x} * {literal(input_scale)}) * {literal(alpha * scale)}"
+            return f"tl.where({x} > 0, {x} * {literal(scale)}, {neg})"
+
+        return in_f32(self.result.tensor_type, ins, elu)
+
+
+class LeakyReluOp(UnaryOp):
+    """``a`` for ``a > 0``, else ``negative_slope * a`` (default 0.01).
+
+    ``%r = tensor.leaky_relu %a {negative_slope = 0.2} : tensor<4xf32>``
+    """
+
+    name = "tensor.leaky_relu"
+    optional_attrs = {"negative_slope": FloatAttr}
+
+    @property
+    def negative_slope(self) -> float:
+        return float(self.attr_value("negative_slope", 0.01))
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.nn.functional.leaky_relu({ins[0]}, {literal(self.negative_slope)})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        # bf16/f16 in fp32 with the fp32 slope, rounded once (torch's CPU kernel)
+        t = self.result.tensor_type
+        slope = typed_literal(self.negative_slope, t) if t.element_type == "f64" else literal(self.negative_slope)
+        return in_f32(t, ins, lambda v: f"tl.where({v[0]} > 0, {v[0]}, {v[0]} * {slope})", f64=True)
+
+
+OPS = [SigmoidOp, SinOp, CosOp, ErfOp, Log1pOp, SiluOp, AbsOp, SignOp, GeluOp, PowOp, ClampOp,
+       TanOp, SinhOp, CoshOp, AsinOp, AcosOp, AtanOp, AsinhOp, AcoshOp, AtanhOp, Atan2Op, EluOp, LeakyReluOp]

@@ -1,4 +1,4 @@
-"""Comparisons (``i1`` results), boolean/bitwise logic and ``select``.
+"""Comparisons and float tests (``i1`` results), boolean/bitwise logic and ``select``.
 
     %m = tensor.compare %a, %b {predicate = "lt"} : (tensor<8x8xi64>, tensor<8x1xi64>) -> tensor<8x8xi1>
     %n = tensor.not %m : tensor<8x8xi1>
@@ -52,6 +52,43 @@ class CompareOp(ElementwiseOp):
 
     def triton_expr(self, ins: Sequence[str]) -> str:
         return f"({ins[0]} {PREDICATES[self.predicate]} {ins[1]})"
+
+
+class FloatTestOp(ElementwiseOp):
+    """Base: an ``i1`` test of each element of a float tensor (the frontend gives integer
+    tensors, never infinite nor NaN, a false constant)."""
+
+    num_operands = 1
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        (a,) = tensor_types(operand_types, cls.name)
+        if not a.is_float:
+            raise InferError(f"expects a floating-point tensor, got {a}")
+        return [TensorType(a.shape, "i1")]
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        # bf16/f16 tested in fp32 (exact widening), never on their raw bits
+        x = ins[0]
+        if self.operand(0).tensor_type.element_type in ("bf16", "f16"):
+            x = f"{x}.to(tl.float32)"
+        return super().triton_expr([x])
+
+
+class IsInfOp(FloatTestOp):
+    """``%r = tensor.isinf %a : (tensor<4xf32>) -> tensor<4xi1>`` — a is +inf or -inf."""
+
+    name = "tensor.isinf"
+    torch = "torch.isinf({0})"
+    triton = "(tl.abs({0}) == float('inf'))"
+
+
+class IsNanOp(FloatTestOp):
+    """``%r = tensor.isnan %a : (tensor<4xf32>) -> tensor<4xi1>`` — a is NaN."""
+
+    name = "tensor.isnan"
+    torch = "torch.isnan({0})"
+    triton = "({0} != {0})"
 
 
 class LogicOp(BinaryOp):
@@ -147,4 +184,4 @@ def _is_zero_splat(v: Value) -> bool:
     return d.value.flat_values()[0] == 0  # type: ignore[attr-defined]
 
 
-OPS = [CompareOp, AndOp, OrOp, XorOp, NotOp, SelectOp]
+OPS = [CompareOp, IsInfOp, IsNanOp, AndOp, OrOp, XorOp, NotOp, SelectOp]

@@ -1,9 +1,12 @@
-"""Elementwise ``tensor`` ops with torch broadcasting: arithmetic, basic math, casts.
+"""Elementwise ``tensor`` ops with torch broadcasting: arithmetic, remainders, basic math,
+roundings, casts.
 
     %0 = tensor.add %a, %b : tensor<8x16xf32>
     %1 = tensor.mul %0, %s : (tensor<8x16xf32>, tensor<f32>) -> tensor<8x16xf32>
     %2 = tensor.relu %1 : tensor<8x16xf32>
     %3 = tensor.cast %2 : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+    %4 = tensor.div %i, %j {rounding_mode = "floor"} : tensor<8xi64>
+    %5 = tensor.round %2 : tensor<8x16xf32>
 
 An elementwise op's sharding rule maps every operand dim to the result dim it broadcasts
 to; ``partial_all`` (every operand ``P(sum)`` gives ``P(sum)``: add, sub) and
@@ -16,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.shard.rules import OpShardingRule, elementwise_rule
 from spmdc.dialects.tensor.base import (
     TensorOp,
@@ -25,8 +29,13 @@ from spmdc.dialects.tensor.base import (
     tensor_types,
     triton_type,
 )
+from spmdc.dialects.tensor.helpers import str_attr
+from spmdc.dialects.tensor.triton_math import in_f32, trunc_expr
+from spmdc.ir.attributes import StringAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
+
+ROUNDING_MODES = ("trunc", "floor")
 
 
 class ElementwiseOp(TensorOp):
@@ -99,18 +108,77 @@ class MulOp(BinaryOp):
 
 
 class DivOp(BinaryOp):
-    """``%r = tensor.div %a, %b : tensor<4xf32>`` — a / b (integers: truncating)."""
+    """``%r = tensor.div %a, %b : tensor<4xf32>`` — a / b (integers: truncating).
+
+    ``rounding_mode`` (``"trunc"`` or ``"floor"``) rounds the quotient as torch's
+    ``div(..., rounding_mode=)`` does (floats included; floor is torch's ``div_floor``, not
+    ``floor(a / b)``). Only a plain float quotient passes a pending sum of the numerator.
+
+    ``%r = tensor.div %a, %b {rounding_mode = "floor"} : tensor<4xf32>``
+    """
 
     name = "tensor.div"
-    partial_one = (0,)
+    optional_attrs = {"rounding_mode": StringAttr}
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        if "rounding_mode" in attrs:
+            str_attr(attrs, "rounding_mode", ROUNDING_MODES)
+        return super().infer_result_types(operand_types, attrs)
+
+    @property
+    def rounding_mode(self) -> str | None:
+        mode = self.attr_value("rounding_mode")
+        if mode is not None and mode not in ROUNDING_MODES:  # unverified IR: never reaches generated code
+            raise self.emit_error(f"attribute 'rounding_mode' must be one of {ROUNDING_MODES}, got {mode!r}")
+        return mode
+
+    def sharding_rule(self) -> OpShardingRule:
+        # (sum a_i) / b = sum (a_i / b) for a true quotient; a rounded one is not linear
+        linear = self.result.tensor_type.is_float and self.rounding_mode is None
+        return elementwise_rule([v.type for v in self.operands], self.result.type,  # type: ignore[misc]
+                                partial_one=(0,) if linear else ())
 
     def torch_expr(self, ins: Sequence[str]) -> str:
-        if self.result.tensor_type.is_float:
+        mode = self.rounding_mode
+        if mode is None and self.result.tensor_type.is_float:
             return f"torch.div({ins[0]}, {ins[1]})"
-        return f"torch.div({ins[0]}, {ins[1]}, rounding_mode='trunc')"
+        return f"torch.div({ins[0]}, {ins[1]}, rounding_mode={literal(mode or 'trunc')})"
 
     def triton_expr(self, ins: Sequence[str]) -> str | None:
-        return f"({ins[0]} / {ins[1]})" if self.result.tensor_type.is_float else None
+        t = self.result.tensor_type
+        if not t.is_float or self.rounding_mode == "floor":  # integer division by zero; torch's div_floor
+            return None
+        if self.rounding_mode == "trunc":
+            # trunc of the correctly rounded quotient, as torch (fp32 `/` in Triton is not IEEE)
+            div = "({0} / {1})" if t.element_type == "f64" else "tl.math.div_rn({0}, {1})"
+            return in_f32(t, ins, lambda v: trunc_expr(div.format(*v)), f64=True)
+        return f"({ins[0]} / {ins[1]})"
+
+
+class FmodOp(BinaryOp):
+    """``%r = tensor.fmod %a, %b : tensor<4xf32>`` — C's remainder, the sign of ``a`` (torch.fmod).
+
+    The kernel form is integer-only: Triton's float ``%`` becomes ``a - b * trunc(a / b)`` on
+    NVIDIA GPUs, off by ``b`` when the quotient rounds to an integer, where torch's is exact.
+    """
+
+    name = "tensor.fmod"
+    torch = "torch.fmod({0}, {1})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        return None if self.result.tensor_type.is_float else f"({ins[0]} % {ins[1]})"
+
+
+class RemainderOp(BinaryOp):
+    """``%r = tensor.remainder %a, %b : tensor<4xi64>`` — Python's ``%``, the sign of ``b``
+    (torch.remainder). Integer-only kernel form, as :class:`FmodOp`."""
+
+    name = "tensor.remainder"
+    torch = "torch.remainder({0}, {1})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        return None if self.result.tensor_type.is_float else f"_remainder_int({ins[0]}, {ins[1]})"
 
 
 class MaximumOp(BinaryOp):
@@ -119,7 +187,7 @@ class MaximumOp(BinaryOp):
     name = "tensor.maximum"
     traits = BinaryOp.traits | {"Commutative"}
     torch = "torch.maximum({0}, {1})"
-    triton = "tl.maximum({0}, {1})"
+    triton = "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"   # NaN wins, as in torch
 
 
 class MinimumOp(BinaryOp):
@@ -128,7 +196,7 @@ class MinimumOp(BinaryOp):
     name = "tensor.minimum"
     traits = BinaryOp.traits | {"Commutative"}
     torch = "torch.minimum({0}, {1})"
-    triton = "tl.minimum({0}, {1})"
+    triton = "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
 
 
 class NegOp(UnaryOp):
@@ -181,6 +249,81 @@ class TanhOp(UnaryOp):
     triton = "_tanh({0})"
 
 
+class MathOp(UnaryOp):
+    """Base of float unary ops whose kernel form ``math`` (a template over the operand) runs
+    on fp32 blocks: bf16/f16 are widened and rounded once (:func:`.triton_math.in_f32`);
+    ``math_f64``: the form is exact on f64 too (else f64 gets no kernel form)."""
+
+    math: ClassVar[str] = ""
+    math_f64: ClassVar[bool] = False
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        return in_f32(self.result.tensor_type, ins, lambda v: self.math.format(*v), f64=self.math_f64)
+
+
+class Expm1Op(MathOp):
+    """``%r = tensor.expm1 %a : tensor<4xf32>`` — exp(a) - 1, exact for small a."""
+
+    name = "tensor.expm1"
+    torch = "torch.expm1({0})"
+    math = "_expm1({0})"
+
+
+class Log2Op(MathOp):
+    """``%r = tensor.log2 %a : tensor<4xf32>``."""
+
+    name = "tensor.log2"
+    torch = "torch.log2({0})"
+    math = "tl.log2({0})"
+
+
+class Log10Op(MathOp):
+    """``%r = tensor.log10 %a : tensor<4xf32>`` (kernel form: log(a) / ln 10)."""
+
+    name = "tensor.log10"
+    torch = "torch.log10({0})"
+    math = "(tl.log({0}) * 0.4342944819032518)"
+
+
+# ceil/floor/trunc/round take floats: an integer tensor is its own rounding (the frontend emits
+# nothing for it); bf16/f16 kernels round in fp32, exact (a rounded narrow value is one of its type)
+
+class CeilOp(MathOp):
+    """``%r = tensor.ceil %a : tensor<4xf32>``."""
+
+    name = "tensor.ceil"
+    torch = "torch.ceil({0})"
+    math = "tl.ceil({0})"
+    math_f64 = True
+
+
+class FloorOp(MathOp):
+    """``%r = tensor.floor %a : tensor<4xf32>``."""
+
+    name = "tensor.floor"
+    torch = "torch.floor({0})"
+    math = "tl.floor({0})"
+    math_f64 = True
+
+
+class TruncOp(MathOp):
+    """``%r = tensor.trunc %a : tensor<4xf32>`` — rounding toward zero."""
+
+    name = "tensor.trunc"
+    torch = "torch.trunc({0})"
+    math = trunc_expr("{0}")
+    math_f64 = True
+
+
+class RoundOp(MathOp):
+    """``%r = tensor.round %a : tensor<4xf32>`` — to the nearest integer, halves to even."""
+
+    name = "tensor.round"
+    torch = "torch.round({0})"
+    math = "_round({0})"
+    math_f64 = True
+
+
 class ReluOp(UnaryOp):
     """``%r = tensor.relu %a : tensor<4xf32>`` — max(a, 0)."""
 
@@ -189,7 +332,9 @@ class ReluOp(UnaryOp):
     torch = "torch.relu({0})"
 
     def triton_expr(self, ins: Sequence[str]) -> str:
-        return f"tl.maximum({ins[0]}, {'0.0' if self.result.tensor_type.is_float else '0'})"
+        if self.result.tensor_type.is_float:  # relu(NaN) is NaN
+            return f"tl.maximum({ins[0]}, 0.0, propagate_nan=tl.PropagateNan.ALL)"
+        return f"tl.maximum({ins[0]}, 0)"
 
 
 class CastOp(ElementwiseOp):
@@ -218,5 +363,5 @@ class CastOp(ElementwiseOp):
         return f"{x}.to({triton_type(t)})"
 
 
-OPS = [AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, NegOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
-       TanhOp, ReluOp, CastOp]
+OPS = [AddOp, SubOp, MulOp, DivOp, FmodOp, RemainderOp, MaximumOp, MinimumOp, NegOp, ExpOp, Expm1Op, LogOp,
+       Log2Op, Log10Op, SqrtOp, RsqrtOp, TanhOp, CeilOp, FloorOp, TruncOp, RoundOp, ReluOp, CastOp]

@@ -8,7 +8,9 @@ ops always see one element type.
 from __future__ import annotations
 
 from spmdc.dialects import tensor as T
-from spmdc.frontend.aten.base import Emitter, handles, is_float_elt, promote
+from spmdc.dialects.tensor.base import torch_dtype
+from spmdc.frontend.aten.base import Emitter, handles
+from spmdc.ir.types import TensorType, element_type_of_torch
 
 A = "torch.aten."
 
@@ -54,18 +56,76 @@ def _reciprocal(e: Emitter):
 
 @handles(A + "div.Tensor_mode", A + "div.Scalar_mode")
 def _div_mode(e: Emitter):
-    if e.const(2) is not None:
-        raise e.unsupported(f"with rounding_mode={e.const(2)!r} is not supported")
-    return _binary(e, T.DivOp)
+    mode = e.const(2)
+    if mode is None:
+        return _binary(e, T.DivOp)
+    if mode not in ("trunc", "floor"):
+        raise e.unsupported(f"with rounding_mode={mode!r} is not supported")
+    elt = e.out_type().element_type
+    return [e.create(T.DivOp, [e.operand_or_scalar(0, elt), e.operand_or_scalar(1, elt)], {"rounding_mode": mode})]
+
+
+# torch's result type (integer and bool operands included) is the traced one; both operands are cast to it
+for _name, _cls in (("fmod", T.FmodOp), ("remainder", T.RemainderOp)):
+    handles(A + _name + ".Tensor", A + _name + ".Scalar")(lambda e, _cls=_cls: _binary(e, _cls))
+handles(A + "atan2")(lambda e: _binary(e, T.Atan2Op))
 
 
 _UNARY = {
     "neg": T.NegOp, "exp": T.ExpOp, "log": T.LogOp, "sqrt": T.SqrtOp, "rsqrt": T.RsqrtOp, "tanh": T.TanhOp,
     "relu": T.ReluOp, "sigmoid": T.SigmoidOp, "sin": T.SinOp, "cos": T.CosOp, "erf": T.ErfOp,
     "silu": T.SiluOp, "log1p": T.Log1pOp, "abs": T.AbsOp, "sign": T.SignOp,
+    # integer and bool inputs compute in the default float type, torch's result type for them
+    "acos": T.AcosOp, "acosh": T.AcoshOp, "asin": T.AsinOp, "asinh": T.AsinhOp, "atan": T.AtanOp,
+    "atanh": T.AtanhOp, "cosh": T.CoshOp, "sinh": T.SinhOp, "tan": T.TanOp, "expm1": T.Expm1Op,
+    "log10": T.Log10Op, "log2": T.Log2Op,
 }
 for _name, _cls in _UNARY.items():
     handles(A + _name)(lambda e, _cls=_cls: [e.create(_cls, [e.cast(e.tensor(0), e.out_type().element_type)])])
+
+
+def _rounding(e: Emitter, cls):
+    x = e.tensor(0)
+    if not x.tensor_type.is_float:  # torch returns integers unchanged (bool: an error in torch itself)
+        return [x]
+    return [e.create(cls, [x])]
+
+
+for _name, _cls in (("ceil", T.CeilOp), ("floor", T.FloorOp), ("round", T.RoundOp), ("trunc", T.TruncOp)):
+    handles(A + _name)(lambda e, _cls=_cls: _rounding(e, _cls))
+
+
+def _float_test(e: Emitter, cls):
+    x = e.tensor(0)
+    if not x.tensor_type.is_float:  # an integer is never infinite nor NaN
+        return [e.splat(False, x.tensor_type.with_element_type("i1"))]
+    return [e.create(cls, [x])]
+
+
+handles(A + "isinf")(lambda e: _float_test(e, T.IsInfOp))
+handles(A + "isnan")(lambda e: _float_test(e, T.IsNanOp))
+
+
+@handles(A + "elu")
+def _elu(e: Emitter):
+    # elu(x, alpha=1, scale=1, input_scale=1); a coefficient of 1 is the absent attribute
+    coef = {k: float(e.const(i, 1.0)) for i, k in ((1, "alpha"), (2, "scale"), (3, "input_scale"))}
+    return [e.create(T.EluOp, [e.tensor(0)], {k: v for k, v in coef.items() if v != 1.0})]
+
+
+@handles(A + "leaky_relu")
+def _leaky_relu(e: Emitter):
+    return [e.create(T.LeakyReluOp, [e.tensor(0)], {"negative_slope": float(e.const(1, 0.01))})]
+
+
+@handles(A + "hardtanh")
+def _hardtanh(e: Emitter):
+    # hardtanh is torch's clamp into [min_val, max_val] in the input's type: on an integer
+    # tensor the bounds are truncated to integers (C++'s conversion), not promoted
+    x = e.tensor(0)
+    conv = float if x.tensor_type.is_float else int
+    lo, hi = conv(e.const(1, -1.0)), conv(e.const(2, 1.0))
+    return [e.create(T.ClampOp, [x], {"min": lo, "max": hi})]
 
 
 @handles(A + "gelu")
@@ -78,18 +138,32 @@ def _gelu(e: Emitter):
 _PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 
 
+def result_element_type(e: Emitter, a: TensorType, b: TensorType | int | float | bool) -> str:
+    """torch's common type of ``a`` and ``b`` (a tensor type or a Python scalar), asked of torch
+    itself on meta tensors: a 0-dim tensor counts less than a dimensioned one of its category
+    but, of a higher one, gives its own type (i64 tensor, f64 0-dim: f64); a Python float with
+    an integer tensor gives the default float type."""
+    import torch
+
+    def meta(t: TensorType):
+        return torch.empty((1,) * min(t.rank, 1), dtype=torch_dtype(t.element_type), device="meta")
+
+    dtype = torch.result_type(meta(a), meta(b) if isinstance(b, TensorType) else b)
+    elt = element_type_of_torch(dtype)
+    if elt is None:
+        raise e.unsupported(f"compares in {dtype}, which spmdc does not support")
+    return elt
+
+
 def _compare(e: Emitter, pred: str):
+    # the comparison runs in the operands' common type (its result is i1, so it is not the traced type)
     a = e.tensor(0)
     raw = e.raw(1)
     if isinstance(raw, (int, float, bool)):
-        elt = a.tensor_type.element_type
-        if isinstance(raw, float) and not is_float_elt(elt):
-            elt = "f32"
-        elif not isinstance(raw, bool) and elt == "i1":
-            elt = "i64" if isinstance(raw, int) else "f32"
+        elt = result_element_type(e, a.tensor_type, raw)
         return [e.create(T.CompareOp, [e.cast(a, elt), e.scalar(raw, elt)], {"predicate": pred})]
     b = e.as_value(raw)
-    elt = promote(a.tensor_type, b.tensor_type)
+    elt = result_element_type(e, a.tensor_type, b.tensor_type)
     return [e.create(T.CompareOp, [e.cast(a, elt), e.cast(b, elt)], {"predicate": pred})]
 
 
@@ -110,6 +184,8 @@ def _logic(e: Emitter, cls, logical: bool):
 
 for _name, _cls in (("and", T.AndOp), ("or", T.OrOp), ("xor", T.XorOp)):
     handles(A + f"bitwise_{_name}.Tensor")(lambda e, _cls=_cls: _logic(e, _cls, False))
+    # bool tensor with a bool scalar: bool; with an int scalar: i64 (torch's promotion, the traced type)
+    handles(A + f"bitwise_{_name}.Scalar")(lambda e, _cls=_cls: _binary(e, _cls))
     handles(A + f"logical_{_name}")(lambda e, _cls=_cls: _logic(e, _cls, True))
 
 
@@ -152,6 +228,21 @@ def _clamp(e: Emitter):
     if not attrs:
         return [x]
     return [e.create(T.ClampOp, [x], attrs)]
+
+
+@handles(A + "clamp.Tensor")
+def _clamp_tensor(e: Emitter):
+    # torch: maximum with min (NaN propagating), then minimum with max; operands promoted together
+    elt = e.out_type().element_type
+    x = e.cast(e.tensor(0), elt)
+    lo, hi = e.raw(1), (e.raw(2) if e.num_operands > 2 else None)
+    if lo is None and hi is None:
+        raise e.unsupported("needs at least one of min and max")
+    if lo is not None:
+        x = e.create(T.MaximumOp, [x, e.cast(e.as_value(lo), elt)])
+    if hi is not None:
+        x = e.create(T.MinimumOp, [x, e.cast(e.as_value(hi), elt)])
+    return [x]
 
 
 @handles(A + "threshold_backward")
