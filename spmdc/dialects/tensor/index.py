@@ -9,6 +9,9 @@
     %4 = tensor.gather %logits, %t {dim = 1} : (tensor<16x64xf32>, tensor<16x1xi64>) -> tensor<16x1xf32>
     %5 = tensor.index_put %z, %ids, %g {accumulate = true}
            : (tensor<64x32xf32>, tensor<2x8xi64>, tensor<2x8x32xf32>) -> tensor<64x32xf32>
+    %6 = tensor.index_select %x, %rows {dim = 0} : (tensor<64x32xf32>, tensor<16xi64>) -> tensor<16x32xf32>
+    %7 = tensor.scatter_reduce %x, %i, %s {dim = 1, include_self = true, reduce = "amax"}
+           : (tensor<16x64xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x64xf32>
 """
 
 from __future__ import annotations
@@ -368,6 +371,80 @@ def index_shape(x: TensorType, idx: list[TensorType]) -> tuple[int, ...]:
     return shape + x.shape[len(idx):]
 
 
+_SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+class ScatterReduceOp(AlignedOp):
+    """``torch.scatter_reduce``: ``x`` with ``src[i][j]`` combined into ``x[i][index[i][j]]``
+    (``dim = 1``) by ``reduce`` (``sum``, ``prod``, ``mean``, ``amax``, ``amin``); with
+    ``include_self = false`` the written elements of ``x`` do not take part. ``src`` has the
+    index's shape. Sharding as ``tensor.scatter``: ``dim`` whole, the other dims parallel where
+    the index covers them.
+
+    ``%r = tensor.scatter_reduce %x, %i, %s {dim = 1, include_self = true, reduce = "amax"}
+           : (tensor<16x64xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x64xf32>``
+    """
+
+    name = "tensor.scatter_reduce"
+    num_operands = 3
+    num_results = 1
+    required_attrs = {"dim": IntegerAttr, "reduce": StringAttr}
+    optional_attrs = {"include_self": BoolAttr}
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        str_attr(attrs, "reduce", _SCATTER_REDUCTIONS)
+        return ScatterOp.infer_result_types(operand_types, {"dim": attrs["dim"]})
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        include_self = literal(bool_attr(self.attributes, "include_self", True))
+        return (f"torch.scatter_reduce({ins[0]}, {literal(self.attr_value('dim'))}, {ins[1]}, {ins[2]}, "
+                f"{literal(self.attr_value('reduce'))}, include_self={include_self})")
+
+
+class IndexSelectOp(TensorOp):
+    """``torch.index_select``: the entries ``index[0], index[1], ...`` of ``x`` along ``dim``
+    (``index``: rank 0 or 1); the result's ``dim`` has the index's length.
+
+    ``%r = tensor.index_select %x, %rows {dim = 0} : (tensor<64x32xf32>, tensor<16xi64>) -> tensor<16x32xf32>``
+    """
+
+    name = "tensor.index_select"
+    num_operands = 2
+    num_results = 1
+    required_attrs = {"dim": IntegerAttr}
+    kernel = "none"
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        x, idx = tensor_types(operand_types, cls.name)
+        require_int(idx, "index")
+        if idx.rank > 1:
+            raise InferError(f"index must have rank 0 or 1, got {idx}")
+        dim = int_attr(attrs, "dim")
+        check_dim(dim, max(x.rank, 1))
+        if x.rank == 0:
+            return [x]
+        return [x.with_shape(x.shape[:dim] + (idx.num_elements,) + x.shape[dim + 1:])]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.index_select({ins[0]}, {literal(self.attr_value('dim'))}, {ins[1]})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        """``x[.., n, ..]``, ``index[m]`` -> ``[.., m, ..]``: x's ``dim`` stays whole; the index's dim
+        is parallel with the result's ``dim`` (each piece of the index picks its rows); every
+        other dim is parallel. Linear in ``x``."""
+        x, idx = self.operand(0).tensor_type, self.operand(1).tensor_type
+        if x.rank == 0:
+            return replicated_rule(self)
+        dim = int(self.attr_value("dim"))  # type: ignore[arg-type]
+        b = RuleBuilder()
+        fx = [b.factor(s) for s in x.shape]
+        m = b.factor(idx.shape[0]) if idx.rank == 1 else None
+        res = [m if d == dim else f for d, f in enumerate(fx)]
+        return b.build([fx, [] if m is None else [m]], [res], blocked=frozenset({fx[dim]}), partial_one=(0,))
+
+
 class IndexOp(TensorOp):
     """Advanced indexing ``x[i0, i1, ...]`` of the leading dims by broadcast integer tensors.
 
@@ -377,7 +454,26 @@ class IndexOp(TensorOp):
     name = "tensor.index"
     num_results = 1
     kernel = "none"
-    sharding_rule = replicated_rule   # data-dependent reads of the indexed dims: runs replicated
+
+    def sharding_rule(self) -> OpShardingRule:
+        """``x[n0, .., nk-1, t..]``, ``i0.., ik-1`` broadcast to ``[b..]`` -> ``[b.., t..]``: the indexed
+        dims of ``x`` stay whole; the broadcast index dims are parallel with the result's leading
+        dims (each piece of the indices reads its elements), the trailing dims ``t`` parallel with
+        ``x``'s. Linear in ``x``."""
+        x = self.operand(0).tensor_type
+        idx = [v.tensor_type for v in self.operands[1:]]
+        k = len(idx)
+        b = RuleBuilder()
+        fx = [b.factor(s) for s in x.shape]
+        bshape = self.result.tensor_type.shape[:self.result.tensor_type.rank - (x.rank - k)]
+        g = [b.factor(s) for s in bshape]
+
+        def align(shape: tuple[int, ...]) -> list[int | None]:
+            off = len(g) - len(shape)
+            return [None if (s == 1 and bshape[off + i] != 1) else g[off + i] for i, s in enumerate(shape)]
+
+        return b.build([fx] + [align(t.shape) for t in idx], [g + fx[k:]], blocked=frozenset(fx[:k]),
+                       partial_one=(0,))
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):
@@ -460,4 +556,5 @@ class IndexPutOp(TensorOp):
                        partial_group=(0, len(self.operands) - 1) if self.accumulate else ())
 
 
-OPS = [SliceOp, InsertSliceOp, ReverseOp, ConcatOp, PadOp, EmbeddingOp, GatherOp, ScatterOp, IndexOp, IndexPutOp]
+OPS = [SliceOp, InsertSliceOp, ReverseOp, ConcatOp, PadOp, EmbeddingOp, GatherOp, ScatterOp, ScatterReduceOp,
+       IndexSelectOp, IndexOp, IndexPutOp]

@@ -237,7 +237,41 @@ class RngSeedOp(TensorOp):
         return RuleBuilder().build([], [[]])
 
 
-OPS = [RandomOp, RngSeedOp]
+class RandpermOp(TensorOp):
+    """A random permutation of ``0 .. n-1`` (``n``: the result's length), drawn from torch's
+    default generator by the call eager PyTorch makes, ``torch.randperm(n, dtype=...)``, in
+    program order: the numbers are eager's on one device, and every rank draws the same.
+
+    Eager mode only: ``philox-rng`` leaves it alone (a counter-based permutation would be a
+    different distribution of numbers), so it draws from the generator after the run's
+    ``tensor.rng_seed`` there, still the same on every rank. Runs replicated (every rank
+    draws the whole permutation; a piece is a slice of it).
+
+    ``%p = tensor.randperm : tensor<6xi64>``
+    """
+
+    name = "tensor.randperm"
+    traits = frozenset({"Random"})
+    num_operands = 0
+    num_results = 1
+    kernel = "none"
+
+    def verify_(self) -> None:
+        t = self.result.type
+        if not isinstance(t, TensorType) or t.rank != 1 or t.element_type == "i1":
+            raise self.emit_error(f"result must be a rank-1 numeric tensor, got {t}")
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        t = self.result.tensor_type
+        return f"torch.randperm({literal(t.shape[0])}, dtype={dtype_source(t)})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        b = RuleBuilder()
+        n = b.factor(self.result.tensor_type.shape[0])
+        return b.build([], [[n]], blocked=frozenset({n}))
+
+
+OPS = [RandomOp, RngSeedOp, RandpermOp]
 
 
 TRITON_HELPERS["_philox_word"] = '''@triton.jit

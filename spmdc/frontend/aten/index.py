@@ -1,4 +1,5 @@
-"""Handlers for gathers and scatters: embedding, gather, scatter, advanced indexing, index_put."""
+"""Handlers for gathers and scatters: embedding, gather, scatter (and scatter_reduce), index_select,
+advanced indexing, index_put (index_add arrives as index_put)."""
 
 from __future__ import annotations
 
@@ -115,14 +116,42 @@ def _inverse(perm: list[int]) -> list[int]:
     return inv
 
 
+def _broadcasts(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    if len(src) > len(dst):
+        return False
+    return all(s in (1, d) for s, d in zip(reversed(src), reversed(dst)))
+
+
 def _index_put_with_gaps(e: Emitter, x, items: list, vals, attrs: dict):
     """``x[:, :, idx] = vals``: on ``x`` with the indexed dims in front, then permuted back."""
     perm, tensors, order = _gap_layout(e, x, items)
     front = _permuted(e, x, perm)
     indexed = index_shape(front.tensor_type, [t.tensor_type for t in tensors])
     torch_shape = indexed if order is None else tuple(indexed[i] for i in order)
+    if not _broadcasts(vals.tensor_type.shape, torch_shape):
+        # torch's index_add decomposition (the backward of index_select) emits this for a 0-d index
+        raise e.unsupported(f"with values {vals.tensor_type} that do not broadcast to the indexed shape "
+                            f"{list(torch_shape)} (eager index_put rejects this call too)")
     vals = e.broadcast(vals, torch_shape)
     if order is not None:
         vals = _permuted(e, vals, _inverse(order))
     out = e.create(T.IndexPutOp, [front, *tensors, vals], attrs)
     return _permuted(e, out, _inverse(perm))
+
+
+@handles(A + "index_select")
+def _index_select(e: Emitter):
+    # (self, dim, index)
+    x = e.tensor(0)
+    return [e.create(T.IndexSelectOp, [x, e.tensor(2)], {"dim": norm_dim(e.const(1), x.tensor_type.rank)})]
+
+
+@handles(A + "scatter_reduce.two")
+def _scatter_reduce(e: Emitter):
+    # (self, dim, index, src, reduce, *, include_self=True)
+    x, idx, src = e.tensor(0), e.tensor(2), e.tensor(3)
+    dim = norm_dim(e.const(1), x.tensor_type.rank)
+    for d, n in enumerate(idx.tensor_type.shape):   # torch reads the leading index.shape block of src
+        src = _leading(e, src, d, n)
+    attrs = {"dim": dim, "reduce": e.const(4), "include_self": bool(e.const(5, True))}
+    return [e.create(T.ScatterReduceOp, [x, idx, src], attrs)]

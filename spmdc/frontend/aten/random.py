@@ -12,7 +12,8 @@ bitwise equal to the single-device run under any plan (see
 ``mask = bernoulli(1 - p)`` of ``x``'s type and returns
 ``(x * mask) * (1 / (1 - p))`` and the mask as ``i1``, the order of operations of PyTorch's
 kernel; its backward is ``grad * (mask * scale)``. An explicit ``torch.Generator`` is refused:
-spmdc only follows the default generator.
+spmdc only follows the default generator. ``randperm(n)`` is ``tensor.randperm``, the call
+``torch.randperm(n, dtype=...)`` itself (eager's permutation; ``randperm.generator`` has no handler).
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ def _randint(e: Emitter):
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
         raise e.unsupported(f"with non-constant bounds ({low!r}, {high!r})")
     return [_random(e, "randint", _like(e), low=int(low), high=int(high))]
+
+
+@handles(A + "randperm")
+def _randperm(e: Emitter):
+    # (n, dtype=int64, layout, device, pin_memory): torch.randperm(n) from the default generator
+    return [e.create(T.RandpermOp, [], result_type=e.out_type())]
 
 
 @handles(A + "native_dropout")

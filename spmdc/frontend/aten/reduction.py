@@ -1,4 +1,5 @@
-"""Handlers for reductions, normalisers along a dim, scans and matrix products."""
+"""Handlers for reductions (sums, extremes and their indices, products, histograms), normalisers
+along a dim, scans and matrix products."""
 
 from __future__ import annotations
 
@@ -42,6 +43,49 @@ for _name, _cls in (("all", T.AllOp), ("any", T.AnyOp)):
 @handles(A + "max")
 def _max_all(e: Emitter):
     return _reduce(e, T.MaxOp, None, None)
+
+
+handles(A + "amin")(lambda e: _reduce(e, T.MinOp, 1, 2))
+# prod multiplies in the result's type (integers and booleans as int64, or dtype=...)
+handles(A + "prod")(lambda e: _reduce(e, T.ProdOp, None, None))
+handles(A + "prod.dim_int")(lambda e: _reduce(e, T.ProdOp, 1, 2))
+
+
+def _arg(e: Emitter, cls, x, dim: int | None, keep: bool):
+    attrs: dict[str, object] = {"keepdim": keep}
+    if dim is not None:
+        attrs["dim"] = norm_dim(dim, x.tensor_type.rank)
+    return e.create(cls, [x], attrs)
+
+
+for _name, _cls in (("argmax", T.ArgMaxOp), ("argmin", T.ArgMinOp)):
+    # (self, dim=None, keepdim=False): the first extreme element's index
+    handles(A + _name)(lambda e, _cls=_cls: [_arg(e, _cls, e.tensor(0), e.const(1, None), bool(e.const(2, False)))])
+
+
+def _value_and_index(e: Emitter, values_cls, index_cls):
+    """``max.dim`` / ``min.dim`` (self, dim, keepdim) -> (values, indices): the values are the
+    reduction (``amax`` / ``amin``: a sharded dim leaves ``P(max)`` / ``P(min)``), the indices
+    the first extreme's (the dim whole)."""
+    x = e.tensor(0)
+    rank = x.tensor_type.rank
+    dim, keep = norm_dim(e.const(1), rank), bool(e.const(2, False))
+    values = x if rank == 0 else e.create(values_cls, [x], {"dims": [dim], "keepdim": keep})
+    return [values, _arg(e, index_cls, x, dim, keep)]
+
+
+handles(A + "max.dim")(lambda e: _value_and_index(e, T.MaxOp, T.ArgMaxOp))
+handles(A + "min.dim")(lambda e: _value_and_index(e, T.MinOp, T.ArgMinOp))
+
+
+@handles(A + "histc")
+def _histc(e: Emitter):
+    # (self, bins=100, min=0, max=0)
+    x = e.tensor(0)
+    bins, lo, hi = e.const(1, 100), e.const(2, 0), e.const(3, 0)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (bins, lo, hi)):
+        raise e.unsupported(f"with non-constant bins or range ({bins!r}, {lo!r}, {hi!r})")
+    return [e.create(T.HistcOp, [x], {"bins": int(bins), "min": float(lo), "max": float(hi)})]
 
 
 def _correction(e: Emitter, i: int):
