@@ -11,7 +11,10 @@
 ``out = (in + 2 padding - dilation (kernel - 1) - 1) // stride + 1``. A bias is a separate
 ``tensor.add`` (the frontend splits ``aten.convolution``), so a sharded input-channel sum
 never counts it twice. The input gradient's type is its result type (strided convolutions
-lose the last rows: the result type says which shape the input had).
+lose the last rows: the result type says which shape the input had). A transposed convolution
+(``ConvTranspose``, weight ``[Cin, Cout / groups, *kernel]``) is ``tensor.conv_input_grad`` of its
+input by its weight, with its output's type (the frontend checks that the output padding keeps
+it the gradient of a convolution).
 
 Sharding rule (``groups = 1``): batch and output channels are parallel factors, input
 channels a sum (sharding them leaves ``P(sum)``, as a row-parallel matmul does); spatial and
