@@ -12,6 +12,7 @@ from spmdc.frontend import torch_compat
 __all__ = ["ATTENTION_OPS", "addmm_decomposition", "default_decomposition_table"]
 
 ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu")
+NN_OPS = ("_adaptive_avg_pool2d", "adaptive_avg_pool1d", "grid_sampler_2d")
 
 
 def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
@@ -43,9 +44,17 @@ def default_decomposition_table() -> dict[Any, Callable]:
     except ImportError:  # pragma: no cover - torch-mlir missing
         table = torch_compat.core_aten_decompositions()
     table[torch.ops.aten.addmm.default] = addmm_decomposition
+    from spmdc.frontend.aten.strided import as_strided_decomposition
+
+    # as_strided as the views it reads, planned while the traced tensor still has its real layout
+    table[torch.ops.aten.as_strided.default] = as_strided_decomposition
     # attention stays one op (tensor.attention and its gradient): it has its own sharding rule
     # (heads, queries) and kernels, and its backward is not in the table anyway
     for name in ATTENTION_OPS:
+        table.pop(getattr(torch.ops.aten, name).default, None)
+    # adaptive pooling and grid sampling stay one op (tensor.adaptive_avg_pool, tensor.grid_sample):
+    # batch and channels shard, where the decompositions' gathers run replicated
+    for name in NN_OPS:
         table.pop(getattr(torch.ops.aten, name).default, None)
     sdpa = torch.ops.aten.scaled_dot_product_attention.default
     math = torch_compat.core_aten_decompositions().get(sdpa) or torch_compat.registered_decomposition(sdpa)

@@ -1,9 +1,12 @@
-"""Ops that move data without arithmetic: permute, reshape, broadcast, constant.
+"""Ops that move data without arithmetic: permute, reshape, broadcast, diagonal, constant.
 
     %0 = tensor.permute %x {perm = [1, 0]} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %1 = tensor.reshape %0 : (tensor<16x8xf32>) -> tensor<2x8x8xf32>
     %2 = tensor.broadcast %b : (tensor<16xf32>) -> tensor<8x16xf32>
     %3 = tensor.constant {value = dense<1.0> : tensor<4xf32>} : tensor<4xf32>
+    %4 = tensor.diagonal %m {dim1 = 0, dim2 = 1, offset = 0} : (tensor<4x4xf32>) -> tensor<4xf32>
+    %5 = tensor.diagonal_scatter %z, %4 {dim1 = 0, dim2 = 1, offset = 0}
+           : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4x4xf32>
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from spmdc.dialects.tensor.base import (
     check_dims,
     dtype_source,
     int_list,
+    same_element_type,
     tensor_types,
     torch_dtype,
     torch_module,
 )
-from spmdc.ir.attributes import ArrayAttr, DenseAttr
+from spmdc.dialects.tensor.helpers import int_attr
+from spmdc.ir.attributes import ArrayAttr, DenseAttr, IntegerAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
 
@@ -176,4 +181,99 @@ class ConstantOp(TensorOp):
                        partial_results=frozenset({"sum"}) if zero else frozenset())
 
 
-OPS = [PermuteOp, ReshapeOp, BroadcastOp, ConstantOp]
+_DIAGONAL_ATTRS = {"offset": IntegerAttr, "dim1": IntegerAttr, "dim2": IntegerAttr}
+
+
+def diagonal_shape(t: TensorType, attrs) -> tuple[int, ...]:
+    """``torch.diagonal``'s result shape: ``t``'s dims without ``dim1``, ``dim2``, then the diagonal's
+    length ``max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))``."""
+    offset, d1, d2 = int_attr(attrs, "offset"), int_attr(attrs, "dim1"), int_attr(attrs, "dim2")
+    check_dims([d1, d2], t.rank, "diagonal dim")
+    n1, n2 = t.shape[d1], t.shape[d2]
+    length = max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))
+    return tuple(s for i, s in enumerate(t.shape) if i not in (d1, d2)) + (length,)
+
+
+class _DiagonalBase(TensorOp):
+    required_attrs = _DIAGONAL_ATTRS
+    kernel = "none"
+
+    def diagonal_attrs(self) -> tuple[int, int, int]:
+        return tuple(int(self.attr_value(k)) for k in ("offset", "dim1", "dim2"))  # type: ignore[return-value]
+
+    def _factors(self) -> tuple[RuleBuilder, list[int], list[int], frozenset[int]]:
+        """The full tensor's factors, the diagonal's (other dims, then its length) and the blocked
+        ones: both diagonal dims and the length (an element of the diagonal reads both dims)."""
+        _, d1, d2 = self.diagonal_attrs()
+        full = self.operand(0).tensor_type
+        b = RuleBuilder()
+        fs = [b.factor(s) for s in full.shape]
+        length = b.factor(diagonal_shape(full, self.attributes)[-1])
+        diag = [f for i, f in enumerate(fs) if i not in (d1, d2)] + [length]
+        return b, fs, diag, frozenset({fs[d1], fs[d2], length})
+
+
+class DiagonalOp(_DiagonalBase):
+    """The diagonal ``x[..., i, ..., i + offset, ...]`` of dims ``dim1``, ``dim2`` (``torch.diagonal``):
+    the other dims in order, then the diagonal (offset > 0 above the main diagonal, < 0 below).
+
+    ``%r = tensor.diagonal %x {dim1 = 0, dim2 = 2, offset = 1} : (tensor<3x2x4xf32>) -> tensor<2x3xf32>``
+
+    Sharding: ``([i, j, k]) -> ([j, l])`` for ``dim1 = 0, dim2 = 2``: the other dims are parallel; the
+    two diagonal dims and the diagonal need replication. Linear: a ``P(sum)`` operand stays ``P(sum)``.
+    """
+
+    name = "tensor.diagonal"
+    num_operands = 1
+    num_results = 1
+    traits = TensorOp.traits | {"View", "StridedView"}
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        (a,) = tensor_types(operand_types, cls.name)
+        return [a.with_shape(diagonal_shape(a, attrs))]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        offset, d1, d2 = self.diagonal_attrs()
+        return f"torch.diagonal({ins[0]}, {literal(offset)}, {literal(d1)}, {literal(d2)})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        b, fs, diag, blocked = self._factors()
+        return b.build([fs], [diag], blocked=blocked, partial_one=(0,))
+
+
+class DiagonalScatterOp(_DiagonalBase):
+    """``x`` with the diagonal of ``dim1``, ``dim2`` (see ``tensor.diagonal``) replaced by ``src``
+    (``torch.diagonal_scatter``; the backward of a diagonal writes into zeros).
+
+    ``%r = tensor.diagonal_scatter %x, %s {dim1 = 0, dim2 = 1, offset = -1}
+           : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>``
+
+    Sharding: ``([i, j, k], [j, l]) -> ([i, j, k])`` for ``dim1 = 0, dim2 = 2``: the other dims are
+    parallel, the diagonal dims need replication. Linear in ``(x, src)`` together: both ``P(sum)``
+    give ``P(sum)``.
+    """
+
+    name = "tensor.diagonal_scatter"
+    num_operands = 2
+    num_results = 1
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        x, src = tensor_types(operand_types, cls.name)
+        same_element_type([x, src])
+        want = diagonal_shape(x, attrs)
+        if src.shape != want:
+            raise InferError(f"source {src} does not match the diagonal's shape {list(want)}")
+        return [x]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        offset, d1, d2 = self.diagonal_attrs()
+        return f"torch.diagonal_scatter({ins[0]}, {ins[1]}, {literal(offset)}, {literal(d1)}, {literal(d2)})"
+
+    def sharding_rule(self) -> OpShardingRule:
+        b, fs, diag, blocked = self._factors()
+        return b.build([fs, diag], [fs], blocked=blocked, partial_group=(0, 1))
+
+
+OPS = [PermuteOp, ReshapeOp, BroadcastOp, ConstantOp, DiagonalOp, DiagonalScatterOp]

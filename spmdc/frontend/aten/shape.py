@@ -224,3 +224,95 @@ def _repeat(e: Emitter):
     interleaved = tuple(d for s in shape for d in (1, s))
     tiled = tuple(d for r, s in zip(reps, shape) for d in (r, s))
     return [e.reshape(e.broadcast(e.reshape(x, interleaved), tiled), e.out_type().shape)]
+
+
+@handles(A + "diagonal")
+def _diagonal(e: Emitter):
+    x = e.tensor(0)
+    r = x.tensor_type.rank
+    attrs = {"offset": int(e.const(1, 0)), "dim1": norm_dim(e.const(2, 0), r), "dim2": norm_dim(e.const(3, 1), r)}
+    return [e.create(T.DiagonalOp, [x], attrs)]
+
+
+@handles(A + "diagonal_scatter")
+def _diagonal_scatter(e: Emitter):
+    x, src = e.tensor(0), e.tensor(1)
+    r = x.tensor_type.rank
+    attrs = {"offset": int(e.const(2, 0)), "dim1": norm_dim(e.const(3, 0), r), "dim2": norm_dim(e.const(4, 1), r)}
+    return [e.create(T.DiagonalScatterOp, [x, e.cast(src, x.tensor_type.element_type)], attrs)]
+
+
+# -- as_strided_scatter: storage writes as views (spmdc.frontend.aten.strided; the reads, as_strided,
+# are decomposed into views before capture) --------------------------------------------------------
+
+def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    expect = 1
+    for s, st in zip(reversed(shape), reversed(strides)):
+        if s != 1 and st != expect:
+            return False
+        expect *= s
+    return True
+
+
+def _contiguous_input(e: Emitter):
+    """Operand 0, which must have been contiguous in the traced run: ``as_strided`` addresses its
+    storage, and spmdc's values have no storage but their elements in row-major order."""
+    x = e.tensor(0)
+    strides = e.arg_strides(0)
+    if strides is None or not _contiguous(x.tensor_type.shape, strides):
+        layout = "unknown" if strides is None else f"strides {list(strides)}"
+        raise e.unsupported(f"addresses the storage of a tensor whose layout is {layout}, not contiguous; "
+                            "spmdc does not model storage aliasing")
+    return x
+
+
+def _strided_plan(e: Emitter, x, size: list[int], stride: list[int], offset: int):
+    from spmdc.frontend.aten.strided import plan
+
+    p = plan(x.tensor_type.shape, tuple(size), tuple(stride), offset)
+    if isinstance(p, str):
+        raise e.unsupported(f"addresses size {size}, stride {stride}, offset {offset} of a contiguous "
+                            f"{list(x.tensor_type.shape)} tensor, which is not a composition of slice, reshape, "
+                            f"permute and expand views: {p}; spmdc does not model storage aliasing")
+    return p
+
+
+def _permuted(e: Emitter, v, perm: tuple[int, ...]):
+    return v if list(perm) == sorted(perm) else e.create(T.PermuteOp, [v], {"perm": list(perm)})
+
+
+@handles(A + "as_strided_scatter")
+def _as_strided_scatter(e: Emitter):
+    """``as_strided_scatter(x, src, ...)``: a copy of contiguous ``x`` (fresh storage, offset 0) with
+    the elements of the strided view replaced by ``src``: nested ``insert_slice``s of the views."""
+    x = _contiguous_input(e)
+    t = x.tensor_type
+    src = e.cast(e.tensor(1), t.element_type)
+    size, stride, offset = list(e.const(2)), list(e.const(3)), e.const(4, None)
+    p = _strided_plan(e, x, size, stride, offset or 0)
+    if 0 in size:
+        return [x]
+    if p.broadcasts:
+        raise e.unsupported(f"writes through stride-0 dims (stride {stride}): the writes overlap")
+    flat = None
+    if p.segment is not None:
+        flat = e.reshape(x, (t.num_elements,))
+        v = e.reshape(slice_value(e, flat, 0, *p.segment), p.radix)
+    else:
+        v = e.reshape(x, p.radix)
+    levels = []   # (value sliced, its slice), outermost first
+    for dim, start, end, step in p.slices:
+        if (start, end, step) != (0, v.tensor_type.shape[dim], 1):
+            levels.append((v, (dim, start, end, step)))
+            v = slice_value(e, v, dim, start, end, step)
+    inv = tuple(sorted(range(len(p.perm)), key=lambda j: p.perm[j]))
+    walked = _permuted(e, e.reshape(src, tuple(p.size[d] for d in p.active)), inv)
+    cur = e.reshape(walked, v.tensor_type.shape)
+    for parent, (dim, start, end, step) in reversed(levels):
+        cur = e.create(T.InsertSliceOp, [parent, cur], {"dim": dim, "start": start, "end": end, "step": step})
+    if flat is not None:
+        start, end, step = p.segment
+        cur = e.reshape(cur, (p.radix_size,))
+        if (start, end, step) != (0, t.num_elements, 1):
+            cur = e.create(T.InsertSliceOp, [flat, cur], {"dim": 0, "start": start, "end": end, "step": step})
+    return [e.reshape(cur, t.shape)]
