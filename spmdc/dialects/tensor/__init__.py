@@ -14,30 +14,59 @@ from spmdc.dialects.tensor import (
     attention,
     compare,
     conv,
+    distance,
     elementwise,
+    grid,
+    grouped,
     index,
     linalg,
     nn,
+    pool,
     random,
     reduction,
     shape,
+    sort,
 )
 from spmdc.dialects.tensor.activation import *  # noqa: F401,F403
 from spmdc.dialects.tensor.attention import AttentionGradOp, AttentionOp  # noqa: F401
 from spmdc.dialects.tensor.base import TensorOp
 from spmdc.dialects.tensor.compare import *  # noqa: F401,F403
 from spmdc.dialects.tensor.conv import ConvInputGradOp, ConvOp, ConvWeightGradOp  # noqa: F401
+from spmdc.dialects.tensor.distance import *  # noqa: F401,F403
 from spmdc.dialects.tensor.elementwise import *  # noqa: F401,F403
+from spmdc.dialects.tensor.grid import *  # noqa: F401,F403
+from spmdc.dialects.tensor.grouped import GroupedMatmulOp, GroupedMatmulWgradOp  # noqa: F401
 from spmdc.dialects.tensor.index import *  # noqa: F401,F403
 from spmdc.dialects.tensor.linalg import MatmulOp  # noqa: F401
 from spmdc.dialects.tensor.nn import *  # noqa: F401,F403
-from spmdc.dialects.tensor.random import RandomOp, RngSeedOp  # noqa: F401
-from spmdc.dialects.tensor.reduction import AllOp, AnyOp, MaxOp, MeanOp, SumOp  # noqa: F401
-from spmdc.dialects.tensor.shape import BroadcastOp, ConstantOp, PermuteOp, ReshapeOp  # noqa: F401
+from spmdc.dialects.tensor.pool import *  # noqa: F401,F403
+from spmdc.dialects.tensor.random import RandomOp, RandpermOp, RngSeedOp  # noqa: F401
+from spmdc.dialects.tensor.reduction import (  # noqa: F401
+    AllOp,
+    AnyOp,
+    ArgMaxOp,
+    ArgMinOp,
+    HistcOp,
+    MaxOp,
+    MeanOp,
+    MinOp,
+    ProdOp,
+    SumOp,
+)
+from spmdc.dialects.tensor.shape import (  # noqa: F401
+    BroadcastOp,
+    ConstantOp,
+    DiagonalOp,
+    DiagonalScatterOp,
+    PermuteOp,
+    ReshapeOp,
+)
+from spmdc.dialects.tensor.sort import CumprodOp, SortOp, TopkOp  # noqa: F401
 from spmdc.ir.registry import Dialect
 
 DIALECT = Dialect("tensor", [*elementwise.OPS, *reduction.OPS, *shape.OPS, *linalg.OPS,
                              *activation.OPS, *compare.OPS, *index.OPS, *nn.OPS, *attention.OPS, *random.OPS,
-                             *conv.OPS])
+                             *conv.OPS, *sort.OPS, *pool.OPS, *grid.OPS, *distance.OPS,
+                             *grouped.OPS])
 
 __all__ = ["DIALECT", "TensorOp"] + [op.__name__ for op in DIALECT.ops]

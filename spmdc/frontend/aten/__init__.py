@@ -14,13 +14,18 @@ def handler_table() -> dict:
     """The full name -> handler table (imports every family module once)."""
     from spmdc.frontend.aten import (  # noqa: F401
         attention,
+        bag,
         conv,
         creation,
+        distance,
         elementwise,
         index,
+        moe,
+        pool,
         random,
         reduction,
         shape,
+        sort,
     )
 
     return HANDLERS

@@ -93,6 +93,30 @@ CASES = [
     ("tensor.clamp", [T(2, 3)], {"min": -0.5, "max": 0.5}, None, lambda a: a.clamp(-0.5, 0.5), False),
     ("tensor.clamp", [T(2, 3)], {"max": 0}, None, lambda a: a.clamp(max=0), False),
     ("tensor.clamp", [T(6, elt="i64")], {"min": 0, "max": 5}, None, lambda a: a.clamp(0, 5), False),
+    # Core ATen elementwise ops (acos, acosh, asin, atanh need inputs in their domain:
+    # tests/unit/dialects/test_elementwise_core.py)
+    ("tensor.tan", [T(2, 3)], {}, None, torch.tan, False),
+    ("tensor.sinh", [T(2, 3)], {}, None, torch.sinh, False),
+    ("tensor.cosh", [T(2, 3, elt="f64")], {}, None, torch.cosh, False),
+    ("tensor.atan", [T(2, 3)], {}, None, torch.atan, False),
+    ("tensor.asinh", [T(2, 3, elt="bf16")], {}, None, torch.asinh, False),
+    ("tensor.atan2", [T(2, 3), T(3)], {}, None, torch.atan2, False),
+    ("tensor.expm1", [T(2, 3)], {}, None, torch.expm1, False),
+    ("tensor.log2", [T(2, 3)], {}, None, torch.log2, True),
+    ("tensor.log10", [T(2, 3)], {}, None, torch.log10, True),
+    ("tensor.ceil", [T(2, 3)], {}, None, torch.ceil, False),
+    ("tensor.floor", [T(2, 3, elt="bf16")], {}, None, torch.floor, False),
+    ("tensor.trunc", [T(2, 3)], {}, None, torch.trunc, False),
+    ("tensor.round", [T(2, 3, elt="f64")], {}, None, torch.round, False),
+    ("tensor.fmod", [T(2, 3), T(3)], {}, None, torch.fmod, True),
+    ("tensor.fmod", [T(2, 3, elt="i32"), T(3, elt="i32")], {}, None, torch.fmod, True),
+    ("tensor.remainder", [T(2, 3, elt="i64"), T(elt="i64")], {}, None, torch.remainder, True),
+    ("tensor.div", [T(2, 3), T(3)], {"rounding_mode": "floor"}, None,
+     lambda a, b: torch.div(a, b, rounding_mode="floor"), True),
+    ("tensor.isinf", [T(2, 3)], {}, None, torch.isinf, False),
+    ("tensor.isnan", [T(2, 3, elt="bf16")], {}, None, torch.isnan, False),
+    ("tensor.elu", [T(2, 3)], {"alpha": 0.5, "scale": 2.0}, None, lambda a: F.elu(a, 0.5) * 2.0, False),
+    ("tensor.leaky_relu", [T(2, 3)], {"negative_slope": 0.2}, None, lambda a: F.leaky_relu(a, 0.2), False),
     # compare.py
     *[("tensor.compare", [T(3, 4, elt=elt), T(4, elt=elt)], {"predicate": p}, None, getattr(torch, p), False)
       for p, elt in [("eq", "i32"), ("ne", "i1"), ("lt", "f32"), ("le", "i64"), ("gt", "bf16"), ("ge", "i8")]],
@@ -164,6 +188,23 @@ CASES = [
      lambda x, i, v: x.index_add(0, i, v), True),
     ("tensor.index_put", [T(11, 12), T(2, 1, elt="i64"), T(1, 3, elt="i64"), T()], {}, None,
      lambda x, i, j, v: _assigned(x, (i, j), v), True),
+    # reduction.py / sort.py / index.py / random.py (reduction-core helper)
+    ("tensor.min", [T(2, 3, 4)], {"dims": [0, 2], "keepdim": True}, None,
+     lambda a: a.amin((0, 2), keepdim=True), False),
+    ("tensor.min", [T(3, 4, elt="i32")], {"dims": [1]}, None, lambda a: a.amin(1), False),
+    ("tensor.prod", [T(3, 4)], {"dims": [1]}, None, lambda a: a.prod(1), False),
+    ("tensor.prod", [T(3, 4, elt="i64")], {"dims": [0, 1]}, None, lambda a: a.prod(), True),
+    ("tensor.argmax", [T(3, 5)], {"dim": 1, "keepdim": True}, None, lambda a: a.argmax(1, keepdim=True), False),
+    ("tensor.argmin", [T(3, 5)], {"keepdim": False}, None, lambda a: a.argmin(), False),
+    ("tensor.histc", [T(4, 6)], {"bins": 5, "min": -1.0, "max": 1.0}, None,
+     lambda a: torch.histc(a, 5, -1.0, 1.0), False),
+    ("tensor.cumprod", [T(2, 5)], {"dim": 1}, None, lambda a: torch.cumprod(a, 1), False),
+    ("tensor.cumprod", [T(3, 4, elt="i32")], {"dim": 0}, None, lambda a: torch.cumprod(a, 0, dtype=torch.int32), True),
+    ("tensor.index_select", [T(11, 4), T(6, elt="i64")], {"dim": 0}, None,
+     lambda x, i: torch.index_select(x, 0, i), True),
+    ("tensor.scatter_reduce", [T(3, 11), T(3, 6, elt="i64"), T(3, 6)],
+     {"dim": 1, "reduce": "amax", "include_self": False}, None,
+     lambda x, i, s: x.scatter_reduce(1, i, s, "amax", include_self=False), True),
 ]
 
 
@@ -190,6 +231,17 @@ def test_every_tensor_op_is_checked_against_torch():
     tensor_ops = {cls.name for cls in all_ops() if issubclass(cls, TensorOp)}
     # attention_grad: below; random ops: tests/unit/dialects/test_random.py (bitwise against torch's draws)
     covered = {c[0] for c in CASES} | {"tensor.constant", "tensor.attention_grad", "tensor.random", "tensor.rng_seed",
+                                       "tensor.acos", "tensor.acosh", "tensor.asin", "tensor.atanh",  # see CASES
+                                       # two results or a random draw: tests/unit/dialects/test_reduction_core.py
+                                       "tensor.topk", "tensor.sort", "tensor.randperm",
+                                       # against torch in test_nn_core.py (pools, distances, grids, bags)
+                                       "tensor.adaptive_avg_pool", "tensor.adaptive_avg_pool_grad", "tensor.avg_pool",
+                                       "tensor.avg_pool_grad", "tensor.max_pool", "tensor.upsample_nearest",
+                                       "tensor.cdist", "tensor.cdist_grad", "tensor.pdist", "tensor.pdist_grad",
+                                       "tensor.grid_sample", "tensor.grid_sample_grad", "tensor.embedding_bag_max",
+                                       # against torch / a reference loop in test_shape_core.py
+                                       "tensor.diagonal", "tensor.diagonal_scatter", "tensor.grouped_matmul",
+                                       "tensor.grouped_matmul_wgrad",
                                        "tensor.conv_input_grad", "tensor.conv_weight_grad"}  # the last two: below
     missing = sorted(tensor_ops - covered)
     assert not missing, f"add cases comparing the torch implementation with torch to CASES for: {missing}"

@@ -141,4 +141,141 @@ module @all attributes {spmdc.version = 1} {
     pipe.step
     func.return
   }
+  // Core ATen ops (from tests/lit/dialects/tensor/ops_*_core.mlir)
+  func.func @core_elementwise_float_math(%x: tensor<3x4xf32>, %h: tensor<4xbf16>) -> (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xbf16>) {
+    %0 = tensor.tan %x : tensor<3x4xf32>
+    %1 = tensor.sinh %x : tensor<3x4xf32>
+    %2 = tensor.cosh %x : tensor<3x4xf32>
+    %3 = tensor.asin %x : tensor<3x4xf32>
+    %4 = tensor.acos %x : tensor<3x4xf32>
+    %5 = tensor.atan %x : tensor<3x4xf32>
+    %6 = tensor.asinh %x : tensor<3x4xf32>
+    %7 = tensor.acosh %x : tensor<3x4xf32>
+    %8 = tensor.atanh %x : tensor<3x4xf32>
+    %9 = tensor.expm1 %x : tensor<3x4xf32>
+    %10 = tensor.log2 %x : tensor<3x4xf32>
+    %11 = tensor.log10 %x : tensor<3x4xf32>
+    %12 = tensor.asinh %h : tensor<4xbf16>
+    func.return %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12 : tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xbf16>
+  }
+  func.func @core_elementwise_atan2_and_roundings(%y: tensor<3x4xf32>, %x: tensor<4xf32>, %h: tensor<4xbf16>) -> (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xbf16>) {
+    %0 = tensor.atan2 %y, %x : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+    %1 = tensor.ceil %0 : tensor<3x4xf32>
+    %2 = tensor.floor %y : tensor<3x4xf32>
+    %3 = tensor.trunc %y : tensor<3x4xf32>
+    %4 = tensor.round %y : tensor<3x4xf32>
+    %5 = tensor.round %h : tensor<4xbf16>
+    func.return %1, %2, %3, %4, %5 : tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xbf16>
+  }
+  func.func @core_elementwise_remainders_and_rounded_quotients(%a: tensor<3x4xf32>, %b: tensor<4xf32>, %i: tensor<3x4xi64>, %j: tensor<4xi64>) -> (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xi64>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xi64>) {
+    %0 = tensor.fmod %a, %b : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+    %1 = tensor.remainder %a, %b : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+    %one = tensor.constant {value = dense<1> : tensor<i64>} : tensor<i64>
+    %d = tensor.add %j, %one : (tensor<4xi64>, tensor<i64>) -> tensor<4xi64>
+    %2 = tensor.fmod %i, %d : (tensor<3x4xi64>, tensor<4xi64>) -> tensor<3x4xi64>
+    %3 = tensor.remainder %2, %d : (tensor<3x4xi64>, tensor<4xi64>) -> tensor<3x4xi64>
+    %4 = tensor.div %a, %b {rounding_mode = "trunc"} : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+    %5 = tensor.div %a, %b {rounding_mode = "floor"} : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+    %6 = tensor.div %i, %d {rounding_mode = "floor"} : (tensor<3x4xi64>, tensor<4xi64>) -> tensor<3x4xi64>
+    func.return %0, %1, %3, %4, %5, %6 : tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xi64>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xi64>
+  }
+  func.func @core_elementwise_float_tests(%x: tensor<4xf32>, %h: tensor<2x3xbf16>) -> (tensor<4xi1>, tensor<4xi1>, tensor<2x3xi1>) {
+    %0 = tensor.div %x, %x : tensor<4xf32>
+    %1 = tensor.isinf %x : (tensor<4xf32>) -> tensor<4xi1>
+    %2 = tensor.isnan %0 : (tensor<4xf32>) -> tensor<4xi1>
+    %3 = tensor.isnan %h : (tensor<2x3xbf16>) -> tensor<2x3xi1>
+    func.return %1, %2, %3 : tensor<4xi1>, tensor<4xi1>, tensor<2x3xi1>
+  }
+  func.func @core_elementwise_elu_and_leaky_relu(%x: tensor<3x4xf32>, %h: tensor<4xbf16>) -> (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xbf16>) {
+    %0 = tensor.elu %x : tensor<3x4xf32>
+    %1 = tensor.elu %x {alpha = 1.5, input_scale = 0.5, scale = 2.0} : tensor<3x4xf32>
+    %2 = tensor.leaky_relu %x {negative_slope = 0.2} : tensor<3x4xf32>
+    %3 = tensor.leaky_relu %h : tensor<4xbf16>
+    func.return %0, %1, %2, %3 : tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xbf16>
+  }
+  func.func @core_nn_avg_pools(%x: tensor<2x3x6x6xf32>, %dy: tensor<2x3x4x4xf32>, %v: tensor<2x3x4x6x6xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x6x6xf32>, tensor<2x3x2x3x3xf32>) {
+    %0 = tensor.avg_pool %x {ceil_mode = true, count_include_pad = false, kernel = [3, 3], padding = [1, 1], stride = [2, 2]} : (tensor<2x3x6x6xf32>) -> tensor<2x3x4x4xf32>
+    %1 = tensor.avg_pool_grad %dy {ceil_mode = true, count_include_pad = false, kernel = [3, 3], padding = [1, 1], stride = [2, 2]} : (tensor<2x3x4x4xf32>) -> tensor<2x3x6x6xf32>
+    %2 = tensor.avg_pool %v {divisor_override = 3, kernel = [2, 2, 2], padding = [0, 0, 0], stride = [2, 2, 2]} : (tensor<2x3x4x6x6xf32>) -> tensor<2x3x2x3x3xf32>
+    func.return %0, %1, %2 : tensor<2x3x4x4xf32>, tensor<2x3x6x6xf32>, tensor<2x3x2x3x3xf32>
+  }
+  func.func @core_nn_max_pools(%x: tensor<2x3x6x6xf32>, %u: tensor<3x4x6x6xf32>) -> (tensor<2x3x3x3xf32>, tensor<2x3x3x3xi64>, tensor<3x5x4x4xf32>) {
+    %v:2 = tensor.max_pool %x {dilation = [1, 1], kernel = [2, 2], padding = [0, 0], stride = [2, 2]} : (tensor<2x3x6x6xf32>) -> (tensor<2x3x3x3xf32>, tensor<2x3x3x3xi64>)
+    %w:2 = tensor.max_pool %u {ceil_mode = true, dilation = [1, 1, 1], kernel = [2, 2, 2], padding = [1, 1, 1], stride = [1, 2, 2]} : (tensor<3x4x6x6xf32>) -> (tensor<3x5x4x4xf32>, tensor<3x5x4x4xi64>)
+    func.return %v#0, %v#1, %w#0 : tensor<2x3x3x3xf32>, tensor<2x3x3x3xi64>, tensor<3x5x4x4xf32>
+  }
+  func.func @core_nn_adaptive_pools(%x: tensor<2x3x6x6xf32>, %dy: tensor<2x3x4x5xf32>, %r: tensor<2x3x6xf32>) -> (tensor<2x3x4x5xf32>, tensor<2x3x6x6xf32>, tensor<2x3x4xf32>) {
+    %0 = tensor.adaptive_avg_pool %x {output_size = [4, 5]} : (tensor<2x3x6x6xf32>) -> tensor<2x3x4x5xf32>
+    %1 = tensor.adaptive_avg_pool_grad %dy {spatial_dims = 2} : (tensor<2x3x4x5xf32>) -> tensor<2x3x6x6xf32>
+    %2 = tensor.adaptive_avg_pool %r {output_size = [4]} : (tensor<2x3x6xf32>) -> tensor<2x3x4xf32>
+    func.return %0, %1, %2 : tensor<2x3x4x5xf32>, tensor<2x3x6x6xf32>, tensor<2x3x4xf32>
+  }
+  func.func @core_nn_upsample_nearest(%x: tensor<2x3x6x6xf32>) -> (tensor<2x3x9x4xf32>, tensor<2x3x9x4xf32>) {
+    %0 = tensor.upsample_nearest %x {output_size = [9, 4]} : (tensor<2x3x6x6xf32>) -> tensor<2x3x9x4xf32>
+    %1 = tensor.upsample_nearest %x {output_size = [9, 4], scales = [1.5, 0.7]} : (tensor<2x3x6x6xf32>) -> tensor<2x3x9x4xf32>
+    func.return %0, %1 : tensor<2x3x9x4xf32>, tensor<2x3x9x4xf32>
+  }
+  func.func @core_nn_grid_sample(%x: tensor<2x3x6x6xf32>, %g: tensor<2x4x5x2xf32>, %dy: tensor<2x3x4x5xf32>) -> (tensor<2x3x4x5xf32>, tensor<2x3x6x6xf32>, tensor<2x4x5x2xf32>) {
+    %0 = tensor.grid_sample %x, %g {align_corners = false, interpolation_mode = 0, padding_mode = 0} : (tensor<2x3x6x6xf32>, tensor<2x4x5x2xf32>) -> tensor<2x3x4x5xf32>
+    %dx:2 = tensor.grid_sample_grad %dy, %x, %g {align_corners = true, interpolation_mode = 1, padding_mode = 1} : (tensor<2x3x4x5xf32>, tensor<2x3x6x6xf32>, tensor<2x4x5x2xf32>) -> (tensor<2x3x6x6xf32>, tensor<2x4x5x2xf32>)
+    func.return %0, %dx#0, %dx#1 : tensor<2x3x4x5xf32>, tensor<2x3x6x6xf32>, tensor<2x4x5x2xf32>
+  }
+  func.func @core_nn_cdist(%a: tensor<2x5x6xf32>, %b: tensor<2x4x6xf32>, %g: tensor<2x5x4xf32>) -> (tensor<2x5x6xf32>, tensor<2x5x4xf32>) {
+    %d = tensor.cdist %a, %b {p = inf} : (tensor<2x5x6xf32>, tensor<2x4x6xf32>) -> tensor<2x5x4xf32>
+    %da = tensor.cdist_grad %g, %a, %b, %d {p = inf} : (tensor<2x5x4xf32>, tensor<2x5x6xf32>, tensor<2x4x6xf32>, tensor<2x5x4xf32>) -> tensor<2x5x6xf32>
+    %e = tensor.cdist %a, %b {mm = true, p = 2.0} : (tensor<2x5x6xf32>, tensor<2x4x6xf32>) -> tensor<2x5x4xf32>
+    func.return %da, %e : tensor<2x5x6xf32>, tensor<2x5x4xf32>
+  }
+  func.func @core_nn_pdist(%x: tensor<5x6xf32>, %g: tensor<10xf32>) -> (tensor<10xf32>, tensor<5x6xf32>) {
+    %q = tensor.pdist %x {p = 1.5} : (tensor<5x6xf32>) -> tensor<10xf32>
+    %dx = tensor.pdist_grad %g, %x, %q {p = 1.5} : (tensor<10xf32>, tensor<5x6xf32>, tensor<10xf32>) -> tensor<5x6xf32>
+    func.return %q, %dx : tensor<10xf32>, tensor<5x6xf32>
+  }
+  func.func @core_nn_embedding_bag_max(%w: tensor<10x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xi64>) {
+    %ids = tensor.constant {value = dense<[1, 4, 4, 0, 7, 2, 9, 3]> : tensor<8xi64>} : tensor<8xi64>
+    %off = tensor.constant {value = dense<[0, 3, 3, 5]> : tensor<4xi64>} : tensor<4xi64>
+    %o:2 = tensor.embedding_bag_max %w, %ids, %off {include_last_offset = false, padding_idx = 4} : (tensor<10x6xf32>, tensor<8xi64>, tensor<4xi64>) -> (tensor<4x6xf32>, tensor<4x6xi64>)
+    func.return %o#0, %o#1 : tensor<4x6xf32>, tensor<4x6xi64>
+  }
+  func.func @core_reduction_extremes_and_products(%x: tensor<4x6xf32>, %n: tensor<4x6xi64>) -> (tensor<4xf32>, tensor<4x1xf32>, tensor<i64>, tensor<4xi64>, tensor<1x6xi64>, tensor<i64>) {
+    %0 = tensor.min %x {dims = [1], keepdim = false} : (tensor<4x6xf32>) -> tensor<4xf32>
+    %1 = tensor.prod %x {dims = [1], keepdim = true} : (tensor<4x6xf32>) -> tensor<4x1xf32>
+    %2 = tensor.prod %n {dims = [0, 1], keepdim = false} : (tensor<4x6xi64>) -> tensor<i64>
+    %3 = tensor.argmax %x {dim = 1, keepdim = false} : (tensor<4x6xf32>) -> tensor<4xi64>
+    %4 = tensor.argmin %x {dim = 0, keepdim = true} : (tensor<4x6xf32>) -> tensor<1x6xi64>
+    %5 = tensor.argmax %n {keepdim = false} : (tensor<4x6xi64>) -> tensor<i64>
+    func.return %0, %1, %2, %3, %4, %5 : tensor<4xf32>, tensor<4x1xf32>, tensor<i64>, tensor<4xi64>, tensor<1x6xi64>, tensor<i64>
+  }
+  func.func @core_reduction_ordering(%x: tensor<4x6xf32>, %n: tensor<4x6xi64>) -> (tensor<4x2xf32>, tensor<4x2xi64>, tensor<4x6xf32>, tensor<4x6xi64>, tensor<4x6xi64>, tensor<4x6xf32>) {
+    %v:2 = tensor.topk %x {dim = 1, k = 2, largest = true, sorted = true} : (tensor<4x6xf32>) -> (tensor<4x2xf32>, tensor<4x2xi64>)
+    %s:2 = tensor.sort %x {descending = true, dim = 0, stable = true} : (tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xi64>)
+    %ns:2 = tensor.sort %n {dim = 1} : tensor<4x6xi64>
+    %c = tensor.cumprod %x {dim = 1} : tensor<4x6xf32>
+    func.return %v#0, %v#1, %s#0, %ns#1, %ns#0, %c : tensor<4x2xf32>, tensor<4x2xi64>, tensor<4x6xf32>, tensor<4x6xi64>, tensor<4x6xi64>, tensor<4x6xf32>
+  }
+  func.func @core_reduction_index_select_scatter_reduce_histc(%x: tensor<4x6xf32>, %rows: tensor<8xi64>, %idx: tensor<4x2xi64>, %src: tensor<4x2xf32>) -> (tensor<8x6xf32>, tensor<4x6xf32>, tensor<4x6xf32>, tensor<4xf32>) {
+    %0 = tensor.index_select %x, %rows {dim = 0} : (tensor<4x6xf32>, tensor<8xi64>) -> tensor<8x6xf32>
+    %1 = tensor.scatter_reduce %x, %idx, %src {dim = 1, include_self = true, reduce = "amax"} : (tensor<4x6xf32>, tensor<4x2xi64>, tensor<4x2xf32>) -> tensor<4x6xf32>
+    %2 = tensor.scatter_reduce %x, %idx, %src {dim = 1, include_self = false, reduce = "mean"} : (tensor<4x6xf32>, tensor<4x2xi64>, tensor<4x2xf32>) -> tensor<4x6xf32>
+    %3 = tensor.histc %x {bins = 4, max = 1.0, min = -1.0} : (tensor<4x6xf32>) -> tensor<4xf32>
+    func.return %0, %1, %2, %3 : tensor<8x6xf32>, tensor<4x6xf32>, tensor<4x6xf32>, tensor<4xf32>
+  }
+  func.func @core_reduction_permutation() -> tensor<6xi64> {
+    %0 = tensor.randperm : tensor<6xi64>
+    func.return %0 : tensor<6xi64>
+  }
+  func.func @core_shape_diagonal_and_scatter(%x: tensor<3x2x4xf32>, %m: tensor<4x3xf32>) -> (tensor<3x2x4xf32>, tensor<3xf32>) {
+    %d = tensor.diagonal %x {dim1 = 0, dim2 = 2, offset = 1} : (tensor<3x2x4xf32>) -> tensor<2x3xf32>
+    %e = tensor.diagonal %m {dim1 = 0, dim2 = 1, offset = -1} : (tensor<4x3xf32>) -> tensor<3xf32>
+    %z = tensor.constant {value = dense<0.0> : tensor<3x2x4xf32>} : tensor<3x2x4xf32>
+    %s = tensor.diagonal_scatter %z, %d {dim1 = 0, dim2 = 2, offset = 1} : (tensor<3x2x4xf32>, tensor<2x3xf32>) -> tensor<3x2x4xf32>
+    func.return %s, %e : tensor<3x2x4xf32>, tensor<3xf32>
+  }
+  func.func @core_shape_grouped_matmul(%x: tensor<10x8xf32>, %w: tensor<4x8x6xf32>) -> (tensor<10x6xf32>, tensor<10x8xf32>, tensor<4x8x6xf32>) {
+    %offs = tensor.constant {value = dense<[3, 3, 8, 8]> : tensor<4xi32>} : tensor<4xi32>
+    %y = tensor.grouped_matmul %x, %w, %offs : (tensor<10x8xf32>, tensor<4x8x6xf32>, tensor<4xi32>) -> tensor<10x6xf32>
+    %dx = tensor.grouped_matmul %y, %w, %offs {transpose_w = true} : (tensor<10x6xf32>, tensor<4x8x6xf32>, tensor<4xi32>) -> tensor<10x8xf32>
+    %dw = tensor.grouped_matmul_wgrad %x, %y, %offs : (tensor<10x8xf32>, tensor<10x6xf32>, tensor<4xi32>) -> tensor<4x8x6xf32>
+    func.return %y, %dx, %dw : tensor<10x6xf32>, tensor<10x8xf32>, tensor<4x8x6xf32>
+  }
 }
