@@ -63,7 +63,9 @@ def conv1d_modules(model: Any) -> set[str]:
     ``c_attn``/``c_fc``/``c_proj``), so that presets transpose their column/row layouts."""
     if model is None or not hasattr(model, "named_modules"):
         return set()
-    return {path for path, m in model.named_modules() if type(m).__name__ == "Conv1D"}
+    # HuggingFace's Conv1D, and stacked experts stored [E, in, out] (use_experts_implementation's is_transposed)
+    return {path for path, m in model.named_modules()
+            if type(m).__name__ == "Conv1D" or getattr(m, "is_transposed", False) is True}
 
 
 def _preset(name: str, mesh: Mesh, params: dict, in_ranks: list, out_ranks: list, model: Any,

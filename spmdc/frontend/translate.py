@@ -92,6 +92,7 @@ def check_supported(info: Any) -> None:
 
     table = handler_table()
     found: dict[tuple[str, str | None], UnsupportedOpError] = {}
+    sized_at_run_time = False
     for n in info.graph_module.graph.nodes:
         if n.op != "call_function" or n.target is operator.getitem:
             continue
@@ -100,11 +101,32 @@ def check_supported(info: Any) -> None:
             node = info.nodes.get(n.name)
             label = torch_op_label(name) if name.startswith("torch.") else str(n.target)
             path = node.module_path if node else None
-            found.setdefault((label, path), UnsupportedOpError(label, path, **_describe(info, n.name)))
+            reason = RUN_TIME_SIZED.get(label.removesuffix(".default"))
+            sized_at_run_time |= reason is not None
+            found.setdefault((label, path), UnsupportedOpError(label, path, reason=reason, **_describe(info, n.name)))
+    if sized_at_run_time:   # the symbolic-size bookkeeping around such an op is not worth listing
+        found = {k: v for k, v in found.items() if not _symbolic_bookkeeping(k[0])}
     if len(found) == 1:
         raise next(iter(found.values()))
     if found:
         raise UnsupportedOpsError(list(found.values()))
+
+
+# ops whose result size is known only at run time (torch.export gives them an unbacked size)
+RUN_TIME_SIZED = {
+    "aten.bincount": ("has a result length of max(input) + 1, known only at run time; for counts per expert use "
+                      "torch.histc(ids.float(), bins=E, min=0, max=E - 1) or F.one_hot(ids, E).sum(0), whose size "
+                      "is static"),
+    "aten.nonzero": "has a result length (the number of non-zero elements) known only at run time",
+    "aten.masked_select": "has a result length (the number of true mask elements) known only at run time",
+    "aten._unique2": "has a result length (the number of distinct values) known only at run time",
+    "aten.unique_consecutive": "has a result length (the number of runs) known only at run time",
+    "aten.repeat_interleave.Tensor": "has a result length (the sum of the repeats) known only at run time",
+}
+
+
+def _symbolic_bookkeeping(label: str) -> bool:
+    return label.startswith(("operator ", "<built-in", "aten.sym_", "aten._assert_", "aten.sym_constrain"))
 
 
 def _tensor_type(shape: tuple[int, ...], dtype: Any) -> TensorType:

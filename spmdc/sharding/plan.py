@@ -492,6 +492,11 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
       (read from the model where known); otherwise they stay replicated. ``transposed`` names
       the modules whose weight is ``[in, out]`` (HuggingFace ``Conv1D``): their column/row
       dims swap.
+      Stacked expert weights of a mixture of experts (3-D ``[E, out, in]``, ``[E, in, out]`` for
+      modules in ``transposed``; named as in HuggingFace and torchtitan: ``gate_up_proj``, ``up_proj``,
+      ``gate_proj``, ``w1``, ``w3`` column-parallel — ``gate_up_proj`` as ``SS(out, 2)`` —,
+      ``down_proj``, ``w2`` row-parallel): tensor parallelism inside every expert; the router stays
+      replicated.
     * ``sp``: megatron plus sequence-parallel activations at the boundaries (input/output ``S(0)``
       of the token dim for 2-D inputs, ``S(1)`` for ``[batch, seq, ...]``).
     * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh); a weight whose dim 0 is
@@ -560,6 +565,8 @@ def _tensor_parallel(fqn: str, shape: tuple[int, ...], tp: int, kv_heads: Mappin
     module = fqn.rsplit(".", 1)[0] if "." in fqn else ""
     owner = module.rsplit(".", 1)[0] if "." in module else ""
     is_t = module in transposed
+    if len(shape) == 3 and (leaf in EXPERT_COLUMN or leaf in EXPERT_ROW):
+        return _expert_parallel(leaf, shape, tp, is_t)
     if leaf not in ("weight", "bias") or not shape:
         return None
     out_dim = 0 if leaf == "bias" or not is_t else len(shape) - 1
@@ -580,6 +587,22 @@ def _tensor_parallel(fqn: str, shape: tuple[int, ...], tp: int, kv_heads: Mappin
     if layer in ROW_PARALLEL and leaf == "weight" and len(shape) == 2:
         return Shard(0 if is_t else 1)
     return None
+
+
+# stacked expert weights [E, out, in] (HuggingFace's experts, torchtitan's GroupedExperts stores
+# [E, in, out]: its w1/w3/w2 are transposed)
+EXPERT_COLUMN = ("gate_up_proj", "up_proj", "gate_proj", "w1", "w3")
+EXPERT_ROW = ("down_proj", "w2")
+
+
+def _expert_parallel(leaf: str, shape: tuple[int, ...], tp: int, is_t: bool) -> Placement | None:
+    """Megatron inside each expert of a stacked ``[E, out, in]`` (``[E, in, out]`` when ``is_t``) weight."""
+    out_dim, in_dim = (2, 1) if is_t else (1, 2)
+    if leaf in EXPERT_ROW:
+        return None if shape[in_dim] % tp else Shard(in_dim)
+    if leaf == "gate_up_proj":
+        return None if shape[out_dim] % (2 * tp) else StridedShard(out_dim, 2)
+    return None if shape[out_dim] % tp else Shard(out_dim)
 
 
 def _escape(fqn: str) -> str:

@@ -40,7 +40,19 @@ CONFIGS = {
     "opt": lambda: T.OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
                                max_position_embeddings=64, word_embed_proj_dim=32),
     "bert": lambda: T.BertConfig(**_common()),
+    # mixtures of experts: Mixtral's top-2 of 4; Qwen2-MoE's top-4 of 8 with a gated shared expert;
+    # DeepSeek-V3's multi-head latent attention, grouped top-2 of 8 (2 groups, 1 kept), a shared expert
+    # and a dense first layer
+    "mixtral": lambda: T.MixtralConfig(**_common(num_key_value_heads=2, num_local_experts=4)),
+    "qwen2_moe": lambda: T.Qwen2MoeConfig(**_common(num_key_value_heads=2, num_experts=8, moe_intermediate_size=32,
+                                                    shared_expert_intermediate_size=48)),
+    "deepseek_v3": lambda: T.DeepseekV3Config(**_common(num_key_value_heads=4, n_routed_experts=8,
+                                                        moe_intermediate_size=32, first_k_dense_replace=1, n_group=2,
+                                                        topk_group=1, num_experts_per_tok=2, q_lora_rank=16,
+                                                        kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=8,
+                                                        v_head_dim=8)),
 }
+MOE = {"mixtral", "qwen2_moe", "deepseek_v3"}
 MASKED_LM = {"bert"}   # the others are causal LMs
 
 

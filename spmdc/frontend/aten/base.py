@@ -45,6 +45,7 @@ class UnsupportedOpError(DiagnosticError):
                  module_type: str | None = None, source: str | None = None, reason: str | None = None,
                  location: Location | None = None):
         self.op, self.module_path, self.fx_node, self.source = op, module_path, fx_node, source
+        self.reason = reason
         where = f"module '{module_path}'" if module_path else "the top-level module"
         if module_type:
             where += f" ({module_type})"
@@ -70,9 +71,10 @@ class UnsupportedOpsError(UnsupportedOpError):
         lines = []
         for e in found:
             where = f"module '{e.module_path}'" if e.module_path else "the top-level module"
-            lines.append(f"  - '{e.op}' in {where}" + (f" ({e.source})" if getattr(e, "source", None) else ""))
-        msg = (f"spmdc cannot capture this model: {len(found)} PyTorch ops have no translation to spmdc's tensor "
-               "dialect:\n" + "\n".join(lines) + "\nThe frontend never drops or approximates an op, so capture "
+            lines.append(f"  - '{e.op}' in {where}" + (f" ({e.source})" if getattr(e, "source", None) else "")
+                         + (f": {e.reason}" if getattr(e, "reason", None) else ""))
+        msg = (f"spmdc cannot capture this model: {len(found)} PyTorch ops have no exact translation to spmdc's "
+               "tensor dialect:\n" + "\n".join(lines) + "\nThe frontend never drops or approximates an op, so capture "
                "stops here; rewrite those parts of the model with supported ops (see "
                "spmdc.frontend.translate.supported_ops()) or add handlers in spmdc/frontend/aten/.")
         DiagnosticError.__init__(self, msg, found[0].diagnostic.location)
