@@ -115,6 +115,23 @@ def dispatch_mode_base() -> type:
     return TorchDispatchMode
 
 
+def all_aten_overload_names() -> list[str]:
+    """``aten.<op>.<overload>`` of every aten overload registered with the dispatcher (not only
+    the packets ``torch.ops.aten`` has loaded so far)."""
+    out = []
+    for full in torch._C._dispatch_get_all_op_names():
+        ns, _, rest = full.partition("::")
+        if ns == "aten":
+            name, _, ov = rest.partition(".")
+            out.append(f"aten.{name}.{ov or 'default'}")
+    return out
+
+
+def below_autograd() -> Any:
+    """A context that dispatches below autograd (composite-implicit ops reach modes whole)."""
+    return torch._C._AutoDispatchBelowAutograd()
+
+
 def fake_tensor_mode() -> Any:
     """A FakeTensorMode that accepts real inputs (shapes without memory, for capture)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -1,4 +1,4 @@
-"""Run :class:`~spmdc.frontend.opset.Sample` calls through capture, the interpreter and the
+"""Run :class:`~spmdc.tools.core_aten.Sample` calls through capture, the interpreter and the
 generated code, against eager PyTorch; collect the ``tensor`` ops each aten op became.
 
 Samples run in groups (one export per group: a module whose forward calls every sample)::
@@ -19,7 +19,8 @@ import torch
 import torch.nn as nn
 
 from spmdc.dialects.attrs import GRAD_OF_ATTR
-from spmdc.frontend.opset import Sample, overload
+from spmdc.frontend.torch_compat import below_autograd
+from spmdc.tools.core_aten import Sample, overload
 
 
 @dataclass
@@ -34,8 +35,9 @@ class Report:
 
 def reached_ops(sample: Sample) -> set[str]:
     """The aten overloads eager PyTorch dispatches for one sample call."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from spmdc.frontend.torch_compat import dispatch_mode_base
 
+    TorchDispatchMode = dispatch_mode_base()   # noqa: N806
     seen: set[str] = set()
 
     class Record(TorchDispatchMode):
@@ -46,7 +48,7 @@ def reached_ops(sample: Sample) -> set[str]:
     with Record():
         sample.fn(*sample.make())
     # below autograd too: composite-implicit ops (avg_pool1d, upsample_*.vec, var.dim) reach the mode whole
-    with torch._C._AutoDispatchBelowAutograd(), Record():
+    with below_autograd(), Record():
         sample.fn(*sample.make())
     return seen
 

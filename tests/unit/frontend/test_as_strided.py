@@ -13,7 +13,7 @@ import torch
 
 from spmdc.frontend.aten import UnsupportedOpError
 from spmdc.frontend.aten.strided import as_strided_decomposition, dense_order, plan, reference
-from spmdc.frontend.opset import Sample, samples_shape
+from spmdc.tools.core_aten import Sample, samples_shape
 from spmdc.tools.core_aten.check import check_samples
 
 

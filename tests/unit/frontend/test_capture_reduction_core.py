@@ -10,8 +10,8 @@ import torch.nn as nn
 
 from spmdc.frontend.aten import UnsupportedOpError
 from spmdc.frontend.capture import capture_program
-from spmdc.frontend.opset.samples_reduction import _router
 from spmdc.runtime.interpreter import interpret
+from spmdc.tools.core_aten.samples_reduction import _router
 
 
 class Fn(nn.Module):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spmdc.frontend.opset import all_samples, core_overloads, coverage, refused
+from spmdc.tools.core_aten import all_samples, core_overloads, coverage, refused
 from spmdc.tools.core_aten.check import check_reached, check_samples
 from spmdc.tools.core_aten.table import render
 

@@ -1,5 +1,5 @@
 """Core ATen samples: reductions, sorting, indexing and random ops (see
-:class:`spmdc.frontend.opset.Sample`), plus the non-core ops mixture-of-experts routing reaches
+:class:`spmdc.tools.core_aten.Sample`), plus the non-core ops mixture-of-experts routing reaches
 (``histc``, integer ``cumsum``, ``index_add``, ``argsort``) and a Mixtral-style router.
 
 Inputs avoid ties where torch's order of equal elements would decide (sort, topk, argmax)
@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from spmdc.frontend.opset import Sample
+from spmdc.frontend.torch_compat import below_autograd
+from spmdc.tools.core_aten import Sample
 
 A = torch.ops.aten
 
@@ -59,7 +60,7 @@ def _router(logits: torch.Tensor, x: torch.Tensor, k: int = 2):
 def _var_dim(x: torch.Tensor) -> torch.Tensor:
     """``var.dim`` is CompositeImplicitAutograd: above autograd it becomes ``var.correction``
     before any dispatch mode sees it; below autograd it is dispatched (and exported) itself."""
-    with torch._C._AutoDispatchBelowAutograd():
+    with below_autograd():
         return A.var.dim(x, [0], True)
 
 

@@ -1,4 +1,4 @@
-"""Core ATen samples: elementwise ops (see :class:`spmdc.frontend.opset.Sample`).
+"""Core ATen samples: elementwise ops (see :class:`spmdc.tools.core_aten.Sample`).
 
 Every core pointwise overload has at least one call here: float inputs inside the op's domain
 (and away from kinks, ties and poles, so gradients are well defined where ``train``), integer
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from spmdc.frontend.opset import Sample
+from spmdc.tools.core_aten import Sample
 
 aten = torch.ops.aten
 

@@ -1,4 +1,4 @@
-"""Core ATen samples: nn ops (see :class:`spmdc.frontend.opset.Sample`).
+"""Core ATen samples: nn ops (see :class:`spmdc.tools.core_aten.Sample`).
 
 Pooling, convolution, normalisation, upsampling, padding, distances and embedding bags, on
 small shapes (``N = 2``, ``C = 3``, ``6 x 6``). Max-pool inputs are permutations of distinct
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from spmdc.frontend.opset import Sample
+from spmdc.tools.core_aten import Sample
 
 aten = torch.ops.aten
 

@@ -1,11 +1,11 @@
-"""Core ATen samples: shape, creation and matrix-product ops (see :class:`spmdc.frontend.opset.Sample`)."""
+"""Core ATen samples: shape, creation and matrix-product ops (see :class:`spmdc.tools.core_aten.Sample`)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from spmdc.frontend.opset import Sample
+from spmdc.tools.core_aten import Sample
 
 A = torch.ops.aten
 
