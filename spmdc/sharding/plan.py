@@ -460,7 +460,7 @@ KV_PROJECTIONS = ("k_proj", "v_proj", "key", "value")
 FUSED_QKV = ("c_attn", "qkv", "qkv_proj", "Wqkv")
 # fused gate|up projections (two equal parts, chunked in the MLP): Phi-3's gate_up_proj
 FUSED_GATE_UP = ("gate_up_proj",)
-PRESETS = ("dp", "fsdp", "hsdp", "megatron", "sp", "fsdp+tp")
+PRESETS = ("dp", "fsdp", "hsdp", "megatron", "sp", "fsdp+tp", "ep", "fsdp+ep", "fsdp+tp+ep")
 
 
 def _layer_of(fqn: str) -> tuple[str, str]:
@@ -502,6 +502,15 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
     * ``fsdp+tp``: megatron on tp, fsdp on dp (2-D mesh); a weight whose dim 0 is
       tp-sharded is dp-sharded on dim 1, and a 1-D parameter sharded on tp stays
       replicated on dp (its gradient is all-reduced there).
+    * ``ep``: expert parallelism on mesh axis ``ep``: stacked expert weights (``[E, ...]`` named as
+      above) stored and computed ``S(0)`` — each rank holds and runs its ``E/ep`` experts (the
+      grouped matmul's expert dim is a sum: its groups' rows, zeros elsewhere) —, the rest
+      replicated, the batch split over ep. Tokens reach the experts' ranks by all-gather and the
+      expert outputs come back summed (an all-reduce dispatch; the all_to_all dispatch is
+      ``docs/expert-parallel.md``'s next step).
+    * ``fsdp+ep`` / ``fsdp+tp+ep``: ``ep`` for the experts with fsdp over dp for every parameter
+      (an expert weight on its dim 1 or 2) and, with tp, megatron inside attention and experts;
+      the batch split over dp and ep.
 
     ``fsdp_shard="whole"`` (``fsdp``/``hsdp``): each parameter whole on one dp rank,
     ``RS(0, [0, .., n, .., 0])``, owners from :func:`whole_owners`.
@@ -512,7 +521,7 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
                         + (f"; did you mean {near[0]!r}?" if near else ""))
     axes = mesh.axis_names
     need = {"dp": ("dp",), "fsdp": ("dp",), "hsdp": ("rep", "dp"), "megatron": ("tp",), "sp": ("tp",),
-            "fsdp+tp": ("dp", "tp")}[name]
+            "fsdp+tp": ("dp", "tp"), "ep": ("ep",), "fsdp+ep": ("dp", "ep"), "fsdp+tp+ep": ("dp", "tp", "ep")}[name]
     missing = [a for a in need if a not in axes]
     if missing:
         raise PlanError(f"plan preset '{name}' needs mesh axis '{missing[0]}' (mesh axes: {', '.join(axes)})")
@@ -523,16 +532,18 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
     for fqn, shape in params.items():
         storage: dict[str, Any] = {}
         compute: dict[str, Any] = {}
-        if name in ("megatron", "sp", "fsdp+tp"):
+        if name in ("megatron", "sp", "fsdp+tp", "fsdp+tp+ep"):
             lay = _tensor_parallel(fqn, shape, mesh.shape[axes.index("tp")], kv_heads or {}, heads or {},
                                    set(transposed))
             if lay is not None:
                 storage["tp"] = compute["tp"] = lay
-        if name in ("fsdp", "fsdp+tp", "hsdp") and shape:
-            # dp shards dim 0, or dim 1 when tp already shards dim 0: a dim sharded by two
+        if "ep" in need and is_expert_weight(fqn, shape) and shape[0] % mesh.shape[axes.index("ep")] == 0:
+            storage["ep"] = compute["ep"] = Shard(0)   # each rank its E/ep experts
+        if name in ("fsdp", "fsdp+tp", "hsdp", "fsdp+ep", "fsdp+tp+ep") and shape:
+            # dp shards dim 0, or the first dim no other axis shards: a dim sharded by two
             # axes is chunked by dp first, so gathering dp alone would not be contiguous.
-            tp_dim = shard_dim(storage["tp"]) if "tp" in storage else None
-            dp_dim = 0 if tp_dim != 0 else (1 if len(shape) > 1 else None)
+            taken = {shard_dim(storage[a]) for a in ("tp", "ep") if a in storage}
+            dp_dim = next((d for d in range(len(shape)) if d not in taken), None)
             if fqn in owners:
                 storage["dp"] = RaggedShard(0, tuple(shape[0] if r == owners[fqn] else 0 for r in range(dp)))
                 compute["dp"] = Replicate()
@@ -546,6 +557,8 @@ def preset(name: str, mesh: Mesh, params: Mapping[str, tuple[int, ...]],
         lay: dict[str, Any] = {}
         if "dp" in need and r >= 1:
             lay["dp"] = Shard(0)
+        if "ep" in need and r >= 1:
+            lay["ep"] = Shard(0)
         if "rep" in need and r >= 1:
             lay["rep"] = Shard(0)
         if name == "sp" and r >= 1:
@@ -593,6 +606,12 @@ def _tensor_parallel(fqn: str, shape: tuple[int, ...], tp: int, kv_heads: Mappin
 # [E, in, out]: its w1/w3/w2 are transposed)
 EXPERT_COLUMN = ("gate_up_proj", "up_proj", "gate_proj", "w1", "w3")
 EXPERT_ROW = ("down_proj", "w2")
+
+
+def is_expert_weight(fqn: str, shape: tuple[int, ...]) -> bool:
+    """A stacked ``[E, ...]`` expert weight (HuggingFace's experts, torchtitan's GroupedExperts)."""
+    leaf = fqn.rsplit(".", 1)[-1]
+    return len(shape) == 3 and (leaf in EXPERT_COLUMN or leaf in EXPERT_ROW)
 
 
 def _expert_parallel(leaf: str, shape: tuple[int, ...], tp: int, is_t: bool) -> Placement | None:

@@ -89,7 +89,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--nproc", type=positive(int), default=None, help="ranks to start (default: the mesh size, or 4)")
     ap.add_argument("--mesh", default=None, help="mesh axes, e.g. dp=2,tp=2 (default: dp=2,tp=2 for 4 ranks, "
                                                "else dp=N)")
-    ap.add_argument("--plan", default="", help="preset (dp, fsdp, hsdp, megatron, sp, fsdp+tp) or a .json/.yaml plan")
+    ap.add_argument("--plan", default="", help="preset (dp, fsdp, hsdp, megatron, sp, fsdp+tp, ep, fsdp+ep, "
+                                               "fsdp+tp+ep) or a .json/.yaml plan")
     ap.add_argument("--fsdp-shard", choices=("even", "whole"), default="even",
                     help="how fsdp/hsdp cut parameters over dp: 'even' S(0) rows (FSDP2), or 'whole': each "
                          "parameter whole on one dp rank, balanced by bytes per block (RaggedShard; a per-matrix "

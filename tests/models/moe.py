@@ -22,16 +22,20 @@ import torch.nn.functional as F
 
 
 class Experts(nn.Module):
-    """Stacked expert weights: ``w_up`` (E, D, 2H) gate and up projections, ``w_down`` (E, H, D)."""
+    """Stacked expert weights stored ``[E, in, out]``, named as HuggingFace names them (so that
+    presets recognise them; ``is_transposed`` says the ``[E, in, out]`` order, as HuggingFace's
+    experts do): ``gate_up_proj`` (E, D, 2H) gate and up projections, ``down_proj`` (E, H, D)."""
+
+    is_transposed = True
 
     def __init__(self, experts: int, dim: int, hidden: int):
         super().__init__()
-        self.w_up = nn.Parameter(torch.randn(experts, dim, 2 * hidden) * dim ** -0.5)
-        self.w_down = nn.Parameter(torch.randn(experts, hidden, dim) * hidden ** -0.5)
+        self.gate_up_proj = nn.Parameter(torch.randn(experts, dim, 2 * hidden) * dim ** -0.5)
+        self.down_proj = nn.Parameter(torch.randn(experts, hidden, dim) * hidden ** -0.5)
 
     def ffn(self, x: torch.Tensor, e: int) -> torch.Tensor:
-        gate, up = (x @ self.w_up[e]).chunk(2, dim=-1)
-        return (F.silu(gate) * up) @ self.w_down[e]
+        gate, up = (x @ self.gate_up_proj[e]).chunk(2, dim=-1)
+        return (F.silu(gate) * up) @ self.down_proj[e]
 
 
 class MoELayer(nn.Module):

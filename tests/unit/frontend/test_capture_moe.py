@@ -48,7 +48,7 @@ def test_hand_written_moe_with_a_starved_expert_matches_eager(form):
     # the starved expert (3) received no token: its weights' gradient is exactly zero, the others' is not
     model.zero_grad()
     loss_fn(model(*args), *target).backward()
-    w_up = model.blocks[0].moe.experts.w_up.grad
+    w_up = model.blocks[0].moe.experts.gate_up_proj.grad
     assert torch.count_nonzero(w_up[3]) == 0 and all(torch.count_nonzero(w_up[e]) > 0 for e in range(3))
 
 
