@@ -101,7 +101,7 @@ def check_supported(info: Any) -> None:
             node = info.nodes.get(n.name)
             label = torch_op_label(name) if name.startswith("torch.") else str(n.target)
             path = node.module_path if node else None
-            reason = RUN_TIME_SIZED.get(label.removesuffix(".default"))
+            reason = RUN_TIME_SIZED.get(label.removesuffix(".default")) or _complex_reason(label)
             sized_at_run_time |= reason is not None
             found.setdefault((label, path), UnsupportedOpError(label, path, reason=reason, **_describe(info, n.name)))
     if sized_at_run_time:   # the symbolic-size bookkeeping around such an op is not worth listing
@@ -123,6 +123,13 @@ RUN_TIME_SIZED = {
     "aten.unique_consecutive": "has a result length (the number of runs) known only at run time",
     "aten.repeat_interleave.Tensor": "has a result length (the sum of the repeats) known only at run time",
 }
+
+
+def _complex_reason(label: str) -> str | None:
+    """FFTs and complex views: spmdc's element types are real."""
+    if label.startswith(("aten.fft_", "aten._fft_", "aten.view_as_complex", "aten.view_as_real", "aten.complex")):
+        return "computes with complex numbers; spmdc's element types are real, so it is refused"
+    return None
 
 
 def _symbolic_bookkeeping(label: str) -> bool:

@@ -237,9 +237,9 @@ def _leftovers(tmpdir: Path) -> list[str]:
 
 
 RANK_CASES = [
-    ("unsupported-op", ["{w}/sort_model.py:factory", "--nproc", "2", "--mesh", "dp=2", "--plan", "dp"], 1,
+    ("unsupported-op", ["{w}/fft_model.py:factory", "--nproc", "2", "--mesh", "dp=2", "--plan", "dp"], 1,
      ["spmdc run: error: rank", "failed: UnsupportedOpError: spmdc cannot capture this model: PyTorch op "
-      "'aten.sort'", "sort_model.py\", line 14, in forward", "every rank's output, tracebacks included: "]),
+      "'aten.fft_rfft'", "fft_model.py\", line 14, in forward", "every rank's output, tracebacks included: "]),
     ("collective-timeout", ["{w}/hangs_on_rank1.py:factory", "--nproc", "2", "--mesh", "dp=2", "--plan", "dp",
                             "--timeout", "8"], 1,
      ["spmdc run: error: rank 0 failed: RuntimeError: [/", "Timed out waiting 8000ms"]),
@@ -269,7 +269,7 @@ def test_mistake_on_ranks_gives_one_clear_line_and_leaves_nothing(name, args, co
     else:
         assert logs == []
     if name == "unsupported-op":
-        assert "sort_model.py:factory:" in res.stdout   # 'factory:' stays text (no emoji)
+        assert "fft_model.py:factory:" in res.stdout   # 'factory:' stays text (no emoji)
 
 
 def test_ctrl_c_ends_every_rank_without_tracebacks(tmp_path):
