@@ -6,10 +6,11 @@ A skip connection (the embedding's output read by both blocks, in stages 1 and 2
 dp=2, so the value leaves it cut over the batch) and llama-tiny with 3 layers, one per stage (stage 0
 megatron on tp=2; the rotary tables computed in stage 0 are read by stages 1 and 2). Both equal eager
 PyTorch on one device on the whole batch: losses on every rank (rtol 1e-4, atol 1e-5) and every
-trained parameter (rtol 1e-4, atol 5e-5: ``STATE_ATOL``) — the skip value's gradient is the sum of its two consumers'. Messages: each consumer rank
-receives each value it reads once per micro-batch (one ``pipe.recv``), the producer sends each
-micro-batch's value in one ``pipe.send`` to the ranks of both consumers and receives its gradient
-in one ``pipe.recv`` from both, and the messages the runtime sends are the ones the IR lists.
+trained parameter (rtol 1e-4, atol 5e-5: ``STATE_ATOL``) — the skip value's gradient is the sum
+of its two consumers'. Messages: each consumer rank receives each value it reads once per
+micro-batch (one ``pipe.recv``), the producer sends each micro-batch's value in one ``pipe.send``
+to the ranks of both consumers and receives its gradient in one ``pipe.recv`` from both, and the
+messages the runtime sends are the ones the IR lists.
 
 In the same launch, a meta-device model in a pipeline: llama-tiny built by ``spmdc.deferred_init``
 with seed 0 on pp=2 x tp=2 (megatron in both stages): each rank replays the recorded initialization
