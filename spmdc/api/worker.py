@@ -16,7 +16,8 @@ def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", targ
     """Compile ``step`` for ``rank``, run it on the single-device arguments' pieces, gather.
 
     Returns ``outputs`` (global values), ``local`` (this rank's pieces, as the program returned
-    them), ``comm_ops`` (collectives in the program), ``issued`` (collectives the run issued)
+    them), ``comm_ops`` (collectives in the program), ``issued`` (collectives the run issued; their
+    bytes in ``issued_bytes``)
     and, for target ``triton``, ``kernel_stats``.
     """
     from spmdc.compiler import compile_rank
@@ -26,7 +27,8 @@ def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", targ
     run = RankRunner(prog, comm, executor)
     outs = run(run.local_arguments(step.arguments))
     issued = dict(comm.stats.counts)
-    result = {"outputs": run.full_results(outs), "local": list(outs), "comm_ops": prog.comm_ops, "issued": issued}
+    result = {"outputs": run.full_results(outs), "local": list(outs), "comm_ops": prog.comm_ops, "issued": issued,
+              "issued_bytes": dict(comm.stats.bytes)}
     if prog.kernel_stats is not None:
         result["kernel_stats"] = prog.kernel_stats
     return result

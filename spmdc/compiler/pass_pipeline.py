@@ -3,8 +3,10 @@
     prepare    canonicalize,cse(,philox-rng)                 tidy the captured graph; rng=philox:
                                                              counter-based random numbers
     (plan)     spmdc.sharding.apply.apply_plan               the user's layouts as attributes
-    global     sharding-propagation,insert-redistribution,   every value gets a layout; each
-               lower-redistribution                          change becomes collectives
+    global     expert-dispatch,sharding-propagation,         MoE token permutations as expert
+               insert-redistribution,lower-redistribution    dispatch (all_to_all under ep);
+                                                             every value gets a layout; each
+                                                             change becomes collectives
     rank       partition{rank=r},fuse-collectives,           one rank's program: local shapes,
                cse,dce,canonicalize                          fewer collectives
     bucketing  bucket-collectives                            (bucket=True) one AG/RS per block
@@ -73,7 +75,8 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
     """The whole compiler, in order."""
     out = [
         Stage("prepare", "canonicalize,cse" + (",philox-rng" if options.rng == "philox" else ""), per_rank=False),
-        Stage("global", "sharding-propagation,insert-redistribution,lower-redistribution", per_rank=False),
+        Stage("global", "expert-dispatch,sharding-propagation,insert-redistribution,lower-redistribution",
+              per_rank=False),
         Stage("rank", f"partition{{rank={options.rank}}}," + ("fuse-collectives," if options.fuse else "")
               + "cse,dce,canonicalize", per_rank=True),
     ]

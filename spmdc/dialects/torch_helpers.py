@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from spmdc.dialects.expert_helpers import (  # noqa: F401
+    expert_combine,
+    expert_counts,
+    expert_dispatch,
+    expert_route,
+    grouped_matmul_slots,
+    grouped_matmul_wgrad_slots,
+)
+
 
 def attention_probs(q: Any, k: Any, mask: Any, is_causal: bool, scale: float) -> Any:
     """``softmax(q k^T * scale + mask)`` in the element type of ``q`` (keys already grouped)."""

@@ -26,12 +26,23 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.attrs import RANK_ATTR
+from spmdc.dialects.comm.experts import ExpertCombineOp as CommExpertCombineOp
+from spmdc.dialects.comm.experts import ExpertDispatchOp as CommExpertDispatchOp
 from spmdc.dialects.func import FuncOp
-from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, ShardingAttr, StridedShard
-from spmdc.dialects.tensor import ConstantOp, InsertSliceOp, RandomOp, SliceOp
-from spmdc.ir.attributes import DenseAttr, IntegerAttr
+from spmdc.dialects.shard import AnnotateOp, Partial, RedistributeOp, Replicate, Shard, ShardingAttr, StridedShard
+from spmdc.dialects.tensor import (
+    ConstantOp,
+    ExpertCombineOp,
+    ExpertCountsOp,
+    ExpertDispatchOp,
+    ExpertRouteOp,
+    InsertSliceOp,
+    RandomOp,
+    SliceOp,
+)
+from spmdc.ir.attributes import ArrayAttr, DenseAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.core import Operation
-from spmdc.ir.rewriter import Rewriter
+from spmdc.ir.rewriter import Builder, Rewriter
 from spmdc.ir.types import FunctionType, TensorType
 from spmdc.passes.pass_base import ModulePass
 from spmdc.sharding.layouts import SHARDING, func_mesh, layout_of
@@ -90,6 +101,10 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
             src = layout_of(op.operand(0))
             if src is not None and any(isinstance(p, StridedShard) and p.dim == op.slice_attrs()[0] for p in src):
                 strided_slices[op] = op.part()
+    expert_axes = {id(op): (_expert_axis(op, mesh), op.sources()) for op in func.body.ops   # global types
+                   if isinstance(op, (ExpertDispatchOp, ExpertCombineOp))}
+    expert_groups = _expert_groups(func, expert_axes)
+    first_sources = {id(op): _first_source(op, shape, coords) for op in func.body.ops if isinstance(op, ExpertRouteOp)}
     for a in func.args:
         a.type = local(a.type, layout_of(a))
     for op in list(func.body.ops):
@@ -98,7 +113,17 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         if isinstance(op, AnnotateOp):
             rewriter.replace_op(op, [op.operand(0)])
             continue
+        if id(op) in expert_axes and expert_axes[id(op)][0] is not None:
+            group = expert_groups[id(op)]
+            if op is group[-1]:   # one all_to_all for the group, where its last member was
+                _lower_expert_moves(group, *expert_axes[id(op)], mesh, coords, rewriter)  # type: ignore[arg-type]
+            continue
+        if isinstance(op, ExpertRouteOp):
+            op.localize(first_sources[id(op)])
         layouts = [layout_of(r) for r in op.results]
+        if isinstance(op, ExpertCountsOp) and layouts[0] is not None:   # this rank counts its own chunks
+            op.attributes["sources"] = IntegerAttr(local_shape(op.result.tensor_type.shape, tuple(layouts[0]),
+                                                               shape, coords)[0])
         if isinstance(op, ConstantOp) and layouts[0] is not None:
             _partition_constant(op, layouts[0], shape, coords)
         if isinstance(op, RandomOp) and layouts[0] is not None:
@@ -118,6 +143,65 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         results.append(v.type)
     func.set_function_type(FunctionType(tuple(a.type for a in func.args), tuple(results)))
     func.attributes[RANK_ATTR] = IntegerAttr(rank)
+
+
+def _first_source(op: Operation, shape, coords) -> int:
+    """The first source chunk of an ``expert_route``'s ids on this rank."""
+    lay = layout_of(op.operand(0))
+    if lay is None:
+        return 0
+    off = local_offset(op.operand(0).tensor_type.shape, tuple(lay), shape, coords)[0]
+    return off // int(op.attr_value("per_source"))  # type: ignore[arg-type]
+
+
+def _expert_axis(op: Operation, mesh) -> str | None:
+    """The mesh axis sharding the slots of an expert dispatch or combine (its ``dest``'s dim 0)."""
+    lay = layout_of(op.operand(1))
+    axes = [mesh.axis_names[i] for i, p in enumerate(lay or ()) if isinstance(p, Shard) and mesh.shape[i] > 1]
+    if len(axes) > 1:
+        raise op.emit_error(f"its slots are sharded over several mesh axes ({', '.join(axes)}); one is supported")
+    return axes[0] if axes else None
+
+
+def _expert_groups(func: FuncOp, axes: dict) -> dict[int, list[Operation]]:
+    """Sharded dispatches (or combines) of one routing (same ``dest`` and ``counts``) that can
+    travel in one ``all_to_all``: consecutive ones, none of whose results is used before the
+    group's last member (where the merged collective goes)."""
+    groups: dict[int, list[Operation]] = {}
+    open_: dict[tuple, list[Operation]] = {}
+    for op in func.body.ops:
+        users_of = {id(v.defining_op()) for v in op.operands if v.defining_op() is not None}
+        for key in [k for k, g in open_.items() if any(id(m) in users_of for m in g)]:
+            del open_[key]
+        if axes.get(id(op), (None,))[0] is None:
+            continue
+        key = (type(op), id(op.operand(1)), id(op.operand(2)))
+        group = open_.setdefault(key, [])
+        group.append(op)
+        for m in group:
+            groups[id(m)] = group
+    return groups
+
+
+def _lower_expert_moves(group: list[Operation], axis: str, sources: int, mesh, coords, rewriter: Rewriter) -> None:
+    """Sharded ``tensor.expert_dispatch``/``_combine`` ops are this rank's ``all_to_all`` of its rows:
+    one ``comm.expert_dispatch``/``_combine`` on the slots' axis (one slot per rank) moves them all."""
+    op = group[-1]
+    n = mesh.shape[mesh.axis_names.index(axis)]
+    if sources != n:
+        raise op.emit_error(f"has {sources} slots on mesh axis '{axis}' of {n} ranks; one slot per rank "
+                            "is supported")
+    types = [m.result.tensor_type.with_shape(local_shape(m.result.tensor_type.shape, tuple(layout_of(m.result)),
+                                                         mesh.shape, coords)) for m in group]
+    attrs: dict[str, object] = {"mesh": SymbolRefAttr(mesh.sym_name), "axis": StringAttr(axis),
+                                "top_k": ArrayAttr(tuple(IntegerAttr(m.top_k) for m in group))}
+    if isinstance(op, ExpertDispatchOp):
+        attrs["slot_rows"] = IntegerAttr(int(op.attr_value("slot_rows")))  # type: ignore[arg-type]
+    cls = CommExpertDispatchOp if isinstance(op, ExpertDispatchOp) else CommExpertCombineOp
+    new = Builder.before(op).create(cls, [m.operand(0) for m in group] + [op.operand(1), op.operand(2)], attrs,
+                                    types, location=op.location)
+    for m, r in zip(group, new.results):
+        rewriter.replace_op(m, [r])
 
 
 def _partition_constant(op: ConstantOp, layout, shape, coords) -> None:

@@ -28,6 +28,7 @@ PASS_MODULES: dict[str, str] = {
     "cse": "spmdc.passes.cse",
     "dce": "spmdc.passes.dce",
     "philox-rng": "spmdc.passes.philox_rng",
+    "expert-dispatch": "spmdc.passes.expert_dispatch",
     "sharding-propagation": "spmdc.passes.sharding_propagation",
     "insert-redistribution": "spmdc.passes.insert_redistribution",
     "lower-redistribution": "spmdc.passes.lower_redistribution",

@@ -400,6 +400,73 @@ class Collectives:
         return torch.cat(parts, dim=concat_dim).contiguous()
 
 
+    # Expert dispatch (mixture of experts): one all_to_all with run-time splits each way; the
+    # payloads (tokens, routing weights, ...) travel packed as bytes in one exchange.
+    def expert_dispatch(self, xs: list[torch.Tensor], dest: torch.Tensor, counts: torch.Tensor, axis: str,
+                        top_ks: list[int], slot_rows: int) -> list[torch.Tensor]:
+        """``comm.expert_dispatch``: send each routed assignment's rows to the rank holding its
+        expert's slot; return this rank's slot buffers (``slot_rows`` rows, zeros past its rows)."""
+        from spmdc.dialects.expert_helpers import blocks
+
+        n, me = self.size(axis), self.coord(axis)
+        start, kept = blocks(counts, n, slot_rows)
+        per = counts.shape[1] // n
+        order = (dest >= 0).nonzero().reshape(-1)
+        order = order[torch.argsort(dest[order], stable=True)]
+        send = torch.bincount(torch.div(dest[order], slot_rows, rounding_mode="floor"), minlength=n).tolist()
+        recv = kept[:, me * per:(me + 1) * per].sum(dim=1).tolist()
+        packed, layout = _pack([x[order // k] for x, k in zip(xs, top_ks)])
+        got = self._all_to_all_rows(packed, send, recv, axis, "comm.expert_dispatch")
+        pos = torch.cat([start[s, e] - me * slot_rows + torch.arange(int(kept[s, e]))
+                         for s in range(n) for e in range(me * per, (me + 1) * per)]) if sum(recv) else \
+            torch.zeros(0, dtype=torch.int64)
+        outs = []
+        for rows in _unpack(got, layout):
+            buf = rows.new_zeros((slot_rows,) + tuple(rows.shape[1:]))
+            buf[pos] = rows
+            outs.append(buf)
+        return outs
+
+    def expert_combine(self, bufs: list[torch.Tensor], dest: torch.Tensor, counts: torch.Tensor, axis: str,
+                       top_ks: list[int]) -> list[torch.Tensor]:
+        """``comm.expert_combine``: send each row of this rank's slot back to the rank that routed
+        it; return, per payload, the rows in assignment order (zeros for dropped ones), summed
+        over each token's ``top_k`` assignments."""
+        from spmdc.dialects.expert_helpers import blocks
+
+        n, me = self.size(axis), self.coord(axis)
+        slot_rows = bufs[0].shape[0]
+        start, kept = blocks(counts, n, slot_rows)
+        per = counts.shape[1] // n
+        mine = range(me * per, (me + 1) * per)
+        rows = [torch.arange(int(kept[s, e])) + (start[s, e] - me * slot_rows) for s in range(n) for e in mine]
+        idx = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+        send = [int(kept[s, me * per:(me + 1) * per].sum()) for s in range(n)]
+        order = (dest >= 0).nonzero().reshape(-1)
+        order = order[torch.argsort(dest[order], stable=True)]
+        recv = torch.bincount(torch.div(dest[order], slot_rows, rounding_mode="floor"), minlength=n).tolist()
+        packed, layout = _pack([b[idx] for b in bufs])
+        got = self._all_to_all_rows(packed, send, recv, axis, "comm.expert_combine")
+        outs = []
+        for r, k in zip(_unpack(got, layout), top_ks):
+            full = r.new_zeros((dest.shape[0],) + tuple(r.shape[1:]))
+            full[order] = r
+            outs.append(full if k == 1 else full.reshape((-1, k) + tuple(r.shape[1:])).sum(dim=1))
+        return outs
+
+    def _all_to_all_rows(self, packed: torch.Tensor, send: list[int], recv: list[int], axis: str,
+                         kind: str) -> torch.Tensor:
+        """One ``all_to_all_single`` of byte rows with run-time splits (``send[q]`` rows to rank
+        ``q`` of ``axis``, ``recv[s]`` from rank ``s``); recorded as ``kind`` with the bytes sent."""
+        out = packed.new_empty((sum(recv), packed.shape[1]))
+        self.stats.add(kind, packed.numel())
+        if self.stats.order is not None:
+            self.stats.order.append(kind)
+        work = dist.all_to_all_single(out, packed.contiguous(), output_split_sizes=recv, input_split_sizes=send,
+                                      group=self.group(axis), async_op=True)
+        self._waiter("all_to_all_v", axis)(work)
+        return out
+
 COLLECTIVES = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all", "all_gather_bucket",
                "reduce_scatter_bucket", "all_reduce_bucket")
 STARTS = tuple(c + "_start" for c in ("all_reduce", "all_gather", "reduce_scatter", "all_gather_bucket",
@@ -435,3 +502,24 @@ class CountingComm:
                 stats.order.append("comm." + name)
             return target(x, *args, **kwargs)
         return call
+
+
+def _pack(parts: list[torch.Tensor]) -> tuple[torch.Tensor, list[tuple[torch.dtype, tuple[int, ...], int]]]:
+    """Rows of several tensors (any dtypes, same row count) side by side as bytes: ``[rows, bytes]``."""
+    rows = parts[0].shape[0]
+    cols, layout = [], []
+    for p in parts:
+        per_row = int(torch.Size(p.shape[1:]).numel())
+        b = p.contiguous().reshape(rows, per_row).view(torch.uint8)
+        cols.append(b)
+        layout.append((p.dtype, tuple(p.shape[1:]), b.shape[1]))
+    return torch.cat(cols, dim=1), layout
+
+
+def _unpack(packed: torch.Tensor, layout: list[tuple[torch.dtype, tuple[int, ...], int]]) -> list[torch.Tensor]:
+    out, at = [], 0
+    for dtype, rest, width in layout:
+        piece = packed[:, at:at + width].contiguous()
+        at += width
+        out.append(piece.view(dtype).reshape((packed.shape[0],) + rest))
+    return out

@@ -7,7 +7,7 @@ forms (:mod:`.bucket`, SimpleFSDP's one-collective-for-several-tensors) and thei
         : (tensor<4x16xf32>, tensor<8xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
 """
 
-from spmdc.dialects.comm import async_ops, bucket, collectives, split
+from spmdc.dialects.comm import async_ops, bucket, collectives, experts, split
 from spmdc.dialects.comm.async_ops import START_OPS, StartOp, WaitOp, collective_kind
 from spmdc.dialects.comm.bucket import AllGatherBucketOp, AllReduceBucketOp, BucketOp, ReduceScatterBucketOp
 from spmdc.dialects.comm.collectives import (
@@ -21,7 +21,7 @@ from spmdc.dialects.comm.collectives import (
 from spmdc.dialects.comm.split import BsrOp, SplitAllReduceOp
 from spmdc.ir.registry import Dialect
 
-DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS, *async_ops.OPS, *split.OPS])
+DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS, *async_ops.OPS, *split.OPS, *experts.OPS])
 
 __all__ = ["DIALECT", "AllGatherBucketOp", "BsrOp", "AllGatherOp", "AllReduceBucketOp", "AllReduceOp", "AllSliceOp",
            "AllToAllOp", "BucketOp", "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp",

@@ -16,6 +16,7 @@ from spmdc.dialects.tensor import (
     conv,
     distance,
     elementwise,
+    experts,
     grid,
     grouped,
     index,
@@ -34,6 +35,7 @@ from spmdc.dialects.tensor.compare import *  # noqa: F401,F403
 from spmdc.dialects.tensor.conv import ConvInputGradOp, ConvOp, ConvWeightGradOp  # noqa: F401
 from spmdc.dialects.tensor.distance import *  # noqa: F401,F403
 from spmdc.dialects.tensor.elementwise import *  # noqa: F401,F403
+from spmdc.dialects.tensor.experts import ExpertCombineOp, ExpertCountsOp, ExpertDispatchOp, ExpertRouteOp  # noqa: F401
 from spmdc.dialects.tensor.grid import *  # noqa: F401,F403
 from spmdc.dialects.tensor.grouped import GroupedMatmulOp, GroupedMatmulWgradOp  # noqa: F401
 from spmdc.dialects.tensor.index import *  # noqa: F401,F403
@@ -67,6 +69,6 @@ from spmdc.ir.registry import Dialect
 DIALECT = Dialect("tensor", [*elementwise.OPS, *reduction.OPS, *shape.OPS, *linalg.OPS,
                              *activation.OPS, *compare.OPS, *index.OPS, *nn.OPS, *attention.OPS, *random.OPS,
                              *conv.OPS, *sort.OPS, *pool.OPS, *grid.OPS, *distance.OPS,
-                             *grouped.OPS])
+                             *grouped.OPS, *experts.OPS])
 
 __all__ = ["DIALECT", "TensorOp"] + [op.__name__ for op in DIALECT.ops]

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder
 from spmdc.dialects.tensor.base import TensorOp, same_element_type, tensor_types
 from spmdc.dialects.tensor.helpers import bool_attr, require_float
-from spmdc.ir.attributes import BoolAttr
+from spmdc.ir.attributes import BoolAttr, IntegerAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
 
@@ -62,6 +62,34 @@ def _check_bounds(types: Sequence[TensorType], groups: int) -> None:
         _check_offs(t, groups)
 
 
+def _slot_rows(op) -> int:
+    """``slot_rows`` (0: none): ``x``'s rows are slots of that many rows (``tensor.expert_dispatch``'s
+    buffer), slot ``q`` holding experts ``[q*E/slots, (q+1)*E/slots)``; ``starts``/``ends`` are rows
+    of the whole buffer, and ``x`` starts at the slot of ``starts[0]`` (the whole buffer, or a rank's
+    slots of it)."""
+    a = op.attributes.get("slot_rows")
+    return int(a.value) if isinstance(a, IntegerAttr) else 0
+
+
+def _slot_rule(b: RuleBuilder, operands, results, rows: int, experts: int, slot_rows: int, **kw) -> OpShardingRule:
+    """The slot form's rule: one factor ``q`` (the slots) for the rows of ``x`` (and ``dy``/the result)
+    and the experts of ``w``, ``starts`` and ``ends``: sharded, each rank computes its slots' experts
+    on its slots' rows, nothing else is sharded with them."""
+    slots = rows // slot_rows
+    q = b.factor(slots)
+    s, e = operands[0][0], operands[2][0]
+    swap = {s: q, e: q}
+    ops = [[swap.get(f, f) for f in dims] for dims in operands]
+    res = [[swap.get(f, f) for f in dims] for dims in results]
+    scales = []
+    for is_res, groups in ((False, ops), (True, res)):
+        for i, dims in enumerate(groups):
+            if dims and dims[0] == q:
+                src = (results if is_res else operands)[i][0]
+                scales.append((is_res, i, 0, slot_rows if src == s else experts // slots))
+    return b.build(ops, res, blocked=frozenset({s, e}), even_only=frozenset({q}), scales=tuple(scales), **kw)
+
+
 class GroupedMatmulOp(TensorOp):
     """``r[offs[g-1]:offs[g]] = x[offs[g-1]:offs[g]] @ w[g]`` for each group ``g``; rows past
     ``offs[-1]`` are zeros. ``x`` (S, K), ``w`` (E, K, N) — or (E, N, K) with ``transpose_w``,
@@ -83,7 +111,7 @@ class GroupedMatmulOp(TensorOp):
     name = "tensor.grouped_matmul"
     num_operands = None   # x, w, offs — or x, w, starts, ends
     num_results = 1
-    optional_attrs = {"transpose_w": BoolAttr}
+    optional_attrs = {"transpose_w": BoolAttr, "slot_rows": IntegerAttr}
     kernel = "none"
 
     @classmethod
@@ -108,6 +136,9 @@ class GroupedMatmulOp(TensorOp):
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         x, w = ins[0], ins[1]
+        if _slot_rows(self):
+            return (f"spmdc_ops.grouped_matmul_slots({x}, {w}, {ins[2]}, {ins[3]}, {_slot_rows(self)}, "
+                    f"{self.transpose_w})")
         wg = f"{w}[g].mT" if self.transpose_w else f"{w}[g]"
         n = f"{w}.shape[{1 if self.transpose_w else 2}]"
         if len(ins) == 4:   # groups starts[g]:ends[g], consecutive; zeros before the first and after the last
@@ -128,6 +159,9 @@ class GroupedMatmulOp(TensorOp):
         s, k, n, e = b.factor(x.shape[0]), b.factor(x.shape[1]), b.factor(self.result.tensor_type.shape[1]), \
             b.factor(w.shape[0])
         wdims = [e, n, k] if self.transpose_w else [e, k, n]
+        if _slot_rows(self):
+            return _slot_rule(b, [[s, k], wdims, [e], [e]], [[s, n]], x.shape[0], w.shape[0], _slot_rows(self),
+                              reductions=((k, "sum"),), partial_one=(0, 1))
         if len(self.operands) == 4:   # a rank's experts give its groups' rows, zeros elsewhere: a sum over e
             return b.build([[s, k], wdims, [e], [e]], [[s, n]], reductions=((k, "sum"), (e, "sum")),
                            blocked=frozenset({s}), partial_one=(0, 1))
@@ -151,6 +185,7 @@ class GroupedMatmulWgradOp(TensorOp):
     name = "tensor.grouped_matmul_wgrad"
     num_operands = None   # x, dy, offs — or x, dy, starts, ends
     num_results = 1
+    optional_attrs = {"slot_rows": IntegerAttr}
     kernel = "none"
 
     @classmethod
@@ -172,6 +207,8 @@ class GroupedMatmulWgradOp(TensorOp):
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         x, dy = ins[0], ins[1]
+        if _slot_rows(self):
+            return f"spmdc_ops.grouped_matmul_wgrad_slots({x}, {dy}, {ins[2]}, {ins[3]}, {_slot_rows(self)})"
         groups = _bounded(ins[2], ins[3]) if len(ins) == 4 else _groups(ins[2])
         return f"torch.stack([torch.matmul({x}[a:b].mT, {dy}[a:b]) {groups}])"
 
@@ -180,6 +217,9 @@ class GroupedMatmulWgradOp(TensorOp):
         b = RuleBuilder()
         s, k, n = b.factor(x.shape[0]), b.factor(x.shape[1]), b.factor(dy.shape[1])
         e = b.factor(self.operand(2).tensor_type.shape[0])
+        if _slot_rows(self):
+            return _slot_rule(b, [[s, k], [s, n], [e], [e]], [[e, k, n]], x.shape[0],
+                              self.operand(2).tensor_type.shape[0], _slot_rows(self), partial_one=(0, 1))
         if len(self.operands) == 4:   # each rank the gradients of its own experts
             return b.build([[s, k], [s, n], [e], [e]], [[e, k, n]], blocked=frozenset({s}), partial_one=(0, 1))
         return b.build([[s, k], [s, n], [e]], [[e, k, n]], blocked=frozenset({s, e}), partial_one=(0, 1))

@@ -105,3 +105,40 @@ def test_expert_parallel_ranks_hold_and_run_only_their_experts(runs, case):
                 assert tuple(getattr(r.type, "shape", ())) not in full, f"an expert weight gathered over ep: {op}"
     gm = [op for op in module.walk() if op.name == "tensor.grouped_matmul"]
     assert gm and all(op.operand(1).type.shape[0] == experts[next(iter(experts))][0] // ep for op in gm)
+
+
+@pytest.mark.parametrize("case", EP_CASES, ids=[f"{CASES[i][0]}-{CASES[i][1]}" for i in EP_CASES])
+def test_expert_parallel_dispatch_is_two_all_to_all_each_way(runs, case):
+    """Expert parallelism moves tokens by all_to_all with run-time splits (``comm.expert_dispatch``
+    / ``comm.expert_combine``): per MoE layer exactly one dispatch and one combine in the forward
+    and one of each in the backward (tokens and routing weights packed into one exchange), plus the
+    all-gather of the ``[ranks, experts]`` counts (the size exchange); no token all-gather over ep.
+    Bytes: every routed assignment's row crosses once per move, no padding — summed over the ranks,
+    each op moves ``world * (its rank's assignments) * (bytes of one row of every payload)``."""
+    steps, results = runs
+    step = steps[case]
+    name = CASES[case][0]
+    config = build(name)[0].config
+    moe_layers = config.num_hidden_layers - (getattr(config, "first_k_dense_replace", None) or 0)
+    world = 4
+    module = step.rank_module(0)
+    moves = [op for op in module.walk() if op.name in ("comm.expert_dispatch", "comm.expert_combine")]
+    for kind in ("comm.expert_dispatch", "comm.expert_combine"):
+        ops = [op for op in moves if op.name == kind]
+        assert len(ops) == 2 * moe_layers, f"{name}: {len(ops)} {kind} for {moe_layers} MoE layers"
+        want = 0
+        for op in ops:
+            dest = op.operand(op.payloads).type.shape[0]
+            row = sum(v.type.num_bytes // v.type.shape[0] for v in op.operands[:op.payloads])
+            want += world * dest * row
+        got = sum(results[r][case]["issued_bytes"][kind] for r in range(world))
+        assert results[0][case]["issued"][kind] == 2 * moe_layers
+        assert got == want, f"{name} {kind}: {got} bytes moved, analytic {want}"
+    assert any(len(op.operands) - 2 == 2 for op in moves), "tokens and routing weights travel in one exchange"
+    counts = [op for op in module.walk() if op.name.startswith("comm.all_gather")
+              and op.attributes["axis"].value == "ep" and op.operand(0).type.element_type == "i64"]
+    assert len(counts) >= moe_layers, "one size exchange (the counts' all-gather) per MoE layer"
+    if step.mesh.axis_names == ("ep",):   # (with dp too, tokens are gathered over dp first: docs/expert-parallel.md)
+        for op in module.walk():
+            if op.name.startswith("comm.all_gather") and op.attributes["axis"].value == "ep":
+                assert op.operand(0).type.element_type == "i64", f"tokens gathered over ep: {op}"
