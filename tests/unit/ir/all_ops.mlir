@@ -278,4 +278,22 @@ module @all attributes {spmdc.version = 1} {
     %dw = tensor.grouped_matmul_wgrad %x, %y, %offs : (tensor<10x8xf32>, tensor<10x6xf32>, tensor<4xi32>) -> tensor<4x8x6xf32>
     func.return %y, %dx, %dw : tensor<10x6xf32>, tensor<10x8xf32>, tensor<4x8x6xf32>
   }
+  func.func @expert_dispatch(%x: tensor<8x4xf32>, %w: tensor<4x4x6xf32>) -> (tensor<16x6xf32>, tensor<8x6xf32>, tensor<4x4x6xf32>) {
+    %ids = tensor.constant {value = dense<[0, 2, 1, 2, 3, 0, 2, 1, 1, 1, 0, 3, 2, 0, 3, 3]> : tensor<16xi64>} : tensor<16xi64>
+    %c = tensor.expert_counts %ids {experts = 4, sources = 2} : (tensor<16xi64>) -> tensor<2x4xi64>
+    %d:3 = tensor.expert_route %ids, %c {per_source = 8, slot_rows = 16, slots = 2} : (tensor<16xi64>, tensor<2x4xi64>) -> (tensor<16xi64>, tensor<4xi32>, tensor<4xi32>)
+    %rows = tensor.expert_dispatch %x, %d#0, %c {per_source = 8, slot_rows = 16, top_k = 2} : (tensor<8x4xf32>, tensor<16xi64>, tensor<2x4xi64>) -> tensor<32x4xf32>
+    %y = tensor.grouped_matmul %rows, %w, %d#1, %d#2 {slot_rows = 16} : (tensor<32x4xf32>, tensor<4x4x6xf32>, tensor<4xi32>, tensor<4xi32>) -> tensor<32x6xf32>
+    %dw = tensor.grouped_matmul_wgrad %rows, %y, %d#1, %d#2 {slot_rows = 16} : (tensor<32x4xf32>, tensor<32x6xf32>, tensor<4xi32>, tensor<4xi32>) -> tensor<4x4x6xf32>
+    %back = tensor.expert_combine %y, %d#0, %c {per_source = 8, top_k = 1} : (tensor<32x6xf32>, tensor<16xi64>, tensor<2x4xi64>) -> tensor<16x6xf32>
+    %tok = tensor.expert_combine %y, %d#0, %c {per_source = 8, top_k = 2} : (tensor<32x6xf32>, tensor<16xi64>, tensor<2x4xi64>) -> tensor<8x6xf32>
+    func.return %back, %tok, %dw : tensor<16x6xf32>, tensor<8x6xf32>, tensor<4x4x6xf32>
+  }
+  func.func @expert_all_to_all(%x: tensor<2x4xf32>, %p: tensor<4xf32>) -> (tensor<16x4xf32>, tensor<2x4xf32>) {
+    %dest = tensor.constant {value = dense<[3, 19, 35, 51]> : tensor<4xi64>} : tensor<4xi64>
+    %c = tensor.constant {value = dense<1> : tensor<4x4xi64>} : tensor<4x4xi64>
+    %rows:2 = comm.expert_dispatch %x, %p, %dest, %c {axis = "tp", mesh = @mesh, slot_rows = 16, top_k = [2, 1]} : (tensor<2x4xf32>, tensor<4xf32>, tensor<4xi64>, tensor<4x4xi64>) -> (tensor<16x4xf32>, tensor<16xf32>)
+    %y = comm.expert_combine %rows#0, %dest, %c {axis = "tp", mesh = @mesh, top_k = [2]} : (tensor<16x4xf32>, tensor<4xi64>, tensor<4x4xi64>) -> tensor<2x4xf32>
+    func.return %rows#0, %y : tensor<16x4xf32>, tensor<2x4xf32>
+  }
 }
