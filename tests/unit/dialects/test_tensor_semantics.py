@@ -242,7 +242,7 @@ def test_every_tensor_op_is_checked_against_torch():
                                        # against torch / a reference loop in test_shape_core.py
                                        "tensor.diagonal", "tensor.diagonal_scatter", "tensor.grouped_matmul",
                                        "tensor.grouped_matmul_wgrad",
-                                       # against torch's sort-and-index form in test_experts.py
+                                       # against torch's sort-and-index form in test_expert_ops.py
                                        "tensor.expert_counts", "tensor.expert_route", "tensor.expert_dispatch",
                                        "tensor.expert_combine",
                                        "tensor.conv_input_grad", "tensor.conv_weight_grad"}  # the last two: below
