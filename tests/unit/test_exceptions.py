@@ -29,6 +29,7 @@ def _examples() -> dict[str, object]:
     from spmdc.frontend.workloads import WorkloadError
     from spmdc.ir.core import InferError
     from spmdc.ir.diagnostics import DiagnosticError
+    from spmdc.passes.expert_dispatch import NotADispatch
     from spmdc.passes.registry import PipelineError
     from spmdc.runtime.checkpointing import CheckpointError, CheckpointWarning
     from spmdc.runtime.collectives import CollectiveTimeout
@@ -72,6 +73,7 @@ def _examples() -> dict[str, object]:
         "CompileCacheWarning": CompileCacheWarning("compile cache entry steps/ab12.pkl is unreadable (truncated): "
                                                    "compiling again"),
         "Uncacheable": Uncacheable("loss_fn closes over a tensor"),
+        "NotADispatch": NotADispatch("the sorted ids are used by 'tensor.add' (only their histogram is handled)"),
     }
 
 
