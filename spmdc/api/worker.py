@@ -28,7 +28,7 @@ def run_on_rank(step: Any, rank: int, comm: Any, executor: str = "codegen", targ
     outs = run(run.local_arguments(step.arguments))
     issued = dict(comm.stats.counts)
     result = {"outputs": run.full_results(outs), "local": list(outs), "comm_ops": prog.comm_ops, "issued": issued,
-              "issued_bytes": dict(comm.stats.bytes)}
+              "issued_bytes": dict(comm.stats.bytes), "expert_rows": dict(comm.stats.expert_rows)}
     if prog.kernel_stats is not None:
         result["kernel_stats"] = prog.kernel_stats
     return result

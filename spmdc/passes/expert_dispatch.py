@@ -307,6 +307,9 @@ def rewrite(plan: Plan) -> None:
     dest, starts, ends = route.results
     dest.name_hint, starts.name_hint, ends.name_hint = "expert_dest", "expert_starts", "expert_ends"
     rewriter = Rewriter()
+    order = {id(op): i for i, op in enumerate(sort.parent.ops)} if sort.parent is not None else {}
+    gathers = [m.op for m in plan.moves if m.dispatch and isinstance(m.op, IndexOp)]
+    counted = min(gathers, key=lambda op: order.get(id(op), 0)) if gathers else None
     for c in plan.histc_casts:
         c.set_operand(0, ids)
     # the chain first (its types), then the moves (their operands are the chain's values)
@@ -333,6 +336,8 @@ def rewrite(plan: Plan) -> None:
         attrs = {"top_k": m.top_k, "per_source": per}
         if m.dispatch:
             attrs["slot_rows"] = cap
+            if m.op is counted:
+                attrs["count_load"] = True   # the forward's first dispatch: what the load table counts
         new = Builder.before(m.op).create(cls, [m.payload, dest, counts], attrs, location=m.op.location)
         rewriter.replace_op(m.op, new.results)
     for op in plan.chain + plan.grouped:   # the retyped chain must still type-check, op by op

@@ -40,7 +40,7 @@ from spmdc.dialects.tensor import (
     RandomOp,
     SliceOp,
 )
-from spmdc.ir.attributes import ArrayAttr, DenseAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from spmdc.ir.attributes import ArrayAttr, BoolAttr, DenseAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder, Rewriter
 from spmdc.ir.types import FunctionType, TensorType
@@ -197,6 +197,8 @@ def _lower_expert_moves(group: list[Operation], axis: str, sources: int, mesh, c
                                 "top_k": ArrayAttr(tuple(IntegerAttr(m.top_k) for m in group))}
     if isinstance(op, ExpertDispatchOp):
         attrs["slot_rows"] = IntegerAttr(int(op.attr_value("slot_rows")))  # type: ignore[arg-type]
+        if any(m.attr_value("count_load") for m in group):
+            attrs["count_load"] = BoolAttr(True)
     cls = CommExpertDispatchOp if isinstance(op, ExpertDispatchOp) else CommExpertCombineOp
     new = Builder.before(op).create(cls, [m.operand(0) for m in group] + [op.operand(1), op.operand(2)], attrs,
                                     types, location=op.location)

@@ -119,6 +119,10 @@ class CommStats:
     """When a list: every collective issued (``comm.all_gather_bucket_start``, ...) and every
     ``comm.wait``, in the order the program ran them."""
 
+    expert_rows: dict[int, int] = field(default_factory=dict)
+    """Rows each expert this rank holds received (forward dispatches, ``count_load``): the
+    load-balance table of ``spmdc run``."""
+
     def add(self, name: str, nbytes: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
         self.bytes[name] = self.bytes.get(name, 0) + nbytes
@@ -403,9 +407,10 @@ class Collectives:
     # Expert dispatch (mixture of experts): one all_to_all with run-time splits each way; the
     # payloads (tokens, routing weights, ...) travel packed as bytes in one exchange.
     def expert_dispatch(self, xs: list[torch.Tensor], dest: torch.Tensor, counts: torch.Tensor, axis: str,
-                        top_ks: list[int], slot_rows: int) -> list[torch.Tensor]:
+                        top_ks: list[int], slot_rows: int, count_load: bool = False) -> list[torch.Tensor]:
         """``comm.expert_dispatch``: send each routed assignment's rows to the rank holding its
-        expert's slot; return this rank's slot buffers (``slot_rows`` rows, zeros past its rows)."""
+        expert's slot; return this rank's slot buffers (``slot_rows`` rows, zeros past its rows).
+        ``count_load``: add the rows each of this rank's experts receives to ``stats.expert_rows``."""
         from spmdc.dialects.expert_helpers import blocks
 
         n, me = self.size(axis), self.coord(axis)
@@ -415,6 +420,9 @@ class Collectives:
         order = order[torch.argsort(dest[order], stable=True)]
         send = torch.bincount(torch.div(dest[order], slot_rows, rounding_mode="floor"), minlength=n).tolist()
         recv = kept[:, me * per:(me + 1) * per].sum(dim=1).tolist()
+        if count_load:
+            for e, rows in enumerate(kept[:, me * per:(me + 1) * per].sum(dim=0).tolist(), start=me * per):
+                self.stats.expert_rows[e] = self.stats.expert_rows.get(e, 0) + int(rows)
         packed, layout = _pack([x[order // k] for x, k in zip(xs, top_ks)])
         got = self._all_to_all_rows(packed, send, recv, axis, "comm.expert_dispatch")
         pos = torch.cat([start[s, e] - me * slot_rows + torch.arange(int(kept[s, e]))

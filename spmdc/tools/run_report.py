@@ -39,6 +39,7 @@ def report(console: Any, cfg: Any, job: dict[str, Any], plan: Any, results: dict
     report_steps(console, cfg, r0, results)
     steps = report_collectives(console, cfg, r0)
     report_groups(console, plan, job, results, steps)
+    report_expert_load(console, results, steps)
     last = job["switch"][-1]["plan"] if job["switch"] else plan
     if isinstance(last, PipelinePlan):
         report_pipeline(console, last, results, steps)
@@ -92,6 +93,29 @@ def report_collectives(console: Any, cfg: Any, r0: dict[str, Any]) -> int:
                  f"{sum(r0['bytes'].values()) / steps:,.0f}", style="bold")
     console.print(comm)
     return steps
+
+
+def report_expert_load(console: Any, results: dict[int, Any], steps: int) -> None:
+    """Expert parallelism: the tokens each rank's experts received per step (forward dispatches,
+    all MoE layers added), and the busiest rank against the mean (1.00: balanced)."""
+    loads = {r: res.get("expert_rows") or {} for r, res in sorted(results.items())}
+    if not any(loads.values()):
+        return
+    table = Table(title="tokens per expert per step (expert parallelism, all MoE layers)")
+    for col in ("rank", "experts", "tokens per expert", "tokens"):
+        table.add_column(col, justify="right" if col != "tokens per expert" else "left")
+    totals = {}
+    for r, load in loads.items():
+        if not load:
+            continue
+        experts = sorted(load)
+        totals[r] = sum(load.values()) / steps
+        table.add_row(str(r), f"{experts[0]}-{experts[-1]}", " ".join(f"{load[e] / steps:g}" for e in experts),
+                      f"{totals[r]:g}")
+    console.print(table)
+    mean = sum(totals.values()) / len(totals)
+    if mean:
+        console.print(f"load balance: busiest rank {max(totals.values()) / mean:.2f}x the mean")
 
 
 def report_groups(console: Any, plan: Any, job: dict[str, Any], results: dict[int, Any], steps: int) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from spmdc.dialects.comm.collectives import CollectiveOp
 from spmdc.dialects.pyexpr import literal
-from spmdc.ir.attributes import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from spmdc.ir.attributes import ArrayAttr, BoolAttr, IntegerAttr, StringAttr, SymbolRefAttr
 from spmdc.ir.types import TensorType
 
 
@@ -83,9 +83,11 @@ class ExpertDispatchOp(_ExpertMoveOp):
 
     name = "comm.expert_dispatch"
     required_attrs = {**_ExpertMoveOp.required_attrs, "slot_rows": IntegerAttr}
+    optional_attrs = {"count_load": BoolAttr}   # a forward dispatch: its rows per expert feed the load table
 
     def torch_expr(self, ins: Sequence[str]) -> str:
-        return self._call("expert_dispatch", ins, f", {int(self.attr_value('slot_rows'))}")  # type: ignore[arg-type]
+        load = ", count_load=True" if self.attr_value("count_load") else ""
+        return self._call("expert_dispatch", ins, f", {int(self.attr_value('slot_rows'))}{load}")  # type: ignore[arg-type]
 
     def verify_(self) -> None:
         ins, outs = self._check()

@@ -32,7 +32,7 @@ from spmdc.dialects.pyexpr import literal
 from spmdc.dialects.shard.rules import OpShardingRule, RuleBuilder
 from spmdc.dialects.tensor.base import TensorOp, tensor_types
 from spmdc.dialects.tensor.helpers import int_attr
-from spmdc.ir.attributes import IntegerAttr
+from spmdc.ir.attributes import BoolAttr, IntegerAttr
 from spmdc.ir.core import InferError
 from spmdc.ir.types import TensorType
 
@@ -197,6 +197,7 @@ class ExpertDispatchOp(_MoveOp):
 
     name = "tensor.expert_dispatch"
     required_attrs = {"top_k": IntegerAttr, "per_source": IntegerAttr, "slot_rows": IntegerAttr}
+    optional_attrs = {"count_load": BoolAttr}   # the forward's token dispatch: counted in the load table
 
     @classmethod
     def infer_result_types(cls, operand_types, attrs):

@@ -135,6 +135,14 @@ def test_expert_parallel_dispatch_is_two_all_to_all_each_way(runs, case):
         assert results[0][case]["issued"][kind] == 2 * moe_layers
         assert got == want, f"{name} {kind}: {got} bytes moved, analytic {want}"
     assert any(len(op.operands) - 2 == 2 for op in moves), "tokens and routing weights travel in one exchange"
+    # the load table's counts: every routed assignment of every MoE layer lands at one expert, once
+    # per dp replica (world / ep of them), counted at its forward dispatch only
+    ep = step.mesh.shape[step.mesh.axis_names.index("ep")]
+    disp = next(op for op in moves if op.name == "comm.expert_dispatch")
+    dest = disp.operand(disp.payloads)
+    loads = [results[r][case]["expert_rows"] for r in range(world)]
+    assert sum(sum(v.values()) for v in loads) == moe_layers * dest.type.shape[0] * world
+    assert all(len(v) == config_experts(config) // ep for v in loads)
     counts = [op for op in module.walk() if op.name.startswith("comm.all_gather")
               and op.attributes["axis"].value == "ep" and op.operand(0).type.element_type == "i64"]
     assert len(counts) >= moe_layers, "one size exchange (the counts' all-gather) per MoE layer"
@@ -142,3 +150,10 @@ def test_expert_parallel_dispatch_is_two_all_to_all_each_way(runs, case):
         for op in module.walk():
             if op.name.startswith("comm.all_gather") and op.attributes["axis"].value == "ep":
                 assert op.operand(0).type.element_type == "i64", f"tokens gathered over ep: {op}"
+
+
+def config_experts(config) -> int:
+    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    raise AssertionError("no expert count in the config")
