@@ -8,7 +8,7 @@ shard.mesh @mesh = <["ep" = 2]>
 // CHECK-LABEL: func.func @moe(
 // CHECK:         %[[C:.*]] = tensor.expert_counts %[[IDS:.*]] {experts = 4, sources = 2} : (tensor<16xi64>) -> tensor<2x4xi64>
 // CHECK-NEXT:    %[[D:.*]]:3 = tensor.expert_route %[[IDS]], %[[C]] {per_source = 8, slot_rows = 16, slots = 2}
-// CHECK:         %[[R:.*]] = tensor.expert_dispatch %{{.*}}, %[[D]]#0, %[[C]] {per_source = 8, slot_rows = 16, top_k = 2} : (tensor<8x4xf32>, tensor<16xi64>, tensor<2x4xi64>) -> tensor<32x4xf32>
+// CHECK:         %[[R:.*]] = tensor.expert_dispatch %{{.*}}, %[[D]]#0, %[[C]] {count_load = true, per_source = 8, slot_rows = 16, top_k = 2} : (tensor<8x4xf32>, tensor<16xi64>, tensor<2x4xi64>) -> tensor<32x4xf32>
 // CHECK:         %[[Y:.*]] = tensor.grouped_matmul %[[R]], %{{.*}}, %[[D]]#1, %[[D]]#2 {slot_rows = 16} : (tensor<32x4xf32>, tensor<4x4x6xf32>, tensor<4xi32>, tensor<4xi32>) -> tensor<32x6xf32>
 // CHECK:         %[[A:.*]] = tensor.relu %[[Y]] : tensor<32x6xf32>
 // CHECK:         tensor.expert_combine %[[A]], %[[D]]#0, %[[C]] {per_source = 8, top_k = 1} : (tensor<32x6xf32>, tensor<16xi64>, tensor<2x4xi64>) -> tensor<16x6xf32>
@@ -19,7 +19,7 @@ shard.mesh @mesh = <["ep" = 2]>
 // RANK1:         tensor.expert_counts %{{.*}} {experts = 4, sources = 1} : (tensor<8xi64>) -> tensor<1x4xi64>
 // RANK1:         comm.all_gather %{{.*}} {axis = "ep", dim = 0, mesh = @mesh} : (tensor<1x4xi64>) -> tensor<2x4xi64>
 // RANK1:         tensor.expert_route %{{.*}}, %{{.*}} {first_source = 1, per_source = 8, slot_rows = 16, slots = 2}
-// RANK1:         comm.expert_dispatch %{{.*}} {axis = "ep", mesh = @mesh, slot_rows = 16, top_k = [2]} : (tensor<4x4xf32>, tensor<8xi64>, tensor<2x4xi64>) -> tensor<16x4xf32>
+// RANK1:         comm.expert_dispatch %{{.*}} {axis = "ep", count_load = true, mesh = @mesh, slot_rows = 16, top_k = [2]} : (tensor<4x4xf32>, tensor<8xi64>, tensor<2x4xi64>) -> tensor<16x4xf32>
 // RANK1:         tensor.grouped_matmul %{{.*}} {slot_rows = 16} : (tensor<16x4xf32>, tensor<2x4x6xf32>, tensor<2xi32>, tensor<2xi32>) -> tensor<16x6xf32>
 // RANK1:         comm.expert_combine %{{.*}} {axis = "ep", mesh = @mesh, top_k = [1]} : (tensor<16x6xf32>, tensor<8xi64>, tensor<2x4xi64>) -> tensor<8x6xf32>
 // RANK1-NOT:     tensor.sort
