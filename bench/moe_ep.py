@@ -12,10 +12,12 @@ One launch of 4 ranks (torch's elastic launcher, gloo, CPU, 1 thread per rank). 
 runs every side on the same model (same seed) and batch, alternating iteration by iteration
 so that all sides see the same machine load:
 
-* spmdc ``ep`` on mesh ep=4: each rank holds and runs E/4 experts (all-reduce dispatch:
-  tokens all-gathered over ep, expert outputs summed; docs/expert-parallel.md), the rest
-  replicated, batch split over ep;
-* spmdc ``fsdp+ep`` on dp=2 x ep=2: experts split over ep, every parameter fsdp over dp;
+* spmdc ``ep`` on mesh ep=4: each rank holds and runs E/4 experts, its tokens dispatched to
+  the experts' ranks and combined back by all_to_all with run-time splits (two per MoE layer
+  each way, plus the counts' all-gather; docs/expert-parallel.md), the rest replicated, batch
+  split over ep;
+* spmdc ``fsdp+ep`` on dp=2 x ep=2: experts split over ep, every parameter fsdp over dp (tokens
+  gathered over dp before the dispatch);
 * spmdc ``dp`` on dp=4 (every expert replicated, gradients all-reduced) and ``fsdp`` on dp=4;
 * PyTorch eager: FSDP2 (``fully_shard``, DTensor-based) on every decoder layer and the root,
   each rank a quarter of the batch.

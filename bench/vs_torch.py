@@ -286,10 +286,10 @@ class TimedComm:
         if not callable(target):
             return target
 
-        def call(*a: Any) -> Any:
+        def call(*a: Any, **kw: Any) -> Any:
             t = time.perf_counter()
             try:
-                return target(*a)
+                return target(*a, **kw)
             finally:
                 self.seconds += time.perf_counter() - t
         return call

@@ -138,7 +138,7 @@ def clip_gradients(c: Compilation) -> str | None:
 
 @stage("global")
 def global_passes(c: Compilation) -> None:
-    passes = ",".join(s.passes for s in stages(PipelineOptions(rng=c.options.rng))
+    passes = ",".join(s.passes for s in stages(c.options.passes(rank=0, target="torch"))
                       if not s.per_rank and s.name != "prepare")
     for g in c.groups:
         def keep(p: Any, m: Operation, _index: int, g: GroupProgram = g) -> None:

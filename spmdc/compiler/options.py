@@ -140,6 +140,11 @@ class CompileOptions:
     pp_schedule: str | None = _opt(
         None, "pipeline schedule (default: the plan's, else 1f1b); interleaved1f1b (interleaved): the plan's "
         "virtual stages per rank group, 2 by default", "--pp-schedule", choices=SCHEDULES, type=str.lower)
+    moe_capacity_factor: float | None = _opt(
+        None, "expert parallelism: each rank's expert slot holds F times its even share of the routed tokens; "
+        "tokens past it are DROPPED (their expert output is zero), which CHANGES the results against one device "
+        "(default: none, dropless: a slot holds every token)", "--moe-capacity-factor", type=positive(float),
+        metavar="F")
     microbatches: int | None = _opt(
         None, "micro-batches per step of a pipeline (default: the plan's)", "--microbatches", type=positive(int),
         metavar="N")
@@ -183,6 +188,10 @@ class CompileOptions:
             raise bad("clip_grad_norm", "expected a finite positive number")
         if clip is not None:
             object.__setattr__(self, "clip_grad_norm", float(clip))
+        cf = self.moe_capacity_factor
+        if cf is not None and not (isinstance(cf, (int, float)) and not isinstance(cf, bool) and 0 < cf < float("inf")):
+            raise bad("moe_capacity_factor", "expected a finite positive number (tokens past F times a slot's even "
+                      "share are dropped)")
         object.__setattr__(self, "mixed_precision", MixedPrecision.parse(self.mixed_precision))
 
     # -- making ---------------------------------------------------------------------------------------
@@ -224,7 +233,7 @@ class CompileOptions:
         """The pass pipeline's options for rank ``rank``'s program (:mod:`spmdc.compiler.pass_pipeline`)."""
         return PipelineOptions(rank=rank, bucket=self.bucket, overlap=self.overlap, memory_cap=self.memory_cap,
                                target=target or self.resolved_target(), rng=self.rng, fuse=self.fuse_collectives,
-                               suspend=self.vjp_pause or ())
+                               suspend=self.vjp_pause or (), capacity_factor=float(self.moe_capacity_factor or 0.0))
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from the defaults (for reports and dumps)."""

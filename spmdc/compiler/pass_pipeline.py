@@ -40,7 +40,8 @@ class PipelineOptions:
     to single-device PyTorch) or ``philox`` (counter-based: each rank draws only its piece);
     ``fuse``: ``fuse-collectives`` (deferred and merged reductions) on each rank's program;
     ``suspend``: ``(first, count)`` of the inputs that resume a vjp program after its forward half
-    (``spmd-pipeline{suspend=[1,1]}``; empty: none)."""
+    (``spmd-pipeline{suspend=[1,1]}``; empty: none); ``capacity_factor``: expert slots of that many
+    times their even share of the routed rows, the rest dropped (0: dropless)."""
 
     rank: int = 0
     bucket: bool = False
@@ -50,6 +51,7 @@ class PipelineOptions:
     rng: str = "eager"
     fuse: bool = True
     suspend: tuple[int, ...] = ()
+    capacity_factor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -58,6 +60,8 @@ class PipelineOptions:
             raise PipelineError(f"unknown random-number mode '{self.rng}' (choices: {', '.join(RNG_MODES)})")
         if self.memory_cap < 0:
             raise PipelineError(f"memory-cap must be >= 0 bytes (0: no cap), got {self.memory_cap}")
+        if self.capacity_factor < 0:
+            raise PipelineError(f"capacity-factor must be >= 0 (0: dropless), got {self.capacity_factor}")
         if len(self.suspend) not in (0, 2):
             raise PipelineError(f"suspend takes two numbers, first,count (the output gradients' inputs), got "
                                 f"{list(self.suspend)}")
@@ -75,8 +79,9 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
     """The whole compiler, in order."""
     out = [
         Stage("prepare", "canonicalize,cse" + (",philox-rng" if options.rng == "philox" else ""), per_rank=False),
-        Stage("global", "expert-dispatch,sharding-propagation,insert-redistribution,lower-redistribution",
-              per_rank=False),
+        Stage("global", ("expert-dispatch" + (f"{{capacity-factor={options.capacity_factor}}}"
+                                              if options.capacity_factor else "")
+                         + ",sharding-propagation,insert-redistribution,lower-redistribution"), per_rank=False),
         Stage("rank", f"partition{{rank={options.rank}}}," + ("fuse-collectives," if options.fuse else "")
               + "cse,dce,canonicalize", per_rank=True),
     ]

@@ -29,7 +29,9 @@ After::
     %y = tensor.grouped_matmul %rows, %w, %d#1, %d#2 {slot_rows = 32} : (...) -> tensor<64x8xf32>
     %out = tensor.expert_combine %y, %d#0, %c {per_source = 16, top_k = 1} : (...) -> tensor<32x8xf32>
 
-Slots hold every assignment (``slot_rows`` = all of them): nothing is dropped. Where the pattern
+Slots hold every assignment (``slot_rows`` = all of them): nothing is dropped. Only with
+``capacity-factor=F`` (``--moe-capacity-factor``, an explicit option that changes results) does a
+slot hold ``ceil(F * assignments / slots)`` rows; assignments past it get no expert output. Where the pattern
 is not exactly this (a sorted value reaching anything but a row-wise op, a grouped matmul or the
 way back; tokens that do not split evenly over the axis) the function is left as it was, which is
 exact too (tokens gathered, expert outputs reduced); ``SPMDC_TRACE_EXPERTS=1`` says why.
@@ -292,11 +294,21 @@ def _row_wise(op: Operation, index: int, sorted_vals: set[Value], plan: Plan, n_
     plan.chain.append(op)
 
 
-def rewrite(plan: Plan) -> None:
+def capacity(n_assign: int, slots: int, factor: float) -> int:
+    """Rows per slot: every assignment (dropless, ``factor`` 0), else ``factor`` times a slot's even
+    share, rounded up (at most every assignment)."""
+    if not factor:
+        return n_assign
+    import math
+
+    return max(1, min(n_assign, math.ceil(factor * n_assign / slots)))
+
+
+def rewrite(plan: Plan, capacity_factor: float = 0.0) -> None:
     sort, ids = plan.sort, plan.ids
     n_assign = ids.tensor_type.shape[0]
     per = n_assign // plan.slots
-    cap = n_assign                       # dropless: a slot can hold every assignment
+    cap = capacity(n_assign, plan.slots, capacity_factor)
     rows = plan.slots * cap
     b = Builder.after(sort)
     loc = sort.location
@@ -367,7 +379,7 @@ def _int(v: int):
     return IntegerAttr(v)
 
 
-def run_on_function(func: FuncOp, mesh_shape: dict[str, tuple[int, ...]]) -> int:
+def run_on_function(func: FuncOp, mesh_shape: dict[str, tuple[int, ...]], capacity_factor: float = 0.0) -> int:
     done = 0
     for op in list(func.body.ops):
         if not isinstance(op, SortOp) or op.parent is None:
@@ -377,7 +389,7 @@ def run_on_function(func: FuncOp, mesh_shape: dict[str, tuple[int, ...]]) -> int
         except NotADispatch as e:
             _trace(f"sort at {op.location} left as it is: {e}")
             continue
-        rewrite(plan)
+        rewrite(plan, capacity_factor)
         _trace(f"sort at {op.location}: {len(plan.moves)} moves over {plan.slots} slots, {len(plan.chain)} ops")
         done += 1
     return done
@@ -389,14 +401,20 @@ class ExpertDispatch(ModulePass):
     all_to_all); functions whose experts no mesh axis shards are left alone."""
 
     name: ClassVar[str] = "expert-dispatch"
+    capacity_factor: float = 0.0   # > 0: slots of that many times their even share; the rest is DROPPED
 
     def run(self, module: Operation) -> None:
+        if self.capacity_factor < 0:
+            from spmdc.passes.registry import PipelineError
+
+            raise PipelineError(f"expert-dispatch: capacity-factor must be >= 0 (0: dropless), got "
+                                f"{self.capacity_factor}")
         from spmdc.dialects.shard import MeshOp
 
         meshes = {m.sym_name: tuple(m.shape) for m in module.body.ops if isinstance(m, MeshOp)}
         for op in module.body.ops:
             if isinstance(op, FuncOp):
-                run_on_function(op, meshes)
+                run_on_function(op, meshes, self.capacity_factor)
 
 
 PASS = ExpertDispatch

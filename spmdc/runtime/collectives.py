@@ -122,6 +122,8 @@ class CommStats:
     expert_rows: dict[int, int] = field(default_factory=dict)
     """Rows each expert this rank holds received (forward dispatches, ``count_load``): the
     load-balance table of ``spmdc run``."""
+    expert_dropped: dict[int, int] = field(default_factory=dict)
+    """Rows routed to those experts that did not fit their slot (``--moe-capacity-factor`` only)."""
 
     def add(self, name: str, nbytes: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
@@ -421,8 +423,12 @@ class Collectives:
         send = torch.bincount(torch.div(dest[order], slot_rows, rounding_mode="floor"), minlength=n).tolist()
         recv = kept[:, me * per:(me + 1) * per].sum(dim=1).tolist()
         if count_load:
-            for e, rows in enumerate(kept[:, me * per:(me + 1) * per].sum(dim=0).tolist(), start=me * per):
+            mine = slice(me * per, (me + 1) * per)
+            for e, (rows, routed) in enumerate(zip(kept[:, mine].sum(dim=0).tolist(),
+                                                   counts[:, mine].sum(dim=0).tolist()), start=me * per):
                 self.stats.expert_rows[e] = self.stats.expert_rows.get(e, 0) + int(rows)
+                if routed > rows:
+                    self.stats.expert_dropped[e] = self.stats.expert_dropped.get(e, 0) + int(routed - rows)
         packed, layout = _pack([x[order // k] for x, k in zip(xs, top_ks)])
         got = self._all_to_all_rows(packed, send, recv, axis, "comm.expert_dispatch")
         pos = torch.cat([start[s, e] - me * slot_rows + torch.arange(int(kept[s, e]))

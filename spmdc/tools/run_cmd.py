@@ -608,6 +608,9 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
         parent = os.path.dirname(os.path.abspath(cfg.eager_trace))
         if not os.path.isdir(parent):
             raise UserError(f"--eager-trace '{cfg.eager_trace}': no directory '{parent}'")
+    if cfg.check and cfg.options.moe_capacity_factor:
+        raise UserError("--check compares with one device, which drops no token; --moe-capacity-factor drops what "
+                        "overflows an expert slot (it changes results): drop one of them")
     if not cfg.train and (cfg.save or cfg.load or cfg.options.clip_grad_norm or cfg.options.grad_accum > 1):
         raise UserError("--save, --load, --clip-grad-norm and --grad-accum are for training; drop --forward")
     if cfg.options.grad_accum > 1:
@@ -691,6 +694,12 @@ def print_header(console: Any, cfg: RunConfig, mesh: Any, plan: Any) -> None:
                   f"{cfg.nproc} ranks, mesh {mesh}, plan {plan_name}, {cfg.steps} steps"
                   + (f", {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else "")
                   + (", eager (op by op)" if cfg.eager else ""))
+    if cfg.options.moe_capacity_factor:
+        cf = cfg.options.moe_capacity_factor
+        console.print(Text(f"--moe-capacity-factor {cf:g}: each expert slot holds {cf:g}x its even share of the "
+                           "routed tokens and DROPS the rest (their expert output is zero): training differs from "
+                           "one device wherever a slot overflows; the load table counts what was dropped",
+                           style="yellow"))
 
 
 def run_ranks(console: Any, cfg: RunConfig, job: dict[str, Any]) -> dict[int, Any] | None:

@@ -72,6 +72,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         cm.comm.stats.counts.clear()
         cm.comm.stats.bytes.clear()
         cm.comm.stats.expert_rows.clear()
+        cm.comm.stats.expert_dropped.clear()
         torch.manual_seed(job.get("seed", 0))   # the eager reference (--check) seeds the same way
         resumed = resume(cm, job) if job.get("load") else {}
         start_step = resumed.get("step", 0)
@@ -96,6 +97,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 cm.comm.stats.counts.clear()
                 cm.comm.stats.bytes.clear()
                 cm.comm.stats.expert_rows.clear()
+                cm.comm.stats.expert_dropped.clear()
                 steps_here = job["steps"] - k
                 say(f"[rank 0] switched to {sw['text']} after step {start_step + k} in {rep.seconds:.2f} s "
                     f"(compile {rep.compile_seconds:.2f} s, moving {rep.bytes_total:,} bytes "
@@ -137,7 +139,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 "measured_peak": measured,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
                 "start_step": start_step, "switched": switched, "steps_here": steps_here, **_resumed(resumed),
-                "metrics": records, "mfu_of": metrics.describe(), "expert_rows": dict(cm.comm.stats.expert_rows)}
+                "metrics": records, "mfu_of": metrics.describe(), "expert_rows": dict(cm.comm.stats.expert_rows),
+                "expert_dropped": dict(cm.comm.stats.expert_dropped)}
     except BaseException:
         # no teardown: destroying the group would close the peers' connections before this rank's
         # error is recorded (they would be reported as the failure); the process ends anyway

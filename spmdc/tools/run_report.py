@@ -113,6 +113,10 @@ def report_expert_load(console: Any, results: dict[int, Any], steps: int) -> Non
         table.add_row(str(r), f"{experts[0]}-{experts[-1]}", " ".join(f"{load[e] / steps:g}" for e in experts),
                       f"{totals[r]:g}")
     console.print(table)
+    dropped = sum(sum((res.get("expert_dropped") or {}).values()) for res in results.values())
+    if dropped:
+        console.print(Text(f"dropped by the expert capacity: {dropped / steps:g} tokens per step "
+                           "(their expert outputs are zero)", style="yellow"))
     mean = sum(totals.values()) / len(totals)
     if mean:
         console.print(f"load balance: busiest rank {max(totals.values()) / mean:.2f}x the mean")

@@ -167,6 +167,11 @@ CASES = [
                                                         "fsdp", "--batch", "8"], 1,
          "spmdc run: error: each pipeline stage of mesh pp=2,dp=2,tp=2 (on dp=2,tp=2): mesh axis 'tp' (size 2) is "
          "used by no layout of plan 'fsdp'"),
+    Case("run-capacity-factor-check", "spmdc", ["run", "tests/models/hf_tiny.py:mixtral", "--mesh", "ep=4", "--plan",
+                                                 "ep", "--moe-capacity-factor", "1.25", "--check"], 1,
+         "spmdc run: error: --check compares with one device, which drops no token; --moe-capacity-factor drops"),
+    Case("run-capacity-factor-negative", "spmdc", ["run", "--moe-capacity-factor", "-1"], 2,
+         "--moe-capacity-factor: must be positive, got -1"),
     Case("run-switch-format", "spmdc", ["run", "gpt2-tiny", "--switch", "megatron"], 1,
          "spmdc run: error: --switch 'megatron': expected STEP:PLAN[:MESH], e.g. 2:megatron:tp=4"),
     Case("run-switch-step-out-of-range", "spmdc", ["run", "gpt2-tiny", "--switch", "3:megatron:tp=4"], 1,
