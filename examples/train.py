@@ -7,6 +7,7 @@
     python examples/train.py --plain                               # plain PyTorch: one process, the global batch
     torchrun --nproc-per-node 4 examples/train.py --fsdp2          # FSDP2's fully_shard, for comparison
     torchrun --nproc-per-node 4 examples/train.py --hf llama --bf16 --peak h100   # a HuggingFace Llama (a config)
+    torchrun --nproc-per-node 4 examples/train.py --hf mixtral --mesh ep=4 --plan ep   # experts over 4 ranks
 
 What spmdc changes in an FSDP2 loop (everything else is plain PyTorch):
 
@@ -101,7 +102,11 @@ def build_model(args: argparse.Namespace) -> torch.nn.Module:
                                                   intermediate_size=2 * args.dim,
                                                   max_position_embeddings=args.seq_len),
                    "gpt2": lambda: T.GPT2Config(vocab_size=args.vocab, n_embd=args.dim, n_layer=args.layers,
-                                                n_head=args.heads, n_positions=args.seq_len, use_cache=False)}
+                                                n_head=args.heads, n_positions=args.seq_len, use_cache=False),
+                   # a mixture of experts: 4 experts, top-2 (with --mesh ep=4 --plan ep: expert parallelism)
+                   "mixtral": lambda: T.MixtralConfig(**common, num_key_value_heads=max(1, args.heads // 2),
+                                                      intermediate_size=2 * args.dim, num_local_experts=4,
+                                                      num_experts_per_tok=2, max_position_embeddings=args.seq_len)}
         return T.AutoModelForCausalLM.from_config(configs[args.hf]())
     if args.model == "gpt2":
         from spmdc.examples.gpt2_tiny import GPT2
@@ -303,7 +308,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mesh", default=None, help="spmdc's mesh, e.g. dp=2,tp=2 (default: dp=2,tp=N/2, or dp=N)")
     ap.add_argument("--plan", default=None, help="spmdc's plan (default: fsdp+tp with a tp axis, else fsdp)")
     ap.add_argument("--model", choices=("llama", "gpt2"), default="llama", help="spmdc's built-in tiny model")
-    ap.add_argument("--hf", choices=("llama", "gpt2"), default=None,
+    ap.add_argument("--hf", choices=("llama", "gpt2", "mixtral"), default=None,
                     help="a HuggingFace model built from a config (needs transformers; nothing downloaded)")
     ap.add_argument("--vocab", type=int, default=128)
     ap.add_argument("--dim", type=int, default=32)

@@ -304,7 +304,7 @@ def capacity(n_assign: int, slots: int, factor: float) -> int:
     return max(1, min(n_assign, math.ceil(factor * n_assign / slots)))
 
 
-def rewrite(plan: Plan, capacity_factor: float = 0.0) -> None:
+def rewrite(plan: Plan, capacity_factor: float = 0.0, count_load: bool = True) -> None:
     sort, ids = plan.sort, plan.ids
     n_assign = ids.tensor_type.shape[0]
     per = n_assign // plan.slots
@@ -321,7 +321,7 @@ def rewrite(plan: Plan, capacity_factor: float = 0.0) -> None:
     rewriter = Rewriter()
     order = {id(op): i for i, op in enumerate(sort.parent.ops)} if sort.parent is not None else {}
     gathers = [m.op for m in plan.moves if m.dispatch and isinstance(m.op, IndexOp)]
-    counted = min(gathers, key=lambda op: order.get(id(op), 0)) if gathers else None
+    counted = min(gathers, key=lambda op: order.get(id(op), 0)) if gathers and count_load else None
     for c in plan.histc_casts:
         c.set_operand(0, ids)
     # the chain first (its types), then the moves (their operands are the chain's values)
@@ -381,6 +381,7 @@ def _int(v: int):
 
 def run_on_function(func: FuncOp, mesh_shape: dict[str, tuple[int, ...]], capacity_factor: float = 0.0) -> int:
     done = 0
+    counted: set[str] = set()   # a layer's forward recomputed in the backward (checkpointing) is not counted twice
     for op in list(func.body.ops):
         if not isinstance(op, SortOp) or op.parent is None:
             continue
@@ -389,7 +390,8 @@ def run_on_function(func: FuncOp, mesh_shape: dict[str, tuple[int, ...]], capaci
         except NotADispatch as e:
             _trace(f"sort at {op.location} left as it is: {e}")
             continue
-        rewrite(plan, capacity_factor)
+        rewrite(plan, capacity_factor, count_load=str(op.location) not in counted)
+        counted.add(str(op.location))
         _trace(f"sort at {op.location}: {len(plan.moves)} moves over {plan.slots} slots, {len(plan.chain)} ops")
         done += 1
     return done
