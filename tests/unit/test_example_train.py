@@ -63,3 +63,12 @@ def test_resume_from_the_step_2_checkpoint_on_another_plan_continues_the_run(ran
 
 def test_fsdp2_in_the_same_loop_matches_plain(ranks, plain):
     assert close(ranks[0]["fsdp2"]["losses"], plain["losses"])
+
+
+def test_a_mixture_of_experts_under_expert_parallelism_matches_plain_pytorch(ranks):
+    """The same loop with a HuggingFace Mixtral on ep=4 (each rank one expert, its tokens dispatched
+    by all_to_all) prints the plain one-process run's losses."""
+    plain_moe = train.main(W.TINY + W.MOE + ["--plain", "--steps", "3"])
+    got = ranks[0]["moe"]["losses"]
+    assert all(ranks[r]["moe"]["losses"] == got for r in range(4))
+    assert len(got) == 3 and close(got, plain_moe["losses"]), (got, plain_moe["losses"])
