@@ -225,6 +225,9 @@ def show(path: str, console: Any = None, comm: bool = False, kernels: bool = Fal
             t.add_row(*((g,) if grouped else ()), "total", "", "", str(sum(r["count"] for r in mine)),
                       f"{sum(r['bytes'] for r in mine):,}", style="bold")
         console.print(t)
+        if any(r["op"].startswith("comm.expert_") for r in rows):
+            console.print("comm.expert_dispatch / comm.expert_combine: bytes of the whole slot buffers (the "
+                          "capacity); at run time they move only the routed rows (spmdc run's table counts those)")
     if kernels:
         console.print("kernels (triton target): " + kernel_summary(module))
     if memory:
