@@ -418,9 +418,7 @@ class Collectives:
         n, me = self.size(axis), self.coord(axis)
         start, kept = blocks(counts, n, slot_rows)
         per = counts.shape[1] // n
-        order = (dest >= 0).nonzero().reshape(-1)
-        order = order[torch.argsort(dest[order], stable=True)]
-        send = torch.bincount(torch.div(dest[order], slot_rows, rounding_mode="floor"), minlength=n).tolist()
+        order, send = _by_slot(dest, slot_rows, n)
         recv = kept[:, me * per:(me + 1) * per].sum(dim=1).tolist()
         if count_load:
             mine = slice(me * per, (me + 1) * per)
@@ -456,9 +454,7 @@ class Collectives:
         rows = [torch.arange(int(kept[s, e])) + (start[s, e] - me * slot_rows) for s in range(n) for e in mine]
         idx = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
         send = [int(kept[s, me * per:(me + 1) * per].sum()) for s in range(n)]
-        order = (dest >= 0).nonzero().reshape(-1)
-        order = order[torch.argsort(dest[order], stable=True)]
-        recv = torch.bincount(torch.div(dest[order], slot_rows, rounding_mode="floor"), minlength=n).tolist()
+        order, recv = _by_slot(dest, slot_rows, n)
         packed, layout = _pack([b[idx] for b in bufs])
         got = self._all_to_all_rows(packed, send, recv, axis, "comm.expert_combine")
         outs = []
@@ -516,6 +512,14 @@ class CountingComm:
                 stats.order.append("comm." + name)
             return target(x, *args, **kwargs)
         return call
+
+
+def _by_slot(dest: torch.Tensor, slot_rows: int, n: int) -> tuple[torch.Tensor, list[int]]:
+    """This rank's routed assignments in buffer order (by ``dest``; dropped ones left out) and how
+    many go to each of the ``n`` slots."""
+    order = (dest >= 0).nonzero().reshape(-1)
+    order = order[torch.argsort(dest[order], stable=True)]
+    return order, torch.bincount(torch.div(dest[order], slot_rows, rounding_mode="floor"), minlength=n).tolist()
 
 
 def _pack(parts: list[torch.Tensor]) -> tuple[torch.Tensor, list[tuple[torch.dtype, tuple[int, ...], int]]]:
