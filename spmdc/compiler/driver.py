@@ -83,18 +83,6 @@ def _run(passes: str, module: Operation, writer: IRWriter | None, after: Callabl
 
 @stage("capture")
 def capture(c: Compilation) -> None:
-    """Capture each group's global program; a model on the meta device (``spmdc.deferred_init``,
-    or built under ``torch.device("meta")``) is captured with fake CPU parameters in place of its
-    meta ones (shapes, dtypes and ties kept, no memory): no caller needs a private context."""
-    import contextlib
-
-    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
-
-    with fake_parameters(c.model) if is_meta_model(c.model) else contextlib.nullcontext():
-        _capture_groups(c)
-
-
-def _capture_groups(c: Compilation) -> None:
     from spmdc.frontend.capture import capture_program
 
     for g in c.groups:

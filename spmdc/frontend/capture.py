@@ -90,6 +90,9 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     """Like :func:`capture` but returns a :class:`Captured` with timings and input bookkeeping.
     ``checkpoint="blocks"``: checkpoint every repeated block (training captures); ``return_outputs``:
     a training capture also returns the model's tensor outputs after the loss."""
+    import contextlib
+
+    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
     from spmdc.frontend.export import export_program
     from spmdc.frontend.torch_mlir_bridge import import_to_torch_mlir
     from spmdc.frontend.translate import TranslationStats, check_supported, translate
@@ -101,9 +104,12 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
         loss_fn, loss_inputs = None, ()
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    info = export_program(model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
-                          example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision,
-                          return_model_outputs=return_outputs)
+    # a model on the meta device (spmdc.deferred_init, or built under torch.device("meta")) is
+    # exported with fake CPU parameters in place of its meta ones (shapes, dtypes, ties; no memory)
+    with fake_parameters(model) if is_meta_model(model) else contextlib.nullcontext():
+        info = export_program(model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                              example_kwargs=example_kwargs, checkpoint=checkpoint,
+                              mixed_precision=mixed_precision, return_model_outputs=return_outputs)
     timings["export"] = time.perf_counter() - t
     t = time.perf_counter()
     check_supported(info)

@@ -1,6 +1,6 @@
-"""A model built on the meta device (full size costs no memory) goes through compile_global and
-compile_rank with no private context (issue 29, first part): the programs are those of the same
-model built on CPU."""
+"""A model built on the meta device (full size costs no memory) goes through spmdc.capture,
+compile_global and compile_rank with no private context (issue 29, first part): the programs are
+those of the same model built on CPU."""
 
 from __future__ import annotations
 
@@ -31,3 +31,14 @@ def test_a_meta_model_compiles_to_the_programs_of_the_real_one():
     ranks = [print_module(compile_rank(s, 3).module) for s in steps]
     assert ranks[0] == ranks[1]
     assert all(p.is_meta for p in meta.parameters())   # the meta parameters are back, untouched
+
+
+def test_spmdc_capture_takes_a_meta_model():
+    from spmdc.frontend.capture import capture
+
+    ids = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(0))
+    with torch.device("meta"):
+        meta = _llama()
+    texts = [print_module(capture(m, (), train=True, example_kwargs={"input_ids": ids, "labels": ids}))
+             for m in (meta, _llama())]
+    assert texts[0] == texts[1]
