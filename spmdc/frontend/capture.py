@@ -106,7 +106,8 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     t = time.perf_counter()
     # a model on the meta device (spmdc.deferred_init, or built under torch.device("meta")) is
     # exported with fake CPU parameters in place of its meta ones (shapes, dtypes, ties; no memory)
-    with fake_parameters(model) if is_meta_model(model) else contextlib.nullcontext():
+    meta = hasattr(model, "parameters") and hasattr(model, "buffers") and is_meta_model(model)
+    with fake_parameters(model) if meta else contextlib.nullcontext():
         info = export_program(model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
                               example_kwargs=example_kwargs, checkpoint=checkpoint,
                               mixed_precision=mixed_precision, return_model_outputs=return_outputs)
