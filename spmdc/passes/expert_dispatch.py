@@ -414,9 +414,14 @@ class ExpertDispatch(ModulePass):
         from spmdc.dialects.shard import MeshOp
 
         meshes = {m.sym_name: tuple(m.shape) for m in module.body.ops if isinstance(m, MeshOp)}
-        for op in module.body.ops:
-            if isinstance(op, FuncOp):
-                run_on_function(op, meshes, self.capacity_factor)
+        done = sum(run_on_function(op, meshes, self.capacity_factor) for op in list(module.body.ops)
+                   if isinstance(op, FuncOp))
+        if self.capacity_factor and not done:
+            import warnings
+
+            warnings.warn(f"expert-dispatch: capacity-factor {self.capacity_factor:g} has no effect: no mixture-of-"
+                          "experts layer here is dispatched over an expert-parallel axis (plan 'ep', 'fsdp+ep' or "
+                          "'fsdp+tp+ep'; SPMDC_TRACE_EXPERTS=1 says why a layer is not)", UserWarning, stacklevel=2)
 
 
 PASS = ExpertDispatch

@@ -105,3 +105,16 @@ def test_a_capacity_below_the_worst_case_drops_what_does_not_fit():
     back = expert_combine(expert_dispatch(x, dest, 6, 1), dest, 1)
     torch.testing.assert_close(back[dest >= 0], x[dest >= 0])
     assert not back[dest < 0].any()
+
+
+def test_a_capacity_factor_with_nothing_to_dispatch_says_it_has_no_effect():
+    import pytest
+
+    from spmdc.ir.parser import parse_module
+    from spmdc.passes.expert_dispatch import ExpertDispatch
+
+    module = parse_module('shard.mesh @mesh = <["dp" = 2]>\n'
+                          'func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n'
+                          '  %y = tensor.relu %x : tensor<4xf32>\n  func.return %y : tensor<4xf32>\n}\n')
+    with pytest.warns(UserWarning, match="capacity-factor 1.25 has no effect"):
+        ExpertDispatch(capacity_factor=1.25).run(module)
