@@ -65,7 +65,7 @@ from spmdc.dialects.tensor import (
     SortOp,
 )
 from spmdc.dialects.tensor.base import TensorOp
-from spmdc.ir.attributes import DenseAttr
+from spmdc.ir.attributes import DenseAttr, IntegerAttr
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.rewriter import Builder, Rewriter
 from spmdc.ir.types import TensorType
@@ -117,7 +117,7 @@ class Plan:
     dead: list[Operation] = field(default_factory=list)
 
 
-def _expert_axis(w: Value, mesh_shape: dict[str, tuple[int, ...]]) -> int | None:
+def _expert_axis_size(w: Value, mesh_shape: dict[str, tuple[int, ...]]) -> int | None:
     """The size of the mesh axis sharding the experts' dim 0 of ``w`` (through permutes that keep
     dim 0, to the plan's ``shard.annotate``); None if none does."""
     v = w
@@ -185,15 +185,17 @@ def analyse(sort: SortOp, mesh_shape: dict[str, tuple[int, ...]]) -> Plan:
     if not plan.grouped:
         raise NotADispatch("no grouped matmul computes on the sorted rows")
     mms = [g for g in plan.grouped if isinstance(g, GroupedMatmulOp)]
-    sizes = {_expert_axis(g.operand(1), mesh_shape) for g in mms}
+    sizes = {_expert_axis_size(g.operand(1), mesh_shape) for g in mms}
     experts = {g.operand(1).tensor_type.shape[0] for g in mms}
     if len(experts) != 1 or len(sizes) != 1 or None in sizes:
         raise NotADispatch("its experts' weights are not all sharded by expert on one mesh axis")
     plan.experts, plan.slots = experts.pop(), sizes.pop()  # type: ignore[assignment]
     for c in casts:
         for u in c.result.uses:
-            if u.owner.attr_value("bins") != plan.experts:  # type: ignore[union-attr]
-                raise NotADispatch("the sorted ids' histogram is not one bin per expert")
+            h = u.owner
+            if h.attr_value("bins") != plan.experts or float(h.attr_value("min")) != 0.0 \
+                    or float(h.attr_value("max")) != plan.experts - 1:  # type: ignore[arg-type]
+                raise NotADispatch("the sorted ids' histogram is not one bin per expert over [0, E-1]")
     if plan.experts % plan.slots or n_assign % plan.slots:
         raise NotADispatch(f"{plan.experts} experts and {n_assign} assignments do not split over {plan.slots} ranks")
     for m in plan.moves:
@@ -342,7 +344,7 @@ def rewrite(plan: Plan, capacity_factor: float = 0.0, count_load: bool = True) -
         old_bounds += [op.operand(2), op.operand(3)]
         op.set_operand(2, starts)
         op.set_operand(3, ends)
-        op.attributes["slot_rows"] = _int(cap)
+        op.attributes["slot_rows"] = IntegerAttr(cap)
     for m in plan.moves:
         cls = ExpertDispatchOp if m.dispatch else ExpertCombineOp
         attrs = {"top_k": m.top_k, "per_source": per}
@@ -371,12 +373,6 @@ def _erase_dead(values: list[Value], rewriter: Rewriter) -> None:
             continue
         work += list(op.operands)
         rewriter.erase_op(op)
-
-
-def _int(v: int):
-    from spmdc.ir.attributes import IntegerAttr
-
-    return IntegerAttr(v)
 
 
 def run_on_function(func: FuncOp, mesh_shape: dict[str, tuple[int, ...]], capacity_factor: float = 0.0) -> int:
