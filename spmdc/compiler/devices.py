@@ -1,0 +1,108 @@
+"""Device profiles: what the dry run (``spmdc plan``) predicts a step's time from.
+
+A profile gives one device's dense bf16 peak (the same figures as MFU's
+:data:`~spmdc.api.metrics.DEVICE_PEAKS`), its memory bandwidth and capacity, and the links
+collectives run over: ``intra`` inside a node of ``node_size`` devices (NVLink, xGMI), ``inter``
+between nodes (the per-device share of the network, e.g. one 400 Gb/s NIC per GPU = 50 GB/s).
+A mesh axis whose ranks all sit in one node (the product of its size and the sizes of the axes
+after it is at most ``node_size``: ranks are numbered row-major, the last axis innermost) uses
+``intra``, any other ``inter``::
+
+    p = device_profile("h100")                           # the table's entry
+    p = device_profile("h100", "inter_gbps=25,node_size=4")   # with overrides
+    p.axis_bandwidth(mesh, "dp")                         # GB/s the dp collectives get
+
+The figures are data-sheet numbers (bandwidths per direction); ``cpu`` is a rough guess for the
+gloo ranks of a test machine, marked as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DEVICES", "DeviceProfile", "device_profile"]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One device and its links (see the module doc); every figure can be overridden by name."""
+
+    name: str
+    flops: float              # dense bf16 FLOP/s (float32 for cpu)
+    hbm_gbps: float           # memory bandwidth, GB/s
+    memory_gib: float         # memory per device
+    intra_gbps: float         # link bandwidth per device inside a node, GB/s per direction
+    inter_gbps: float         # network bandwidth per device between nodes, GB/s per direction
+    node_size: int = 8        # devices per node
+    latency_us: float = 5.0   # per hop of a collective (ring step)
+    launch_us: float = 4.0    # per kernel launch / op dispatch
+    rough: bool = False       # a guess, not data-sheet figures
+
+    def axis_bandwidth(self, mesh: Any, axes: tuple[str, ...] | list[str] | str) -> float:
+        """GB/s of a collective over ``axes`` of ``mesh``: ``intra`` when every rank of the group is
+        in one node, else ``inter``."""
+        names = [axes] if isinstance(axes, str) else list(axes)
+        names = [a for a in names if a in mesh.axis_names]
+        if not names:
+            return self.intra_gbps
+        first = min(mesh.axis_names.index(a) for a in names)
+        span = 1
+        for size in mesh.shape[first:]:
+            span *= size
+        return self.intra_gbps if span <= self.node_size else self.inter_gbps
+
+    def describe(self) -> str:
+        return (f"{self.name}: {self.flops / 1e12:g} TFLOP/s, HBM {self.hbm_gbps:g} GB/s, {self.memory_gib:g} GiB, "
+                f"links {self.intra_gbps:g} GB/s in a node of {self.node_size}, {self.inter_gbps:g} GB/s between "
+                f"nodes" + (" (a rough guess)" if self.rough else ""))
+
+
+DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
+    DeviceProfile("h100", 989e12, 3350, 80, 450, 50),
+    DeviceProfile("h200", 989e12, 4800, 141, 450, 50),
+    DeviceProfile("b200", 2250e12, 8000, 180, 900, 100),
+    DeviceProfile("a100", 312e12, 2039, 80, 300, 25),
+    DeviceProfile("a100-40gb", 312e12, 1555, 40, 300, 25),
+    DeviceProfile("mi300x", 1307e12, 5300, 192, 448, 50),
+    DeviceProfile("l4", 121e12, 300, 24, 32, 12.5),
+    DeviceProfile("cpu", 5e10, 10, 24, 2, 1, node_size=4, latency_us=60.0, launch_us=15.0, rough=True),
+)}
+ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}
+_FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough"}
+
+
+def device_profile(name: str, overrides: str | dict[str, float] | None = None) -> DeviceProfile:
+    """The table's profile ``name`` with ``overrides`` (``"hbm_gbps=3000,node_size=4"`` or a dict)
+    replaced; an unknown name or field raises ValueError naming the near matches."""
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in DEVICES:
+        near = difflib.get_close_matches(key, list(DEVICES) + list(ALIASES), n=3)
+        raise ValueError(f"unknown device '{name}'" + (f" (did you mean {', '.join(near)}?)" if near else "")
+                         + f"; known: {', '.join(DEVICES)}")
+    profile = DEVICES[key]
+    if not overrides:
+        return profile
+    if isinstance(overrides, str):
+        items: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in overrides.split(","))):
+            field_name, eq, value = part.partition("=")
+            if not eq:
+                raise ValueError(f"device override '{part}': expected FIELD=NUMBER "
+                                 f"(fields: {', '.join(sorted(_FIELDS))})")
+            try:
+                items[field_name.strip()] = float(value)
+            except ValueError:
+                raise ValueError(f"device override '{part}': '{value}' is not a number") from None
+        overrides = items
+    for k, v in overrides.items():
+        if k not in _FIELDS:
+            near = difflib.get_close_matches(k, sorted(_FIELDS), n=3)
+            raise ValueError(f"unknown device field '{k}'" + (f" (did you mean {', '.join(near)}?)" if near else "")
+                             + f"; fields: {', '.join(sorted(_FIELDS))}")
+        if not v > 0:
+            raise ValueError(f"device field '{k}' must be > 0, got {v:g}")
+    fixed = {k: int(v) if k == "node_size" else float(v) for k, v in overrides.items()}
+    return dataclasses.replace(profile, **fixed)

@@ -1,0 +1,152 @@
+"""Compile a job for its whole world without starting a rank, and predict each rank role's cost.
+
+    report = dry_run(model, (x,), mesh=Mesh.parse("dp=512,tp=8"), plan="fsdp+tp", train=True,
+                     loss_fn=loss, optimizer="adamw", device=device_profile("h100"))
+    for role in report.roles:
+        role.ranks, role.prediction.memory.total, role.prediction.step_seconds
+
+A **role** is a set of ranks whose programs have the same shapes everywhere: the same device
+group (or the only mesh) and, for every tensor the global program lays out, the same local shape.
+Ranks of one role differ only in which slice they hold, so their memory, collectives and time are
+the same; the dry run partitions one rank of each role (the lowest) and predicts from its
+program (:mod:`spmdc.compiler.predict`). An evenly divisible layout gives every rank of a mesh
+one role, whatever its size; an uneven one (torch.chunk's last piece shorter) splits the ranks
+along the axes that cut it.
+
+Pipeline stages are not predicted yet (their memory depends on the schedule's micro-batches in
+flight): :func:`dry_run` refuses a :class:`~spmdc.sharding.pipeline_plan.PipelinePlan` by name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spmdc.compiler.predict import Prediction, predict
+
+__all__ = ["DryRun", "Role", "dry_run", "rank_roles"]
+
+
+@dataclass
+class Role:
+    """Ranks that run one program shape, and its prediction."""
+
+    group: str                 # "-" for one mesh, else the device group's name
+    ranks: list[int]           # job ranks
+    rank: int                  # the one compiled (lowest)
+    mesh: Any
+    prediction: Prediction
+    ops: int = 0               # ops in its program
+
+    def describe_ranks(self) -> str:
+        r = self.ranks
+        if len(r) > 1 and r == list(range(r[0], r[-1] + 1)):
+            return f"{r[0]}-{r[-1]} ({len(r)})"
+        shown = ", ".join(map(str, r[:6])) + (", ..." if len(r) > 6 else "")
+        return f"{shown} ({len(r)})"
+
+
+@dataclass
+class DryRun:
+    """Every role of the job, and what compiling took."""
+
+    roles: list[Role]
+    world: int
+    program: str               # "train" or "forward"
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _coords(rank: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for n in reversed(shape):
+        rank, c = divmod(rank, n)
+        out.append(c)
+    return tuple(reversed(out))
+
+
+def _uneven(shape: tuple[int, ...], placements: tuple[Any, ...], mesh_shape: tuple[int, ...]) -> bool:
+    """Whether ranks of the mesh hold different local shapes of a tensor so laid out."""
+    from spmdc.dialects.shard.placements import RaggedShard, Shard, StridedShard
+
+    parts: dict[int, int] = {}
+    for p, n in zip(placements, mesh_shape):
+        if isinstance(p, RaggedShard):
+            if len(set(p.units)) > 1:
+                return True
+        elif isinstance(p, (Shard, StridedShard)):
+            parts[p.dim] = parts.get(p.dim, 1) * n * (p.parts if isinstance(p, StridedShard) else 1)
+    return any(shape[d] % k for d, k in parts.items() if d < len(shape))
+
+
+def rank_roles(global_ir: Any, mesh: Any, ranks: Sequence[int]) -> list[list[int]]:
+    """``ranks`` (indices on ``mesh``) grouped by the local shapes of every laid-out value of the global
+    program ``global_ir`` (a parsed module): each group one role, in order of its lowest rank."""
+    from spmdc.compiler.compilation import main_function
+    from spmdc.ir.types import TensorType
+    from spmdc.sharding.layouts import layout_of
+    from spmdc.sharding.mesh import local_shape
+
+    func = main_function(global_ir)
+    values = list(func.args) + [r for op in func.walk() for r in op.results]
+    pairs = set()
+    for v in values:
+        lay = layout_of(v)
+        if lay is not None and isinstance(v.type, TensorType) and _uneven(v.type.shape, tuple(lay), mesh.shape):
+            pairs.add((tuple(v.type.shape), tuple(lay)))
+    if not pairs:
+        return [list(ranks)]
+    groups: dict[tuple, list[int]] = {}
+    for r in ranks:
+        c = _coords(r, mesh.shape)
+        key = tuple(local_shape(s, lay, mesh.shape, c) for s, lay in sorted(pairs, key=str))
+        groups.setdefault(key, []).append(r)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: Any, train: bool = False,
+            loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+            optimizer: str | None = None, options: Any = None, target: str = "torch") -> DryRun:
+    """Compile ``model`` under ``plan`` for every rank role (see the module doc) and predict each.
+    ``mesh``: the job's mesh (None for a plan with device groups); ``device``: a
+    :class:`~spmdc.compiler.devices.DeviceProfile`; ``optimizer``: its name (``spmdc run --optimizer``)."""
+    from spmdc.compiler.driver import compile_global, rank_module
+    from spmdc.compiler.options import CompileOptions
+    from spmdc.ir.parser import parse_module
+    from spmdc.sharding.device_groups import HeteroPlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    if isinstance(plan, PipelinePlan):
+        raise ValueError(f"spmdc plan: pipeline plan '{plan.name}' is not predicted yet (a stage's memory depends on "
+                         "the micro-batches its schedule keeps in flight); predict one stage's plan on its mesh, or "
+                         "run it (spmdc run) to measure")
+    opts = options if options is not None else CompileOptions()
+    if opts.execution == "eager":
+        raise ValueError("spmdc plan predicts compiled programs; eager execution (op by op) is not predicted")
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    job = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, kwargs=kwargs, options=opts)
+    if isinstance(plan, HeteroPlan):
+        from spmdc.compiler.device_groups import compile_groups
+
+        steps = compile_groups(model, plan, inputs=list(inputs), **job)
+        parts = [(g.name, steps[i], plan.virtual_mesh(i),
+                  [(plan.virtual_rank(i, r), r) for r in g.ranks]) for i, g in enumerate(plan.groups)]
+        world = plan.world
+    else:
+        step = compile_global(model, inputs, mesh=mesh, plan=plan, **job)
+        parts = [("-", step, mesh, [(r, r) for r in range(mesh.size)])]
+        world = mesh.size
+    timings["global"] = time.perf_counter() - t
+    t = time.perf_counter()
+    roles: list[Role] = []
+    for group, step, vmesh, members in parts:
+        job_rank = dict(members)
+        for virtual in rank_roles(parse_module(step.global_ir, "<global>"), vmesh, [v for v, _ in members]):
+            module = rank_module(step, virtual[0], target)
+            pred = predict(module, step, vmesh, device, optimizer if train else None)
+            roles.append(Role(group, [job_rank[v] for v in virtual], job_rank[virtual[0]], vmesh, pred,
+                              sum(1 for _ in module.walk())))
+    timings["roles"] = time.perf_counter() - t
+    return DryRun(roles, world, "train" if train else "forward", timings)

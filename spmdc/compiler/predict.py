@@ -1,0 +1,410 @@
+"""What one rank's program will cost: memory, communication and time, read from its IR.
+
+The dry run (``spmdc plan``) compiles a job without ranks and calls :func:`predict` on each
+distinct rank program::
+
+    p = predict(prog_module, step, mesh, device_profile("h100"), optimizer="adamw")
+    p.memory.total            # bytes: parameters + optimizer state + the step's peak
+    p.comm                    # [CommRow(axes="dp", kind="comm.all_gather_bucket", count, bytes, seconds)]
+    p.step_seconds            # compute (roofline per op) + collectives not hidden by overlap
+
+**Memory** (bytes per rank): the parameters and buffers the rank stores (its arguments of kind
+``param:``), the optimizer's state for them (measured once per optimizer class on a small tensor:
+bytes per parameter element and per tensor), and the step's peak from the static liveness walk
+of :mod:`spmdc.passes.memory`, with each collective's staging buffers (the runtime packs a
+bucket into one send buffer and receives into one buffer before unpacking: operand + result
+bytes while it runs) added at the op that uses them. The peak's live values are split into
+gradients (results of kind ``grad:``), communication (collective results and buffers) and
+activations (the rest).
+
+**Bytes** per mesh axis and collective kind are what the runtime records for each call
+(:class:`~spmdc.runtime.collectives.CommStats`: the payload operand bytes), so a measured run's
+table equals the prediction for every collective whose sizes are static (an expert dispatch's
+rows depend on the routing: its capacity bound is given, marked ``≤``).
+
+**Time**: every op a roofline ``max(flops / peak, bytes / HBM) + launch``; every collective
+``α-β`` over its axes' link (:class:`~spmdc.sharding.cost.AxisCost`); a program scheduled with
+overlap (``comm.*_start``/``comm.wait``) hides collectives behind compute up to the compute time,
+a synchronous one adds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from spmdc.ir.core import Operation, Value
+from spmdc.ir.types import HandleType, TensorType
+
+__all__ = ["CommRow", "MemoryBreakdown", "Prediction", "optimizer_state", "predict"]
+
+
+@dataclass
+class CommRow:
+    """One mesh axis (or axes) and collective kind: calls and payload bytes per step, predicted seconds."""
+
+    axes: str
+    kind: str
+    count: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    bound: bool = False      # bytes are an upper bound (data-dependent rows: expert dispatch)
+
+
+@dataclass
+class MemoryBreakdown:
+    """Peak bytes per rank, by what holds them."""
+
+    parameters: int = 0
+    optimizer: int = 0
+    gradients: int = 0       # gradients alive at the step's peak
+    activations: int = 0     # other tensors alive at the step's peak
+    comm_buffers: int = 0    # collective results and staging buffers alive at the peak
+    optimizer_step: int = 0  # the optimizer update's temporaries, when the peak is reached there
+    peak_op: str = ""        # where the step's peak is reached
+
+    @property
+    def step_peak(self) -> int:
+        """What the step allocates beyond the stored parameters and optimizer state."""
+        return self.gradients + self.activations + self.comm_buffers + self.optimizer_step
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.optimizer + self.step_peak
+
+
+@dataclass
+class Prediction:
+    """One rank program's predicted memory, collectives and step time."""
+
+    memory: MemoryBreakdown
+    comm: list[CommRow] = field(default_factory=list)
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+    kernels: int = 0
+    compute_seconds: float = 0.0
+    comm_seconds: float = 0.0
+    overlapped: bool = False
+
+    @property
+    def collectives(self) -> int:
+        return sum(r.count for r in self.comm)
+
+    @property
+    def comm_bytes(self) -> int:
+        return sum(r.bytes for r in self.comm)
+
+    @property
+    def step_seconds(self) -> float:
+        if self.overlapped:
+            return max(self.compute_seconds, self.comm_seconds)
+        return self.compute_seconds + self.comm_seconds
+
+
+# -- memory ----------------------------------------------------------------------------------------
+
+@functools.cache
+def optimizer_state(name: str | None) -> tuple[float, int]:
+    """(state bytes per parameter byte, state bytes per parameter tensor) of ``torch.optim``'s
+    ``name`` (as ``spmdc run --optimizer`` names it), measured by one step on a small float32 tensor:
+    AdamW (2.0, 4): two moments like the parameter and a step counter; SGD (0.0, 0)."""
+    if name is None:
+        return 0.0, 0
+    import torch
+
+    from spmdc.runtime.optimizers import make_optimizer
+
+    p = torch.nn.Parameter(torch.zeros(64, 8))
+    opt = make_optimizer(name, [p])
+    p.grad = torch.ones_like(p)
+    opt.step()
+    per_elem, fixed = 0, 0
+    for t in opt.state[p].values():
+        if isinstance(t, torch.Tensor):
+            if t.numel() == p.numel():
+                per_elem += t.element_size() * t.numel()
+            else:
+                fixed += t.element_size() * t.numel()
+    return per_elem / (p.numel() * p.element_size()), fixed
+
+
+def _tensor_bytes(v: Value) -> int:
+    return v.type.num_bytes if isinstance(v.type, (TensorType, HandleType)) else 0   # type: ignore[attr-defined]
+
+
+def staging_bytes(op: Operation) -> int:
+    """Bytes a collective's runtime allocates while it runs besides its operands and results: a
+    send buffer packing the operands and a receive buffer the size of the results (buckets, expert
+    moves), or a receive buffer (a plain gather or reduce)."""
+    from spmdc.dialects.comm import START_OPS, BucketOp, collective_kind
+
+    kind = collective_kind(op)
+    if kind is None or kind == "comm.all_slice":
+        return 0
+    results = sum(_tensor_bytes(r) for r in op.results if isinstance(r.type, TensorType))
+    if isinstance(op, tuple(START_OPS.values())):   # the handle stands for the results
+        results = sum(_tensor_bytes(r) for r in op.results)
+    operands = sum(_tensor_bytes(v) for v in op.operands)
+    if isinstance(op, BucketOp) or getattr(op, "SYNC", None) is not None and issubclass(op.SYNC, BucketOp):
+        return operands + results
+    return results
+
+
+def staging_spans(ops: list[Operation]) -> list[tuple[int, int, int]]:
+    """(first op index, last op index, bytes) of every collective's staging buffers: a synchronous
+    collective's at its op, a started one's from its ``comm.*_start`` to its ``comm.wait`` (the
+    runtime keeps both buffers until the wait has unpacked the result)."""
+    from spmdc.dialects.comm import WaitOp
+
+    index = {op: i for i, op in enumerate(ops)}
+    waits: dict[Operation, int] = {}
+    for i, op in enumerate(ops):
+        if isinstance(op, WaitOp):
+            start = op.operand(0).defining_op()
+            if start is not None:
+                waits[start] = i
+    out = []
+    for op, i in index.items():
+        n = staging_bytes(op)
+        if n:
+            out.append((i, waits.get(op, i), n))
+    return out
+
+
+@functools.cache
+def _optimizer_temporaries(name: str) -> tuple[float, bool]:
+    """(peak bytes of one update per parameter byte, whether the update holds them for every tensor
+    at once, as a foreach implementation does): measured on float32 tensors, over one and over two
+    of them, at the second update (state already allocated)."""
+    import torch
+
+    def peak(shapes: list[tuple[int, int]]) -> int:
+        from spmdc.runtime.memory import measure_peak
+        from spmdc.runtime.optimizers import make_optimizer
+
+        ps = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+        opt = make_optimizer(name, ps)
+        for _ in range(2):
+            for p in ps:
+                p.grad = torch.ones_like(p)
+            with _quiet_stderr():
+                _, top = measure_peak(opt.step)
+        return top
+
+    one, two = peak([(256, 16)]), peak([(256, 16), (256, 16)])
+    nbytes = 256 * 16 * 4
+    at_once = two > 1.5 * one
+    return (two / (2 * nbytes) if at_once else one / nbytes), at_once
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The profiler's native start/stop lines off the terminal (file descriptor 2) while it measures."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def optimizer_transient(name: str, param_bytes: list[int]) -> int:
+    """Bytes the optimizer's update allocates over the stored state and gradients, for parameters of
+    ``param_bytes`` (measured per class: :func:`_optimizer_temporaries`)."""
+    if not param_bytes:
+        return 0
+    ratio, at_once = _optimizer_temporaries(name)
+    return int(ratio * (sum(param_bytes) if at_once else max(param_bytes)))
+
+
+def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, int] | None = None) -> MemoryBreakdown:
+    """The breakdown for ``func`` (a rank's ``@main``) of ``step`` (its CompiledStep): parameters
+    are its ``param:`` arguments' bytes (``store``: argument index → stored bytes, when the
+    storage differs from the program's argument)."""
+    from spmdc.dialects.comm import WaitOp, collective_kind
+    from spmdc.passes.memory import lifetimes
+
+    ops = list(func.body.ops)
+    params = 0
+    for i, a in enumerate(func.args):
+        if i < len(step.arg_kinds) and step.arg_kinds[i].startswith("param:"):
+            params += store.get(i, _tensor_bytes(a)) if store else _tensor_bytes(a)
+    per_byte, per_tensor = optimizer_state(optimizer)
+    trainable = [i for i, k in enumerate(step.arg_kinds) if k.startswith("param:") and i not in step.buffers]
+    opt = 0
+    if step.name == "train" and optimizer is not None:
+        grads = {k[5:] for k in step.result_kinds if k.startswith("grad:")}
+        for i in trainable:
+            if step.arg_kinds[i][6:] in grads:
+                opt += int(per_byte * (store.get(i, _tensor_bytes(func.args[i])) if store else
+                                       _tensor_bytes(func.args[i]))) + per_tensor
+    life = lifetimes(ops)
+    delta = [0] * (len(ops) + 1)
+    for v, (b, e) in life.items():
+        delta[b] += _tensor_bytes(v)
+        delta[e + 1] -= _tensor_bytes(v)
+    staged = staging_spans(ops)
+    for b, e, nbytes in staged:
+        delta[b] += nbytes
+        delta[e + 1] -= nbytes
+    tail = optimizer_transient(optimizer, [_tensor_bytes(func.args[i]) for i in trainable]) if (
+        step.name == "train" and optimizer is not None) else 0
+    live, peak, at = 0, 0, 0
+    for i in range(len(ops)):
+        live += delta[i]
+        here = live + (tail if i == len(ops) - 1 else 0)
+        if here > peak:
+            peak, at = here, i
+    ret = ops[-1] if ops else None
+    grad_values = set()
+    if ret is not None:
+        for k, v in zip(step.result_kinds, ret.operands):
+            if k.startswith("grad:"):
+                grad_values.add(v)
+    out = MemoryBreakdown(parameters=params, optimizer=opt)
+    if not ops:
+        return out
+    out.comm_buffers = sum(n for b, e, n in staged if b <= at <= e)
+    out.optimizer_step = tail if at == len(ops) - 1 else 0
+    out.peak_op = f"#{at} {ops[at].name}" + (" (the optimizer's update)" if out.optimizer_step else "")
+    for v, (b, e) in life.items():
+        if not b <= at <= e:
+            continue
+        maker = v.defining_op()
+        if v in grad_values:
+            out.gradients += _tensor_bytes(v)
+        elif isinstance(v.type, HandleType) or (maker is not None and (collective_kind(maker) is not None
+                                                                      or isinstance(maker, WaitOp))):
+            out.comm_buffers += _tensor_bytes(v)
+        else:
+            out.activations += _tensor_bytes(v)
+    return out
+
+
+# -- collectives -----------------------------------------------------------------------------------
+
+def _axes_of(op: Operation) -> tuple[str, ...]:
+    try:
+        return tuple(getattr(op, "axes", ()))
+    except (KeyError, AttributeError):   # (a collective over groups' ranks, not mesh axes)
+        return ()
+
+
+def payload_bytes(op: Operation) -> int:
+    """The bytes the runtime records for one call of collective ``op``: its payload operands (every
+    tensor operand; an expert move's routing operands are not sent)."""
+    from spmdc.dialects.comm import SplitAllReduceOp
+
+    if isinstance(op, SplitAllReduceOp):
+        return sum(_tensor_bytes(v) for v in op.operands)
+    sent = getattr(op, "PAYLOAD_OPERANDS", None)
+    operands = list(op.operands) if sent is None else list(op.operands)[:sent]
+    return sum(_tensor_bytes(v) for v in operands if isinstance(v.type, TensorType))
+
+
+def comm_rows(func: Any, mesh: Any, device: Any) -> list[CommRow]:
+    """Collectives of ``func`` per (axes, kind): calls, payload bytes and α-β seconds."""
+    from spmdc.dialects.comm import collective_kind
+    from spmdc.sharding.cost import AxisCost
+
+    rows: dict[tuple[str, str], CommRow] = {}
+    for op in func.walk():
+        kind = collective_kind(op)
+        if kind is None:
+            continue
+        axes = _axes_of(op)
+        key = (",".join(axes) or "(groups)", kind)
+        row = rows.setdefault(key, CommRow(*key))
+        nbytes = payload_bytes(op)
+        row.count += 1
+        row.bytes += nbytes
+        row.bound = row.bound or "expert" in kind
+        n = 1
+        for a in axes:
+            if a in mesh.axis_names:
+                n *= mesh.axis_size(a)
+        cost = AxisCost(latency_us=device.latency_us, bandwidth_gbps=device.axis_bandwidth(mesh, axes))
+        short = kind.removeprefix("comm.").removesuffix("_bucket")
+        if short == "all_slice":
+            continue
+        if short == "all_gather":
+            us = cost.all_gather(nbytes * n, n)
+        elif short == "reduce_scatter":
+            us = cost.reduce_scatter(nbytes, n)
+        elif short in ("all_to_all", "expert_dispatch", "expert_combine"):
+            us = cost.all_to_all(nbytes * n, n)
+        else:   # all_reduce, split_all_reduce, bsr: as an all-reduce
+            us = cost.all_reduce(nbytes, max(n, 2))
+        row.seconds += us * 1e-6
+    return list(rows.values())
+
+
+# -- compute -----------------------------------------------------------------------------------------
+
+def op_flops(op: Operation) -> float:
+    """Floating-point operations of one op: 2·M·N·K for matrix products, 4·S·T·D per head for
+    attention (×2.5 for its gradient), one per output element for anything else that computes."""
+    name = op.name
+    res = op.results[0].type if op.results else None
+    out = math.prod(res.shape) if isinstance(res, TensorType) else 0
+    ins = [v.type for v in op.operands if isinstance(v.type, TensorType)]
+    if name in ("tensor.matmul", "tensor.grouped_matmul", "tensor.grouped_matmul_wgrad") and ins:
+        k = ins[0].shape[-1] if ins[0].shape else 1
+        if name == "tensor.grouped_matmul_wgrad":
+            k = ins[0].shape[0] if ins[0].shape else 1
+        return 2.0 * out * k
+    if name in ("tensor.attention", "tensor.attention_grad") and len(ins) >= 3:
+        q, k = ins[0], ins[1]
+        batch_heads = math.prod(q.shape[:-2])
+        f = 4.0 * batch_heads * q.shape[-2] * k.shape[-2] * q.shape[-1]
+        return f * (2.5 if name.endswith("_grad") else 1.0)
+    if name in ("tensor.conv", "tensor.conv_input_grad", "tensor.conv_weight_grad") and len(ins) >= 2:
+        w = ins[1] if name != "tensor.conv_weight_grad" else (res if isinstance(res, TensorType) else ins[1])
+        per_out = math.prod(w.shape[1:]) if name == "tensor.conv" else math.prod(w.shape[1:])
+        return 2.0 * out * per_out
+    return float(out)
+
+
+def compute(func: Any, device: Any) -> tuple[float, float, int, float]:
+    """(flops, HBM bytes, kernels, seconds) of ``func``'s ops: each op that computes (not a view,
+    constant or collective) a roofline ``max(flops/peak, bytes/HBM)`` plus a launch."""
+    from spmdc.dialects.comm import WaitOp, collective_kind
+
+    flops = hbm = seconds = 0.0
+    kernels = 0
+    for op in func.body.ops:
+        if (op.has_trait("View") or collective_kind(op) is not None or isinstance(op, WaitOp)
+                or op.name in ("func.return", "tensor.constant") or not op.results):
+            continue
+        f = op_flops(op)
+        b = sum(_tensor_bytes(v) for v in op.operands) + sum(_tensor_bytes(r) for r in op.results)
+        flops += f
+        hbm += b
+        kernels += 1
+        seconds += max(f / device.flops, b / (device.hbm_gbps * 1e9)) + device.launch_us * 1e-6
+    return flops, hbm, kernels, seconds
+
+
+def predict(module: Operation, step: Any, mesh: Any, device: Any, optimizer: str | None = None,
+            store: dict[int, int] | None = None) -> Prediction:
+    """Memory, collectives and step time of one rank's program ``module`` (see the module doc)."""
+    from spmdc.compiler.compilation import main_function
+    from spmdc.dialects.comm import START_OPS
+
+    func = main_function(module)
+    memory = step_memory(func, step, optimizer, store)
+    rows = comm_rows(func, mesh, device)
+    flops, hbm, kernels, seconds = compute(func, device)
+    overlapped = any(isinstance(op, tuple(START_OPS.values())) for op in func.body.ops)
+    comm_s = sum(r.seconds for r in rows) + sum(r.count for r in rows) * device.launch_us * 1e-6
+    return Prediction(memory, rows, flops, hbm, kernels, seconds, comm_s, overlapped)
