@@ -1,5 +1,5 @@
-"""Name a workload: a built-in (``mlp``, ``gpt2-tiny``, ``llama-tiny``), ``path/to/file.py:factory``
-or ``package.module:factory``.
+"""Name a workload: a built-in (``mlp``, ``gpt2-tiny``, ``llama-tiny``; ``llama3-1b``, ``llama3-8b``,
+``llama3-70b`` at real size on the meta device), ``path/to/file.py:factory`` or ``package.module:factory``.
 
 A factory takes no required arguments and returns ``(model, example_inputs, loss_fn)``:
 
@@ -29,6 +29,9 @@ BUILTINS: dict[str, str] = {
     "mlp": "spmdc.examples.mlp:factory",
     "gpt2-tiny": "spmdc.examples.gpt2_tiny:factory",
     "llama-tiny": "spmdc.examples.llama_tiny:factory",
+    "llama3-1b": "spmdc.examples.llama3:llama3_1b",     # HF LlamaForCausalLM at Llama-3 shapes, on meta
+    "llama3-8b": "spmdc.examples.llama3:llama3_8b",
+    "llama3-70b": "spmdc.examples.llama3:llama3_70b",
 }
 
 

@@ -1,6 +1,8 @@
 """``spmdc``: the user-facing command line.
 
     spmdc run [WORKLOAD] [options]         compile and run on ranks (spmdc.tools.run_cmd, docs/cli.md)
+    spmdc plan [WORKLOAD] [options]        compile for the whole world without ranks, predict each rank role
+                                           (memory, collectives, step time: spmdc.tools.plan_cmd)
     spmdc capture WORKLOAD [--train] -o F  capture a model into spmdc IR (spmdc.tools.capture_cmd)
     spmdc show FILE                        summarise an IR file (spmdc.tools.show)
     spmdc --version
@@ -46,6 +48,11 @@ def _main(argv: list[str] | None) -> int:
     from spmdc.tools.run_cmd import add_arguments
 
     add_arguments(run)
+    dry = sub.add_parser("plan", help="compile a job for its whole world without launching it; predict memory, "
+                                      "collectives and step time per rank role")
+    from spmdc.tools.plan_cmd import add_arguments as add_plan_arguments
+
+    add_plan_arguments(dry)
     cap = sub.add_parser("capture", help="capture a workload (forward or training step) into spmdc IR")
     cap.add_argument("workload", help="mlp | gpt2-tiny | llama-tiny | path/to/file.py:factory | module:factory")
     cap.add_argument("--train", action="store_true", help="capture forward + backward (loss and gradients)")
@@ -74,6 +81,10 @@ def _main(argv: list[str] | None) -> int:
             sys.stderr.flush()
             os._exit(rc)
         return rc
+    if args.cmd == "plan":
+        from spmdc.tools.plan_cmd import plan_main
+
+        return guard(prog, lambda: plan_main(args), verbose=args.verbose)
     if args.cmd == "capture":
         from spmdc.tools.capture_cmd import capture_main
 

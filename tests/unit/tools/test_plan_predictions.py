@@ -1,0 +1,150 @@
+"""``spmdc plan``'s predictions against measured runs (issue 29).
+
+One launch of 4 gloo ranks runs a training step of each case (``spmdc.tools.plan_check``: the
+last of 3 steps measured) and the dry run compiles the same cases without ranks. For every rank:
+the collectives it issued, by kind, and their bytes equal the prediction of its role exactly; its
+stored parameters and optimizer state equal the predicted bytes exactly; and per role the median
+over its ranks of the measured peak (stored state + the step's peak above it, torch.profiler's
+memory events) is within 10 % of the predicted peak. The rest needs no ranks: roles of uneven
+layouts, device profiles, a meta model at real shapes, the command line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import statistics
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+
+from spmdc.compiler.devices import device_profile
+from spmdc.compiler.dry_run import dry_run
+from spmdc.frontend.workloads import load_workload
+from spmdc.runtime.launcher import launch
+from spmdc.sharding.mesh import Mesh
+from spmdc.tools import cli
+from spmdc.tools.plan_check import measure_cases
+
+CASES = [("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", "adamw"),
+         ("llama-tiny", Mesh({"dp": 4}), "fsdp", "adamw"),
+         ("llama-tiny", Mesh({"tp": 4}), "megatron", "sgd"),
+         ("gpt2-tiny", Mesh({"dp": 4}), "dp", "adam")]
+CPU = device_profile("cpu")
+
+
+def _predict(workload, mesh, plan, optimizer):
+    w = load_workload(workload)
+    return dry_run(w.model, w.inputs, mesh=mesh, plan=plan, device=CPU, train=True, loss_fn=w.loss_fn,
+                   loss_inputs=w.loss_inputs, kwargs=w.kwargs, optimizer=optimizer)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return launch(measure_cases, 4, (CASES, 3), timeout_s=600)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{w}-{p}" for w, _, p, _ in CASES])
+def test_predictions_match_the_measured_step(measured, case):
+    report = _predict(*CASES[case])
+    assert sorted(r for role in report.roles for r in role.ranks) == [0, 1, 2, 3]
+    for role in report.roles:
+        p = role.prediction
+        counts, nbytes = {}, {}
+        for row in p.comm:
+            counts[row.kind] = counts.get(row.kind, 0) + row.count
+            nbytes[row.kind] = nbytes.get(row.kind, 0) + row.bytes
+        totals = []
+        for rank in role.ranks:
+            m = measured[rank][case]
+            assert m["counts"] == counts, f"rank {rank}: collectives issued {m['counts']}, predicted {counts}"
+            assert m["bytes"] == nbytes, f"rank {rank}: bytes {m['bytes']}, predicted {nbytes}"
+            assert m["stored"] == p.memory.parameters
+            assert m["optimizer"] == p.memory.optimizer
+            totals.append(m["stored"] + m["optimizer"] + m["peak"])
+        measured_peak = statistics.median(totals)
+        assert abs(p.memory.total - measured_peak) <= 0.10 * measured_peak, \
+            f"{CASES[case][:3]}: predicted peak {p.memory.total:,} B, measured {measured_peak:,} B (median of ranks)"
+
+
+def test_an_uneven_layout_splits_the_ranks_into_roles():
+    report = _predict("gpt2-tiny", Mesh({"dp": 3}), "fsdp", "adamw")
+    assert [role.ranks for role in report.roles] == [[0, 1], [2]]   # torch.chunk: the last piece is shorter
+    first, last = (r.prediction.memory.parameters for r in report.roles)
+    assert last < first
+    even = _predict("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", None)
+    assert [role.ranks for role in even.roles] == [[0, 1, 2, 3]]
+    assert even.roles[0].prediction.memory.optimizer == 0
+
+
+def test_fsdp_holds_one_copy_of_the_model_over_all_roles():
+    w = load_workload("gpt2-tiny")
+    model_bytes = sum(p.numel() * p.element_size() for p in w.model.parameters())
+    buffer_bytes = sum(b.numel() * b.element_size() for b in w.model.buffers())   # the causal masks, whole
+    report = _predict("gpt2-tiny", Mesh({"dp": 4}), "fsdp", "adamw")
+    held = sum(role.prediction.memory.parameters * len(role.ranks) for role in report.roles)
+    assert buffer_bytes > 0 and held == model_bytes + 4 * buffer_bytes
+    adam = sum(role.prediction.memory.optimizer * len(role.ranks) for role in report.roles)
+    n_tensors = sum(1 for _ in w.model.parameters())
+    assert adam == 2 * model_bytes + 4 * 4 * n_tensors    # two moments, and a step counter per tensor and rank
+
+
+def test_device_profiles_and_their_links():
+    h100 = device_profile("h100")
+    mesh = Mesh({"dp": 64, "tp": 8})
+    assert h100.axis_bandwidth(mesh, "tp") == h100.intra_gbps       # 8 ranks: one node
+    assert h100.axis_bandwidth(mesh, "dp") == h100.inter_gbps       # across nodes
+    assert device_profile("h100", "node_size=512").axis_bandwidth(mesh, "dp") == h100.intra_gbps
+    with pytest.raises(ValueError, match="did you mean h100"):
+        device_profile("h10")
+    with pytest.raises(ValueError, match="did you mean inter_gbps"):
+        device_profile("h100", "inter_gbp=3")
+    with pytest.raises(ValueError, match="must be > 0"):
+        device_profile("h100", {"hbm_gbps": 0})
+
+
+def test_a_llama3_shaped_meta_model_is_predicted_without_memory():
+    from spmdc.examples.llama3 import build
+
+    model, kwargs, _ = build("8b", batch=4, seq=64, layers=2, vocab_size=1024)
+    assert all(p.is_meta for p in model.parameters())
+    report = dry_run(model, (), mesh=Mesh({"dp": 2, "tp": 8}), plan="fsdp+tp", device=device_profile("h100"),
+                     train=True, kwargs=kwargs, optimizer="adamw")
+    (role,) = report.roles
+    total = sum(p.numel() * 4 for p in model.parameters())
+    # f32 weights over 16 ranks: the large ones cut 16 ways (dp x tp), none whole on every rank
+    assert total / 16 <= role.prediction.memory.parameters <= total / 8
+    assert role.prediction.flops > 6 * total / 4 * 4 * 64 / 16 * 0.9   # ≈ 6·N per token on 1/16 of the tokens
+    assert all(p.is_meta for p in model.parameters())
+
+
+def _spmdc(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(list(args))
+    return code, out.getvalue() + err.getvalue()
+
+
+def test_spmdc_plan_prints_and_writes_the_predictions(tmp_path):
+    path = tmp_path / "plan.json"
+    code, text = _spmdc("plan", "mlp", "--mesh", "dp=2", "--plan", "fsdp", "--optimizer", "adamw", "--device",
+                        "a100", "--json", str(path))
+    assert code == 0, text
+    assert "peak memory per rank" in text and "comm.all_gather" in text and "predicted step time (a100)" in text
+    data = json.loads(path.read_text())
+    assert data["world"] == 2 and data["optimizer"] == "adamw" and data["device"]["name"] == "a100"
+    (role,) = data["roles"]
+    assert role["ranks"] == [0, 1] and role["memory"]["total"] > role["memory"]["parameters"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "h1000"], "--device: unknown device 'h1000' (did you mean h100"),
+    (["--device-set", "flops"], "expected FIELD=NUMBER"),
+    (["--mesh", "pp=2,dp=2"], "pipeline stages (1f1b, 2 micro-batches"),
+    (["--grad-accum", "2"], "--grad-accum is not predicted yet"),
+    (["--json", "/no/such/dir/x.json"], "--json '/no/such/dir/x.json': no directory"),
+])
+def test_spmdc_plan_refuses_in_one_line(args, message):
+    code, text = _spmdc("plan", "mlp", *args)
+    assert code == 1, text
+    assert message in text and "Traceback" not in text
