@@ -68,7 +68,7 @@ DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
     DeviceProfile("a100-40gb", 312e12, 1555, 40, 300, 25),
     DeviceProfile("mi300x", 1307e12, 5300, 192, 448, 50),
     DeviceProfile("l4", 121e12, 300, 24, 32, 12.5),
-    DeviceProfile("cpu", 5e10, 10, 24, 2, 1, node_size=4, latency_us=60.0, launch_us=15.0, rough=True),
+    DeviceProfile("cpu", 5e10, 10, 24, 2, 1, node_size=4, latency_us=300.0, launch_us=100.0, rough=True),
 )}
 ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}
 _FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough"}

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.compiler.predict import Prediction, predict
+from spmdc.compiler.predict import Prediction, group_calls, group_tables, predict
 
 __all__ = ["DryRun", "Role", "dry_run", "rank_roles"]
 
@@ -67,17 +67,25 @@ def _coords(rank: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _uneven(shape: tuple[int, ...], placements: tuple[Any, ...], mesh_shape: tuple[int, ...]) -> bool:
-    """Whether ranks of the mesh hold different local shapes of a tensor so laid out."""
+    """Whether ranks of the mesh hold different local shapes of a tensor so laid out (the pieces
+    cut axis after axis, as :func:`~spmdc.sharding.mesh.local_shape` does)."""
     from spmdc.dialects.shard.placements import RaggedShard, Shard, StridedShard
 
-    parts: dict[int, int] = {}
+    size = list(shape)
     for p, n in zip(placements, mesh_shape):
         if isinstance(p, RaggedShard):
             if len(set(p.units)) > 1:
                 return True
-        elif isinstance(p, (Shard, StridedShard)):
-            parts[p.dim] = parts.get(p.dim, 1) * n * (p.parts if isinstance(p, StridedShard) else 1)
-    return any(shape[d] % k for d, k in parts.items() if d < len(shape))
+            size[p.dim] = p.units[0]
+        elif isinstance(p, StridedShard):
+            if size[p.dim] % (p.parts * n):
+                return True
+            size[p.dim] //= n
+        elif isinstance(p, Shard):
+            if size[p.dim] % n:
+                return True
+            size[p.dim] //= n
+    return False
 
 
 def rank_roles(global_ir: Any, mesh: Any, ranks: Sequence[int]) -> list[list[int]]:
@@ -103,6 +111,18 @@ def rank_roles(global_ir: Any, mesh: Any, ranks: Sequence[int]) -> list[list[int
         key = tuple(local_shape(s, lay, mesh.shape, c) for s, lay in sorted(pairs, key=str))
         groups.setdefault(key, []).append(r)
     return sorted(groups.values(), key=lambda g: g[0])
+
+
+def _by_group_calls(module: Any, tables: dict | None, ranks: list[int]) -> list[list[int]]:
+    """``ranks`` (job ranks of one shape role) split by the cross-group collectives each issues
+    (device groups: a rank's share of a split all-reduce depends on which slices it holds)."""
+    if not tables:
+        return [ranks]
+    out: dict[tuple, list[int]] = {}
+    for r in ranks:
+        key = tuple(tuple(group_calls(op, table, r)) for op, table in tables.items())
+        out.setdefault(key, []).append(r)
+    return list(out.values())
 
 
 def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: Any, train: bool = False,
@@ -139,14 +159,18 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
         parts = [("-", step, mesh, [(r, r) for r in range(mesh.size)])]
         world = mesh.size
     timings["global"] = time.perf_counter() - t
+    timings["capture"] = sum(p[1].timings.get("total", 0.0) for p in parts)   # (each group captures)
+    timings["export"] = sum(p[1].timings.get("export", 0.0) for p in parts)
     t = time.perf_counter()
     roles: list[Role] = []
     for group, step, vmesh, members in parts:
         job_rank = dict(members)
         for virtual in rank_roles(parse_module(step.global_ir, "<global>"), vmesh, [v for v, _ in members]):
             module = rank_module(step, virtual[0], target)
-            pred = predict(module, step, vmesh, device, optimizer if train else None)
-            roles.append(Role(group, [job_rank[v] for v in virtual], job_rank[virtual[0]], vmesh, pred,
-                              sum(1 for _ in module.walk())))
+            tables = group_tables(module) if isinstance(plan, HeteroPlan) else None
+            for same in _by_group_calls(module, tables, [job_rank[v] for v in virtual]):
+                pred = predict(module, step, vmesh, device, optimizer if train else None, job_rank=same[0],
+                               tables=tables)
+                roles.append(Role(group, same, same[0], vmesh, pred, sum(1 for _ in module.walk())))
     timings["roles"] = time.perf_counter() - t
     return DryRun(roles, world, "train" if train else "forward", timings)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,7 +154,8 @@ def staging_bytes(op: Operation) -> int:
     return results
 
 
-def staging_spans(ops: list[Operation]) -> list[tuple[int, int, int]]:
+def staging_spans(ops: list[Operation], extra: Callable[[Operation], int] | None = None
+                  ) -> list[tuple[int, int, int]]:
     """(first op index, last op index, bytes) of every collective's staging buffers: a synchronous
     collective's at its op, a started one's from its ``comm.*_start`` to its ``comm.wait`` (the
     runtime keeps both buffers until the wait has unpacked the result)."""
@@ -169,7 +170,7 @@ def staging_spans(ops: list[Operation]) -> list[tuple[int, int, int]]:
                 waits[start] = i
     out = []
     for op, i in index.items():
-        n = staging_bytes(op)
+        n = staging_bytes(op) + (extra(op) if extra is not None else 0)
         if n:
             out.append((i, waits.get(op, i), n))
     return out
@@ -227,7 +228,8 @@ def optimizer_transient(name: str, param_bytes: list[int]) -> int:
     return int(ratio * (sum(param_bytes) if at_once else max(param_bytes)))
 
 
-def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, int] | None = None) -> MemoryBreakdown:
+def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, int] | None = None,
+                group_extra: Callable[[Operation], int] | None = None) -> MemoryBreakdown:
     """The breakdown for ``func`` (a rank's ``@main``) of ``step`` (its CompiledStep): parameters
     are its ``param:`` arguments' bytes (``store``: argument index → stored bytes, when the
     storage differs from the program's argument)."""
@@ -253,7 +255,7 @@ def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, in
     for v, (b, e) in life.items():
         delta[b] += _tensor_bytes(v)
         delta[e + 1] -= _tensor_bytes(v)
-    staged = staging_spans(ops)
+    staged = staging_spans(ops, group_extra)
     for b, e, nbytes in staged:
         delta[b] += nbytes
         delta[e + 1] -= nbytes
@@ -312,8 +314,56 @@ def payload_bytes(op: Operation) -> int:
     return sum(_tensor_bytes(v) for v in operands if isinstance(v.type, TensorType))
 
 
-def comm_rows(func: Any, mesh: Any, device: Any) -> list[CommRow]:
-    """Collectives of ``func`` per (axes, kind): calls, payload bytes and α-β seconds."""
+def _element_bytes(v: Value) -> int:
+    from spmdc.ir.types import ELEMENT_TYPE_INFO
+
+    return ELEMENT_TYPE_INFO[v.type.element_type].bytes   # type: ignore[attr-defined]
+
+
+def group_tables(module: Operation) -> dict[Operation, Any]:
+    """The slice tables of a program's cross-group collectives (``comm.split_all_reduce``: one
+    :class:`~spmdc.sharding.slices.SplitAllReduce` per operand; ``comm.bsr``: its
+    :class:`~spmdc.sharding.slices.BsrPlan`), as the runtime builds them (:mod:`spmdc.runtime.group_comm`)."""
+    from spmdc.dialects.comm import BsrOp, SplitAllReduceOp
+    from spmdc.dialects.shard import MeshOp
+    from spmdc.sharding.slices import MeshSpec, bsr_plan, split_all_reduce_plan
+
+    meshes = {op.sym_name: MeshSpec.of(op) for op in module.body.ops if isinstance(op, MeshOp)}
+    out: dict[Operation, Any] = {}
+    for op in module.walk():
+        if isinstance(op, SplitAllReduceOp):
+            out[op] = [split_all_reduce_plan(shape, u, meshes) for u, shape in zip(op.unions, op.global_shapes)]
+        elif isinstance(op, BsrOp):
+            out[op] = bsr_plan(op.global_shape, op.attributes["from"], op.attributes["to"], meshes)
+    return out
+
+
+def group_calls(op: Operation, table: Any, job_rank: int) -> list[tuple[int, int]]:
+    """(ranks, bytes) of each collective job rank ``job_rank`` issues for a cross-group op: a split
+    all-reduce issues one all-reduce per rank set it is in (its slices of every operand packed), a
+    BSR one message per rank it sends to or receives from."""
+    from spmdc.dialects.comm import SplitAllReduceOp
+    from spmdc.sharding.slices import box_numel
+
+    calls = []
+    if isinstance(op, SplitAllReduceOp):
+        sizes = [_element_bytes(v) for v in op.operands]
+        sets = sorted({ranks for plan in table for ranks in plan.reductions if job_rank in ranks})
+        for ranks in sets:
+            calls.append((len(ranks), sum(box_numel(c) * size for plan, size in zip(table, sizes)
+                                          for c in plan.reductions.get(ranks, []))))
+        return calls
+    size = _element_bytes(op.operand(0))
+    for (src, dst), cells in table.sends.items():
+        if src != dst and job_rank in (src, dst):
+            calls.append((2, sum(box_numel(c) for c, _, _ in cells) * size))
+    return calls
+
+
+def comm_rows(func: Any, mesh: Any, device: Any, job_rank: int | None = None,
+              tables: dict[Operation, Any] | None = None) -> list[CommRow]:
+    """Collectives of ``func`` per (axes, kind): calls, payload bytes and α-β seconds. Cross-group
+    collectives (``tables``: :func:`group_tables`) count what job rank ``job_rank`` issues."""
     from spmdc.dialects.comm import collective_kind
     from spmdc.sharding.cost import AxisCost
 
@@ -321,6 +371,14 @@ def comm_rows(func: Any, mesh: Any, device: Any) -> list[CommRow]:
     for op in func.walk():
         kind = collective_kind(op)
         if kind is None:
+            continue
+        if tables is not None and op in tables:
+            row = rows.setdefault(("(groups)", kind), CommRow("(groups)", kind))
+            cost = AxisCost(latency_us=device.latency_us, bandwidth_gbps=device.inter_gbps)
+            for n, nbytes in group_calls(op, tables[op], job_rank if job_rank is not None else 0):
+                row.count += 1
+                row.bytes += nbytes
+                row.seconds += cost.all_reduce(nbytes, max(n, 2)) * 1e-6
             continue
         axes = _axes_of(op)
         key = (",".join(axes) or "(groups)", kind)
@@ -343,7 +401,7 @@ def comm_rows(func: Any, mesh: Any, device: Any) -> list[CommRow]:
             us = cost.reduce_scatter(nbytes, n)
         elif short in ("all_to_all", "expert_dispatch", "expert_combine"):
             us = cost.all_to_all(nbytes * n, n)
-        else:   # all_reduce, split_all_reduce, bsr: as an all-reduce
+        else:   # all_reduce: as an all-reduce
             us = cost.all_reduce(nbytes, max(n, 2))
         row.seconds += us * 1e-6
     return list(rows.values())
@@ -396,14 +454,20 @@ def compute(func: Any, device: Any) -> tuple[float, float, int, float]:
 
 
 def predict(module: Operation, step: Any, mesh: Any, device: Any, optimizer: str | None = None,
-            store: dict[int, int] | None = None) -> Prediction:
-    """Memory, collectives and step time of one rank's program ``module`` (see the module doc)."""
+            store: dict[int, int] | None = None, job_rank: int | None = None,
+            tables: dict[Operation, Any] | None = None) -> Prediction:
+    """Memory, collectives and step time of one rank's program ``module`` (see the module doc);
+    ``job_rank`` and ``tables`` (:func:`group_tables` of ``module``) for device groups' cross-group
+    collectives, which depend on the job rank."""
     from spmdc.compiler.compilation import main_function
     from spmdc.dialects.comm import START_OPS
 
     func = main_function(module)
-    memory = step_memory(func, step, optimizer, store)
-    rows = comm_rows(func, mesh, device)
+    def packed(op: Operation) -> int:   # a split all-reduce packs this rank's slices per rank set, all in flight
+        return sum(b for _, b in group_calls(op, tables[op], job_rank or 0)) if tables and op in tables else 0
+
+    memory = step_memory(func, step, optimizer, store, packed)
+    rows = comm_rows(func, mesh, device, job_rank, tables)
     flops, hbm, kernels, seconds = compute(func, device)
     overlapped = any(isinstance(op, tuple(START_OPS.values())) for op in func.body.ops)
     comm_s = sum(r.seconds for r in rows) + sum(r.count for r in rows) * device.launch_us * 1e-6

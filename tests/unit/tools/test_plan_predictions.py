@@ -26,10 +26,21 @@ from spmdc.sharding.mesh import Mesh
 from spmdc.tools import cli
 from spmdc.tools.plan_check import measure_cases
 
+
+def _groups():
+    """Device groups: fsdp on ranks 0-1 and on ranks 2-3, the batch split between them, gradients summed
+    across them by split all-reduces (a rank's share depends on the slices it holds)."""
+    from spmdc.sharding.device_groups import Group, HeteroPlan
+
+    return HeteroPlan([Group("a", (0, 1), Mesh({"dp": 2}), "fsdp"), Group("b", (2, 3), Mesh({"dp": 2}), "fsdp")],
+                      name="two-groups")
+
+
 CASES = [("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", "adamw"),
          ("llama-tiny", Mesh({"dp": 4}), "fsdp", "adamw"),
          ("llama-tiny", Mesh({"tp": 4}), "megatron", "sgd"),
-         ("gpt2-tiny", Mesh({"dp": 4}), "dp", "adam")]
+         ("gpt2-tiny", Mesh({"dp": 4}), "dp", "adam"),
+         ("gpt2-tiny", None, _groups(), "adamw")]
 CPU = device_profile("cpu")
 
 
@@ -44,7 +55,8 @@ def measured():
     return launch(measure_cases, 4, (CASES, 3), timeout_s=600)
 
 
-@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{w}-{p}" for w, _, p, _ in CASES])
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{w}-{p if isinstance(p, str) else p.name}" for w, _, p, _ in CASES])
 def test_predictions_match_the_measured_step(measured, case):
     report = _predict(*CASES[case])
     assert sorted(r for role in report.roles for r in role.ranks) == [0, 1, 2, 3]
