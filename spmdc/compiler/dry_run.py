@@ -19,6 +19,7 @@ flight): :func:`dry_run` refuses a :class:`~spmdc.sharding.pipeline_plan.Pipelin
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -113,6 +114,32 @@ def rank_roles(global_ir: Any, mesh: Any, ranks: Sequence[int]) -> list[list[int
     return sorted(groups.values(), key=lambda g: g[0])
 
 
+def whole_storage(module: Any, step: Any, optimizer: str | None) -> dict[int, int] | None:
+    """Argument index → stored bytes when the optimizer makes every rank store each parameter whole
+    (:class:`~spmdc.api.compiled_module.CompiledModule`: a class that is not elementwise, or a
+    per-tensor one over pieces that are not whole-or-nothing); None when storage is the program's layout."""
+    if optimizer is None:
+        return None
+    from spmdc.api.compiled_module import _whole_or_nothing
+    from spmdc.compiler.compilation import main_function
+    from spmdc.dialects.shard import SHARDING_ATTR
+    from spmdc.runtime.optimizers import is_elementwise, is_per_tensor, optimizer_class
+
+    cls = optimizer_class(optimizer)
+    if is_elementwise(cls):
+        return None
+    func = main_function(module)
+    params = [i for i, k in enumerate(step.arg_kinds) if k.startswith("param:") and i not in step.buffers]
+    layouts = [func.arg_attrs(i).get(SHARDING_ATTR) for i in params]
+    if is_per_tensor(cls) and all(s is None or _whole_or_nothing(s.placements) for s in layouts):
+        return None
+    out = {}
+    for i in params:
+        t = func.args[i].type
+        out[i] = t.num_bytes // max(1, t.num_elements) * math.prod(step.arg_shapes[i])
+    return out
+
+
 def _by_group_calls(module: Any, tables: dict | None, ranks: list[int]) -> list[list[int]]:
     """``ranks`` (job ranks of one shape role) split by the cross-group collectives each issues
     (device groups: a rank's share of a split all-reduce depends on which slices it holds)."""
@@ -169,7 +196,8 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
             module = rank_module(step, virtual[0], target)
             tables = group_tables(module) if isinstance(plan, HeteroPlan) else None
             for same in _by_group_calls(module, tables, [job_rank[v] for v in virtual]):
-                pred = predict(module, step, vmesh, device, optimizer if train else None, job_rank=same[0],
+                pred = predict(module, step, vmesh, device, optimizer if train else None,
+                               store=whole_storage(module, step, optimizer) if train else None, job_rank=same[0],
                                tables=tables)
                 roles.append(Role(group, same, same[0], vmesh, pred, sum(1 for _ in module.walk())))
     timings["roles"] = time.perf_counter() - t

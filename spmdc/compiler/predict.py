@@ -108,28 +108,40 @@ class Prediction:
 # -- memory ----------------------------------------------------------------------------------------
 
 @functools.cache
-def optimizer_state(name: str | None) -> tuple[float, int]:
-    """(state bytes per parameter byte, state bytes per parameter tensor) of ``torch.optim``'s
-    ``name`` (as ``spmdc run --optimizer`` names it), measured by one step on a small float32 tensor:
-    AdamW (2.0, 4): two moments like the parameter and a step counter; SGD (0.0, 0)."""
+def optimizer_state(name: str | None, shape: tuple[int, ...] = (64, 8), dtype: str = "float32") -> int:
+    """Bytes of ``torch.optim``'s ``name`` state (as ``spmdc run --optimizer`` names it) for one
+    parameter of ``shape``: the optimizer built over a meta-device parameter and stepped once (no
+    memory; AdamW: two moments like the parameter and a 4-byte step counter). A class that cannot
+    step on meta tensors (Adafactor reads values) is stepped on a real tensor, or, above 4M
+    elements, on one with every dim capped at 2048 and scaled by the element ratio (an estimate)."""
     if name is None:
-        return 0.0, 0
+        return 0
     import torch
 
     from spmdc.runtime.optimizers import make_optimizer
 
-    p = torch.nn.Parameter(torch.zeros(64, 8))
-    opt = make_optimizer(name, [p])
-    p.grad = torch.ones_like(p)
-    opt.step()
-    per_elem, fixed = 0, 0
-    for t in opt.state[p].values():
-        if isinstance(t, torch.Tensor):
-            if t.numel() == p.numel():
-                per_elem += t.element_size() * t.numel()
-            else:
-                fixed += t.element_size() * t.numel()
-    return per_elem / (p.numel() * p.element_size()), fixed
+    def state(shape: tuple[int, ...], device: str) -> int:
+        p = torch.nn.Parameter(torch.zeros(shape, dtype=getattr(torch, dtype), device=device))
+        opt = make_optimizer(name, [p])
+        p.grad = torch.zeros_like(p)
+        opt.step()
+        return sum(t.numel() * t.element_size() for t in opt.state[p].values() if isinstance(t, torch.Tensor))
+
+    try:
+        return state(shape, "meta")
+    except (RuntimeError, NotImplementedError):
+        pass
+    if math.prod(shape) <= 1 << 22:
+        return state(shape, "cpu")
+    small = tuple(min(d, 2048) for d in shape)
+    return int(state(small, "cpu") * math.prod(shape) / max(1, math.prod(small)))
+
+
+def _torch_dtype(element_type: str) -> str:
+    """torch's dtype name for an IR element type (``f32`` → ``float32``)."""
+    from spmdc.ir.types import ELEMENT_TYPE_INFO
+
+    return ELEMENT_TYPE_INFO[element_type].torch
 
 
 def _tensor_bytes(v: Value) -> int:
@@ -241,15 +253,16 @@ def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, in
     for i, a in enumerate(func.args):
         if i < len(step.arg_kinds) and step.arg_kinds[i].startswith("param:"):
             params += store.get(i, _tensor_bytes(a)) if store else _tensor_bytes(a)
-    per_byte, per_tensor = optimizer_state(optimizer)
     trainable = [i for i, k in enumerate(step.arg_kinds) if k.startswith("param:") and i not in step.buffers]
     opt = 0
     if step.name == "train" and optimizer is not None:
         grads = {k[5:] for k in step.result_kinds if k.startswith("grad:")}
         for i in trainable:
             if step.arg_kinds[i][6:] in grads:
-                opt += int(per_byte * (store.get(i, _tensor_bytes(func.args[i])) if store else
-                                       _tensor_bytes(func.args[i]))) + per_tensor
+                t = func.args[i].type
+                whole = store is not None and i in store
+                shape = tuple(step.arg_shapes[i]) if whole else tuple(t.shape)
+                opt += optimizer_state(optimizer, shape, _torch_dtype(t.element_type))
     life = lifetimes(ops)
     delta = [0] * (len(ops) + 1)
     for v, (b, e) in life.items():

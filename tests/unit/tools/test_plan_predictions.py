@@ -1,7 +1,8 @@
 """``spmdc plan``'s predictions against measured runs (issue 29).
 
-One launch of 4 gloo ranks runs a training step of each case (``spmdc.tools.plan_check``: the
-last of 3 steps measured) and the dry run compiles the same cases without ranks. For every rank:
+One launch of 4 gloo ranks runs 3 training steps of each case (``spmdc.tools.plan_check``: the
+last one's collectives, the lower peak of the last two) and the dry run compiles the same cases
+without ranks. For every rank:
 the collectives it issued, by kind, and their bytes equal the prediction of its role exactly; its
 stored parameters and optimizer state equal the predicted bytes exactly; and per role the median
 over its ranks of the measured peak (stored state + the step's peak above it, torch.profiler's
@@ -40,7 +41,8 @@ CASES = [("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", "adamw"),
          ("llama-tiny", Mesh({"dp": 4}), "fsdp", "adamw"),
          ("llama-tiny", Mesh({"tp": 4}), "megatron", "sgd"),
          ("gpt2-tiny", Mesh({"dp": 4}), "dp", "adam"),
-         ("gpt2-tiny", None, _groups(), "adamw")]
+         ("gpt2-tiny", None, _groups(), "adamw"),
+         ("gpt2-tiny", Mesh({"dp": 4}), "fsdp", "adafactor")]   # not elementwise: every rank stores the parameters whole
 CPU = device_profile("cpu")
 
 
@@ -99,6 +101,8 @@ def test_fsdp_holds_one_copy_of_the_model_over_all_roles():
     adam = sum(role.prediction.memory.optimizer * len(role.ranks) for role in report.roles)
     n_tensors = sum(1 for _ in w.model.parameters())
     assert adam == 2 * model_bytes + 4 * 4 * n_tensors    # two moments, and a step counter per tensor and rank
+    whole = _predict("gpt2-tiny", Mesh({"dp": 4}), "fsdp", "adafactor")   # needs whole tensors: stored whole
+    assert all(role.prediction.memory.parameters == model_bytes + buffer_bytes for role in whole.roles)
 
 
 def test_device_profiles_and_their_links():
