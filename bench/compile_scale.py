@@ -6,7 +6,7 @@ Each configuration runs in its own process (its peak RSS is its own) and does wh
 does: build HuggingFace ``LlamaForCausalLM`` at the size's shapes on the meta device, capture the
 training step (torch.export + decompositions, torch-mlir import, translation), run the global
 passes for the mesh and plan, then partition one program per rank role and predict it
-(:mod:`spmdc.compiler.dry_run`). The table gives seconds per stage, the number of role programs
+(:mod:`spmdc.api.dry_run`). The table gives seconds per stage, the number of role programs
 (the ranks they stand for), ops, the process's peak RSS, and the predicted peak memory per rank
 and step time on an H100 profile (for orientation, not measured).
 
@@ -39,8 +39,8 @@ def one(name: str, layers: int | None) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
+    from spmdc.api.dry_run import dry_run
     from spmdc.compiler.devices import device_profile
-    from spmdc.compiler.dry_run import dry_run
     from spmdc.examples.llama3 import build
     from spmdc.sharding.mesh import Mesh
 

@@ -4,7 +4,7 @@
 
 For each rank count, one launch (gloo, CPU) runs a training step of every case
 (:func:`spmdc.tools.plan_check.measure_cases`: 4 steps, the last measured) and this process
-predicts the same cases with :func:`spmdc.compiler.dry_run.dry_run` on the ``cpu`` device profile.
+predicts the same cases with :func:`spmdc.api.dry_run.dry_run` on the ``cpu`` device profile.
 Per case (the role with the largest predicted peak):
 
 * collectives and bytes: whether every rank issued exactly its role's predicted collectives and
@@ -107,8 +107,8 @@ def _label(w: str) -> str:
 
 
 def predict(case: tuple):
+    from spmdc.api.dry_run import dry_run
     from spmdc.compiler.devices import device_profile
-    from spmdc.compiler.dry_run import dry_run
     from spmdc.frontend.workloads import load_workload
 
     w, mesh, plan, optimizer = case

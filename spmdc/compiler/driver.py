@@ -57,16 +57,19 @@ def default_target() -> str:
 def compile_program(c: Compilation) -> Compilation:
     """Every stage in order, each dumped as ``stages/NN-<stage>.mlir``; ``c.first``/``c.last`` say
     which run here (the global ones where the model is captured, the per-rank ones on each rank)."""
+    from spmdc.ir.gc_pause import gc_paused
+
     capture(c)            # 00 torch.export + torch-mlir import → the global program (tensor dialect)
-    prepare(c)            # 01 canonicalize, cse (+ philox-rng): a tidy single-device graph
-    plan_layouts(c)       # 02 the plan's layouts as shard.sharding attributes (data, not a pass)
-    clip_gradients(c)     # 03 clip_grad_norm: the global norm of the gradients, each scaled by it
-    global_passes(c)      # 04 sharding-propagation, insert-redistribution, lower-redistribution
-    resolve_groups(c)     # 05 device groups: moves on 'grp' → comm.split_all_reduce over the groups' ranks
-    partition(c)          # 06 one rank's program: local shapes (partition{rank=r}), fuse-collectives, cleanup
-    rank_passes(c)        # 07 bucket-collectives, schedule-collectives, fuse-kernels (as the options say)
-    pipeline_stage(c)     # 08 pipeline plans: the schedule spans every stage's programs (schedule_pipeline)
-    codegen(c)            # 09 the Python / Triton module the rank loads, and its argument layouts
+    with gc_paused():     # (the IR's stages stay linear in ops: spmdc.ir.gc_pause)
+        prepare(c)            # 01 canonicalize, cse (+ philox-rng): a tidy single-device graph
+        plan_layouts(c)       # 02 the plan's layouts as shard.sharding attributes (data, not a pass)
+        clip_gradients(c)     # 03 clip_grad_norm: the global norm of the gradients, each scaled by it
+        global_passes(c)      # 04 sharding-propagation, insert-redistribution, lower-redistribution
+        resolve_groups(c)     # 05 device groups: moves on 'grp' → comm.split_all_reduce over the groups' ranks
+        partition(c)          # 06 one rank's program: local shapes (partition{rank=r}), fuse-collectives, cleanup
+        rank_passes(c)        # 07 bucket-collectives, schedule-collectives, fuse-kernels (as the options say)
+        pipeline_stage(c)     # 08 pipeline plans: the schedule spans every stage's programs (schedule_pipeline)
+        codegen(c)            # 09 the Python / Triton module the rank loads, and its argument layouts
     return c
 
 

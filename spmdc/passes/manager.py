@@ -44,6 +44,12 @@ class PassManager:
     timings: list[PassTiming] = field(default_factory=list)
 
     def run(self, module: Operation) -> None:
+        from spmdc.ir.gc_pause import gc_paused
+
+        with gc_paused():   # passes stay linear in ops (spmdc.ir.gc_pause)
+            self._run(module)
+
+    def _run(self, module: Operation) -> None:
         out = self.dump_stream or sys.stderr
         for index, p in enumerate(self.passes):
             if p.name in self.print_ir_before:

@@ -1,5 +1,5 @@
 """Measure what the dry run predicts: one training step per case on real ranks, every rank's
-collectives, bytes, stored state and peak, to set beside :func:`~spmdc.compiler.dry_run.dry_run`.
+collectives, bytes, stored state and peak, to set beside :func:`~spmdc.api.dry_run.dry_run`.
 
     results = launch(measure_cases, 4, (cases, steps))     # cases: [(workload, mesh, plan, optimizer)]
     results[rank][i] == {"counts": {...}, "bytes": {...}, "stored": ..., "optimizer": ..., "peak": ..., "seconds": ...}
@@ -8,8 +8,9 @@ Each case compiles with :class:`~spmdc.api.entry.CompiledModule` (as ``spmdc run
 ``steps`` steps of ``cm.step`` (the first allocates the optimizer's state), and on the last one
 records the collectives issued; the peak above the memory live at a step's start
 (:func:`~spmdc.runtime.memory.measure_peak`) is the lower of the last two steps' (the profiler
-also sees the collective backend's own threads allocate, whose timing varies from step to step). ``stored`` is the bytes of the rank's parameters
-and buffers, ``optimizer`` of its optimizer state; ``seconds`` the median step after the first.
+also sees the collective backend's own threads allocate, whose timing varies from step to step).
+``stored`` is the bytes of the rank's parameters and buffers, ``optimizer`` of its optimizer
+state; ``seconds`` the median step after the first.
 Used by ``tests/unit/tools/test_plan_predictions.py`` and ``bench/plan_accuracy.py``.
 """
 

@@ -5,7 +5,7 @@
 
 Takes ``spmdc run``'s workload, mesh, plan (presets, plan files with device groups), batch,
 optimizer and compile options, resolves and checks them the same way, then compiles the global
-program once and one program per rank role (:mod:`spmdc.compiler.dry_run`) and prints per role:
+program once and one program per rank role (:mod:`spmdc.api.dry_run`) and prints per role:
 the peak memory per rank broken down (parameters, optimizer state, gradients, activations,
 communication buffers) against the device's capacity, collectives per step by mesh axis and kind
 with their bytes, kernel launches, and a step time from the device profile
@@ -55,8 +55,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def plan_main(args: argparse.Namespace) -> int:
+    from spmdc.api.dry_run import dry_run
     from spmdc.compiler.devices import device_profile
-    from spmdc.compiler.dry_run import dry_run
     from spmdc.compiler.options import CompileOptions
     from spmdc.frontend.workloads import load_workload
     from spmdc.tools.run_cmd import RunConfig, resolve_mesh_and_plan, validate, workload_args

@@ -19,8 +19,8 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
+from spmdc.api.dry_run import dry_run
 from spmdc.compiler.devices import device_profile
-from spmdc.compiler.dry_run import dry_run
 from spmdc.frontend.workloads import load_workload
 from spmdc.runtime.launcher import launch
 from spmdc.sharding.mesh import Mesh
@@ -42,7 +42,7 @@ CASES = [("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", "adamw"),
          ("llama-tiny", Mesh({"tp": 4}), "megatron", "sgd"),
          ("gpt2-tiny", Mesh({"dp": 4}), "dp", "adam"),
          ("gpt2-tiny", None, _groups(), "adamw"),
-         ("gpt2-tiny", Mesh({"dp": 4}), "fsdp", "adafactor")]   # not elementwise: every rank stores the parameters whole
+         ("gpt2-tiny", Mesh({"dp": 4}), "fsdp", "adafactor")]   # not elementwise: parameters stored whole
 CPU = device_profile("cpu")
 
 

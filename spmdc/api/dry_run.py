@@ -9,7 +9,7 @@ A **role** is a set of ranks whose programs have the same shapes everywhere: the
 group (or the only mesh) and, for every tensor the global program lays out, the same local shape.
 Ranks of one role differ only in which slice they hold, so their memory, collectives and time are
 the same; the dry run partitions one rank of each role (the lowest) and predicts from its
-program (:mod:`spmdc.compiler.predict`). An evenly divisible layout gives every rank of a mesh
+program (:mod:`spmdc.api.predict`). An evenly divisible layout gives every rank of a mesh
 one role, whatever its size; an uneven one (torch.chunk's last piece shorter) splits the ranks
 along the axes that cut it.
 
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spmdc.compiler.predict import Prediction, group_calls, group_tables, predict
+from spmdc.api.predict import Prediction, group_calls, group_tables, predict
 
 __all__ = ["DryRun", "Role", "dry_run", "rank_roles"]
 
