@@ -122,10 +122,7 @@ def compare(case: tuple, report, measured: dict[int, list], i: int) -> dict:
     rows = []
     for role in report.roles:
         p = role.prediction
-        counts, nbytes = {}, {}
-        for r in p.comm:
-            counts[r.kind] = counts.get(r.kind, 0) + r.count
-            nbytes[r.kind] = nbytes.get(r.kind, 0) + r.bytes
+        counts, nbytes = p.by_kind()
         totals = []
         for rank in role.ranks:
             m = measured[rank][i]

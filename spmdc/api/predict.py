@@ -98,6 +98,16 @@ class Prediction:
     def comm_bytes(self) -> int:
         return sum(r.bytes for r in self.comm)
 
+    def by_kind(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(calls, bytes) per collective kind over all axes: what the runtime's
+        :class:`~spmdc.runtime.collectives.CommStats` of one step holds."""
+        counts: dict[str, int] = {}
+        nbytes: dict[str, int] = {}
+        for r in self.comm:
+            counts[r.kind] = counts.get(r.kind, 0) + r.count
+            nbytes[r.kind] = nbytes.get(r.kind, 0) + r.bytes
+        return counts, nbytes
+
     @property
     def step_seconds(self) -> float:
         if self.overlapped:

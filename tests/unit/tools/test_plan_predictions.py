@@ -64,10 +64,7 @@ def test_predictions_match_the_measured_step(measured, case):
     assert sorted(r for role in report.roles for r in role.ranks) == [0, 1, 2, 3]
     for role in report.roles:
         p = role.prediction
-        counts, nbytes = {}, {}
-        for row in p.comm:
-            counts[row.kind] = counts.get(row.kind, 0) + row.count
-            nbytes[row.kind] = nbytes.get(row.kind, 0) + row.bytes
+        counts, nbytes = p.by_kind()
         totals = []
         for rank in role.ranks:
             m = measured[rank][case]
