@@ -160,6 +160,7 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
     :class:`~spmdc.compiler.devices.DeviceProfile`; ``optimizer``: its name (``spmdc run --optimizer``)."""
     from spmdc.compiler.driver import compile_global, rank_module
     from spmdc.compiler.options import CompileOptions
+    from spmdc.ir.gc_pause import gc_paused
     from spmdc.ir.parser import parse_module
     from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.pipeline_plan import PipelinePlan
@@ -192,8 +193,10 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
     roles: list[Role] = []
     for group, step, vmesh, members in parts:
         job_rank = dict(members)
-        for virtual in rank_roles(parse_module(step.global_ir, "<global>"), vmesh, [v for v, _ in members]):
-            module = rank_module(step, virtual[0], target)
+        with gc_paused():
+            parsed = parse_module(step.global_ir, "<global>")
+        for virtual in rank_roles(parsed, vmesh, [v for v, _ in members]):
+            module = rank_module(step, virtual[0], target, parsed=parsed)
             tables = group_tables(module) if isinstance(plan, HeteroPlan) else None
             for same in _by_group_calls(module, tables, [job_rank[v] for v in virtual]):
                 pred = predict(module, step, vmesh, device, optimizer if train else None,

@@ -72,6 +72,7 @@ class Compilation:
     unfused: Operation | None = None   # (target triton) the program before fuse-kernels
     program: RankProgram | None = None
     started: float = 0.0
+    parsed: Operation | None = None    # the step's global program already parsed: 06 clones it (else parses)
 
     @staticmethod
     def of_model(model: Any, inputs: Sequence[Any], *, mesh: Any = None, plan: Any, train: bool = False,

@@ -180,7 +180,7 @@ def partition(c: Compilation) -> None:
     c.target = c.target or c.step.options.resolved_target()
     if c.target not in TARGETS:
         raise ValueError(f"unknown codegen target '{c.target}' (choices: {', '.join(TARGETS)})")
-    c.module = parse_module(c.step.global_ir, "<global>")
+    c.module = c.parsed.clone() if c.parsed is not None else parse_module(c.step.global_ir, "<global>")
     c.writer = c.dump.ir_writer(c.step.name, f"rank{c.at}") if c.dump else None
     _run(_rank_pass_stages(c)[0].passes, c.module, c.writer)   # the "rank" stage: partition{rank=r}, ...
 
@@ -264,9 +264,13 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
 
 
 def rank_module(step: CompiledStep, rank: int, target: str = "torch",
-                dump: Dump | None = None) -> Operation:
-    """Rank ``rank``'s program: its copy of the global program through stages 06-07 (no code generation)."""
-    module = compile_program(Compilation.of_step(step, rank, target, dump, last="rank-passes")).module
+                dump: Dump | None = None, parsed: Operation | None = None) -> Operation:
+    """Rank ``rank``'s program: its copy of the global program through stages 06-07 (no code generation).
+    ``parsed``: ``step.global_ir`` parsed once already, cloned here instead of parsed again (the
+    dry run compiles several ranks' programs from one global program)."""
+    c = Compilation.of_step(step, rank, target, dump, last="rank-passes")
+    c.parsed = parsed
+    module = compile_program(c).module
     assert module is not None
     return module
 
