@@ -161,3 +161,18 @@ def test_spmdc_plan_refuses_in_one_line(args, message):
     code, text = _spmdc("plan", "mlp", *args)
     assert code == 1, text
     assert message in text and "Traceback" not in text
+
+
+def test_the_command_line_takes_a_meta_model(tmp_path):
+    from pathlib import Path
+
+    workload = f"{Path(__file__).parent / 'workloads' / 'meta_llama.py'}:factory"
+    out = tmp_path / "step.mlir"
+    code, text = _spmdc("capture", workload, "--train", "-o", str(out))
+    assert code == 0, text
+    assert "func.func @main" in out.read_text()
+    code, text = _spmdc("plan", workload, "--mesh", "dp=2,tp=2", "--optimizer", "adamw", "--json",
+                        str(tmp_path / "p.json"))
+    assert code == 0, text
+    (role,) = json.loads((tmp_path / "p.json").read_text())["roles"]
+    assert role["ranks"] == [0, 1, 2, 3] and role["memory"]["parameters"] > 0
