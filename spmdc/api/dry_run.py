@@ -154,8 +154,11 @@ def _by_group_calls(module: Any, tables: dict | None, ranks: list[int]) -> list[
 
 def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: Any, train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
-            optimizer: str | None = None, options: Any = None, target: str = "torch") -> DryRun:
-    """Compile ``model`` under ``plan`` for every rank role (see the module doc) and predict each.
+            optimizer: str | None = None, options: Any = None, target: str = "torch",
+            max_roles: int = 64) -> DryRun:
+    """Compile ``model`` under ``plan`` for every rank role (see the module doc) and predict each;
+    more than ``max_roles`` shape roles (ragged layouts give every rank its own) are refused before
+    any is partitioned, with their number.
     ``mesh``: the job's mesh (None for a plan with device groups); ``device``: a
     :class:`~spmdc.compiler.devices.DeviceProfile`; ``optimizer``: its name (``spmdc run --optimizer``)."""
     from spmdc.compiler.driver import compile_global, rank_module
@@ -195,7 +198,12 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
         job_rank = dict(members)
         with gc_paused():
             parsed = parse_module(step.global_ir, "<global>")
-        for virtual in rank_roles(parsed, vmesh, [v for v, _ in members]):
+        shapes = rank_roles(parsed, vmesh, [v for v, _ in members])
+        if len(shapes) > max_roles:
+            raise ValueError(f"spmdc plan: the ranks of {'group ' + group if group != '-' else 'the mesh'} hold "
+                             f"{len(shapes)} different sets of local shapes (uneven or ragged layouts), so as many "
+                             f"programs would be partitioned; at most {max_roles} are (--max-roles N to allow more)")
+        for virtual in shapes:
             module = rank_module(step, virtual[0], target, parsed=parsed)
             tables = group_tables(module) if isinstance(plan, HeteroPlan) else None
             for same in _by_group_calls(module, tables, [job_rank[v] for v in virtual]):

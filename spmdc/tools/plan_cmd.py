@@ -50,6 +50,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="override profile figures, e.g. inter_gbps=25,node_size=4 (fields: flops, hbm_gbps, "
                          "memory_gib, intra_gbps, inter_gbps, node_size, latency_us, launch_us)")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the predictions as JSON")
+    ap.add_argument("--max-roles", type=positive(int), default=64, metavar="N",
+                    help="refuse when the ranks need more than N distinct programs (uneven or ragged layouts; "
+                         "default 64)")
     CompileOptions.add_arguments(ap)
     ap.add_argument("--verbose", action="store_true", help="show Python tracebacks of errors")
 
@@ -98,7 +101,7 @@ def plan_main(args: argparse.Namespace) -> int:
     try:
         report = dry_run(w.model, w.inputs, mesh=mesh, plan=plan, device=device, train=cfg.train, loss_fn=w.loss_fn,
                          loss_inputs=w.loss_inputs, kwargs=w.kwargs, optimizer=cfg.optimizer if cfg.train else None,
-                         options=cfg.options)
+                         options=cfg.options, max_roles=args.max_roles)
     except ValueError as e:
         if str(e).startswith("spmdc plan"):
             raise UserError(str(e)) from None

@@ -155,6 +155,7 @@ def test_spmdc_plan_prints_and_writes_the_predictions(tmp_path):
     (["--device-set", "flops"], "expected FIELD=NUMBER"),
     (["--mesh", "pp=2,dp=2"], "pipeline stages (1f1b, 2 micro-batches"),
     (["--grad-accum", "2"], "--grad-accum is not predicted yet"),
+    (["--mesh", "dp=3", "--max-roles", "1"], "hold 2 different sets of local shapes"),
     (["--json", "/no/such/dir/x.json"], "--json '/no/such/dir/x.json': no directory"),
 ])
 def test_spmdc_plan_refuses_in_one_line(args, message):
