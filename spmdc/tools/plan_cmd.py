@@ -66,9 +66,13 @@ def plan_main(args: argparse.Namespace) -> int:
     from spmdc.tools.show import plain_console
 
     try:
-        device = device_profile(args.device, args.device_set)
+        device = device_profile(args.device)
     except ValueError as e:
         raise UserError(f"--device: {e}") from None
+    try:
+        device = device_profile(args.device, args.device_set) if args.device_set else device
+    except ValueError as e:
+        raise UserError(f"--device-set: {e}") from None
     if args.json:
         import os
 

@@ -152,7 +152,7 @@ def test_spmdc_plan_prints_and_writes_the_predictions(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--device", "h1000"], "--device: unknown device 'h1000' (did you mean h100"),
-    (["--device-set", "flops"], "expected FIELD=NUMBER"),
+    (["--device-set", "flops"], "--device-set: device override 'flops': expected FIELD=NUMBER"),
     (["--mesh", "pp=2,dp=2"], "pipeline stages (1f1b, 2 micro-batches"),
     (["--grad-accum", "2"], "--grad-accum is not predicted yet"),
     (["--mesh", "dp=3", "--max-roles", "1"], "hold 2 different sets of local shapes"),
