@@ -35,6 +35,7 @@ class Captured:
     num_model_inputs: int
     timings: dict[str, float] = field(default_factory=dict)
     stats: Any = None  # TranslationStats
+    blocks: Any = None  # spmdc.frontend.repeated.BlockReuse: whether repeated blocks were built from a template
 
     def arguments(self, *user_inputs: Any, state: Mapping[str, Any] | None = None) -> list[Any]:
         """Arguments of ``@main`` in order: parameters/buffers (from the model's state at capture
@@ -86,14 +87,19 @@ def _user_input_names(model: Any, n_model: int, n_loss: int, kwargs: Mapping[str
 def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = False,
                     loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                     example_kwargs: Mapping[str, Any] | None = None, checkpoint: str | None = None,
-                    mixed_precision: Any = None, return_outputs: bool = False) -> Captured:
+                    mixed_precision: Any = None, return_outputs: bool = False,
+                    reuse_blocks: bool | None = None) -> Captured:
     """Like :func:`capture` but returns a :class:`Captured` with timings and input bookkeeping.
     ``checkpoint="blocks"``: checkpoint every repeated block (training captures); ``return_outputs``:
-    a training capture also returns the model's tensor outputs after the loss."""
+    a training capture also returns the model's tensor outputs after the loss; ``reuse_blocks``:
+    build the program of a model's repeated blocks from an export of its first few
+    (:mod:`spmdc.frontend.repeated`; None: when it has at least ``MIN_BLOCKS`` of them, checked
+    against a real export either way)."""
     import contextlib
 
     from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
-    from spmdc.frontend.export import export_program
+    from spmdc.frontend.export import finish_program, trace_program
+    from spmdc.frontend.repeated import export_reusing_blocks
     from spmdc.frontend.torch_mlir_bridge import import_to_torch_mlir
     from spmdc.frontend.translate import TranslationStats, check_supported, translate
     from spmdc.ir.verifier import verify
@@ -108,9 +114,10 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     # exported with fake CPU parameters in place of its meta ones (shapes, dtypes, ties; no memory)
     meta = hasattr(model, "parameters") and hasattr(model, "buffers") and is_meta_model(model)
     with fake_parameters(model) if meta else contextlib.nullcontext():
-        info = export_program(model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
-                              example_kwargs=example_kwargs, checkpoint=checkpoint,
-                              mixed_precision=mixed_precision, return_model_outputs=return_outputs)
+        info, blocks = export_reusing_blocks(model, lambda: trace_program(
+            model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, example_kwargs=example_kwargs,
+            checkpoint=checkpoint, mixed_precision=mixed_precision, return_model_outputs=return_outputs),
+            finish_program, reuse_blocks)
     timings["export"] = time.perf_counter() - t
     t = time.perf_counter()
     check_supported(info)
@@ -126,7 +133,7 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     verify(module)
     timings["verify"] = time.perf_counter() - t
     timings["total"] = sum(timings.values())
-    return Captured(module, info, len(model_args), timings, stats)
+    return Captured(module, info, len(model_args), timings, stats, blocks)
 
 
 def capture(model: Any, example_inputs: Sequence[Any], *, train: bool = False,

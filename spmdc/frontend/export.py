@@ -66,6 +66,9 @@ __all__ = [
     "ModuleModes",
     "default_decomposition_table",
     "export_program",
+    "finish_program",
+    "trace_program",
+    "Traced",
     "kept_modes",
     "module_flags",
 ]
@@ -204,6 +207,42 @@ def export_program(
     Returns an :class:`ExportedProgramInfo`; its ``metadata_complete`` is False when the
     joint decomposition had to drop module paths (a warning says why).
     """
+    return finish_program(trace_program(
+        model, example_inputs, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
+        return_model_outputs=return_model_outputs, decomposition_table=decomposition_table,
+        example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision))
+
+
+@dataclass
+class Traced:
+    """A program traced and decomposed, before :func:`finish_program` (checkpoint rematerialization,
+    clean-ups, bookkeeping): what :mod:`spmdc.frontend.repeated` builds deep programs from. Names
+    (``tied``, ``unused``) keep the wrapper's ``model.`` prefix."""
+
+    ep: ExportedProgram
+    train: bool
+    root: nn.Module
+    tied: dict[str, str]
+    unused: list[str]
+    metadata_complete: bool
+    timings: dict[str, float]
+
+
+def trace_program(
+    model: nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    train: bool = False,
+    loss_fn: Callable[..., torch.Tensor] | None = None,
+    loss_inputs: Sequence[Any] = (),
+    return_model_outputs: bool = False,
+    decomposition_table: dict[Any, Callable] | None = None,
+    example_kwargs: Mapping[str, Any] | None = None,
+    checkpoint: str | None = None,
+    mixed_precision: Any = None,
+) -> Traced:
+    """The first half of :func:`export_program` (same arguments): torch.export, tied and unused
+    parameters merged, decomposition (the joint forward+backward graph for training)."""
     timings: dict[str, float] = {}
     example_inputs, loss_inputs = tuple(example_inputs), tuple(loss_inputs)
     kwargs: dict[str, Any] = dict(example_kwargs or {})
@@ -228,17 +267,27 @@ def export_program(
             t1 = time.perf_counter()
             ep, tied, unused = merge_aliased_and_unused(ep, root, train)
             ep, metadata_complete = _decompose(ep, table, train)
-        if train and rematerialize(ep.graph_module.graph):
-            ep.graph_module.recompile()
         timings["decompose"] = time.perf_counter() - t1
+    return Traced(ep, train, root, tied, unused, metadata_complete, timings)
+
+
+def finish_program(traced: Traced) -> ExportedProgramInfo:
+    """The second half of :func:`export_program`: checkpointed regions rematerialized in the
+    backward, graph clean-ups, then inputs, outputs, state and per-node source information."""
+    ep, train, root = traced.ep, traced.train, traced.root
+    t = time.perf_counter()
+    if train and rematerialize(ep.graph_module.graph):
+        ep.graph_module.recompile()
     if isinstance(root, OutputWrapper) and root.left_out:
         warnings.warn(f"spmdc: model outputs {', '.join(root.left_out)} are not tensors and are left out of the "
-                      "captured program", OutputLeftOutWarning, stacklevel=3)
+                      "captured program", OutputLeftOutWarning, stacklevel=4)
 
     cleanup_graph(ep.graph_module)
     make_views_safe(ep.graph_module)
     flash_attention_as_cpu_kernels(ep.graph_module)
     retype_attention_bookkeeping(ep.graph_module)
+    timings = dict(traced.timings)
+    timings["decompose"] = timings.get("decompose", 0.0) + time.perf_counter() - t
     strip = True   # both wrappers hold the model as the submodule 'model'
     inputs, state = input_infos(ep, strip)
     info = ExportedProgramInfo(
@@ -247,11 +296,11 @@ def export_program(
         inputs=inputs,
         outputs=output_infos(ep, strip),
         nodes=node_infos(ep, strip),
-        tied_parameters={strip_wrapper(k, strip): strip_wrapper(v, strip) for k, v in tied.items()},
-        unused_parameters=[strip_wrapper(u, strip) for u in unused],
+        tied_parameters={strip_wrapper(k, strip): strip_wrapper(v, strip) for k, v in traced.tied.items()},
+        unused_parameters=[strip_wrapper(u, strip) for u in traced.unused],
         state=state,
         timings=timings,
-        metadata_complete=metadata_complete,
+        metadata_complete=traced.metadata_complete,
         output_tree=root.tree[0] if isinstance(root, OutputWrapper) and root.tree else None,
     )
     if train:

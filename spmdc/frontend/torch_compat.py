@@ -243,9 +243,10 @@ def op_overload_parts(target: Any) -> tuple[str, str, str] | None:
 
 
 def update_exported_program(ep: Any, graph_module: torch.fx.GraphModule, signature: Any,
-                            state_dict: dict[str, Any] | None = None) -> Any:
-    """A copy of ``ep`` with a new graph module / signature (and optionally state)."""
-    return ep._update(graph_module, signature, state_dict=state_dict)
+                            state_dict: dict[str, Any] | None = None,
+                            constants: dict[str, Any] | None = None) -> Any:
+    """A copy of ``ep`` with a new graph module / signature (and optionally state and constants)."""
+    return ep._update(graph_module, signature, state_dict=state_dict, constants=constants)
 
 
 def decompose_joint(ep: Any, table: dict[Any, Callable]) -> Any:
