@@ -94,6 +94,12 @@ def schedule_block(block: Block, memory_cap: int = 0) -> list[tuple[StartOp, Wai
            for ps in by_lane.values() for k, (_, w) in enumerate(ps)}
     prev = {id(s): (ps[k - 1][1] if k else None) for ps in by_lane.values() for k, (s, _) in enumerate(ps)}
     # 1. waits sink (in reverse program order, so a later wait has already moved)
+    if not memory_cap:
+        order = _Order(ops)
+        _sink(order, pairs, nxt, block)
+        _rise(order, pairs, prev, block)
+        ops[:] = order.in_order()
+        return pairs
     for _, wait in reversed(pairs):
         i = ops.index(wait)
         users = [ops.index(u.owner) for r in wait.results for u in r.uses if u.owner.parent is block]
@@ -132,6 +138,92 @@ def schedule_block(block: Block, memory_cap: int = 0) -> list[tuple[StartOp, Wai
             else:
                 base_peak = max(base_peak, peak)
     return pairs
+
+
+class _Order:
+    """``ops`` as a linked list with order keys: moving an op and comparing two positions cost O(1)
+    (a list's insert and index are O(ops), quadratic over a 16k-op program's starts)."""
+
+    def __init__(self, ops: list[Operation]) -> None:
+        self.ops = ops
+        self.prev: dict[int, Operation | None] = {}
+        self.next: dict[int, Operation | None] = {}
+        for k, op in enumerate(ops):
+            self.prev[id(op)] = ops[k - 1] if k else None
+            self.next[id(op)] = ops[k + 1] if k + 1 < len(ops) else None
+        self.head: Operation | None = ops[0] if ops else None
+        self._renumber()
+
+    def _renumber(self) -> None:
+        self.key: dict[int, float] = {}
+        op, k = self.head, 0
+        while op is not None:
+            self.key[id(op)] = float(k)
+            op, k = self.next[id(op)], k + 1
+
+    def _unlink(self, op: Operation) -> None:
+        p, n = self.prev[id(op)], self.next[id(op)]
+        if p is None:
+            self.head = n
+        else:
+            self.next[id(p)] = n
+        if n is not None:
+            self.prev[id(n)] = p
+
+    def move_after(self, op: Operation, anchor: Operation | None) -> None:
+        """``op`` right after ``anchor`` (None: first)."""
+        self._unlink(op)
+        n = self.head if anchor is None else self.next[id(anchor)]
+        self.prev[id(op)], self.next[id(op)] = anchor, n
+        if anchor is None:
+            self.head = op
+        else:
+            self.next[id(anchor)] = op
+        if n is not None:
+            self.prev[id(n)] = op
+        lo = self.key[id(anchor)] if anchor is not None else self.key[id(n)] - 2.0
+        hi = self.key[id(n)] if n is not None else lo + 2.0
+        mid = (lo + hi) / 2
+        if not lo < mid < hi:   # the keys ran out of precision between these two
+            self._renumber()
+        else:
+            self.key[id(op)] = mid
+
+    def in_order(self) -> list[Operation]:
+        out, op = [], self.head
+        while op is not None:
+            out.append(op)
+            op = self.next[id(op)]
+        return out
+
+
+def _sink(order: _Order, pairs: list[tuple[StartOp, WaitOp]], nxt: dict[int, StartOp | None], block: Block) -> None:
+    """Step 1 (no memory cap): each wait, last first, moves down to just before its first user in
+    ``block``, its lane's next start, or the terminator, whichever comes first."""
+    last = order.ops[-1]
+    for _, wait in reversed(pairs):
+        limits = [u.owner for r in wait.results for u in r.uses if u.owner.parent is block]
+        if nxt[id(wait)] is not None:
+            limits.append(nxt[id(wait)])
+        limit = min(limits, key=lambda a: order.key[id(a)], default=last)
+        if order.key[id(limit)] <= order.key[id(wait)] or order.prev[id(limit)] is wait:
+            continue
+        order.move_after(wait, order.prev[id(limit)])
+
+
+def _rise(order: _Order, pairs: list[tuple[StartOp, WaitOp]], prev: dict[int, WaitOp | None],
+          block: Block) -> None:
+    """Step 2 (no memory cap): each start moves up to just after the last of its operands'
+    definitions in ``block`` and its lane's previous wait (or to the block's top)."""
+    for start, _ in pairs:
+        anchors = [d for v in start.operands if (d := v.defining_op()) is not None and d.parent is block]
+        if prev[id(start)] is not None:
+            anchors.append(prev[id(start)])
+        anchor = max(anchors, key=lambda a: order.key[id(a)], default=None)
+        before = order.prev[id(start)]
+        if before is None or (anchor is not None and order.key[id(anchor)] >= order.key[id(before)]):
+            continue   # already right after it
+        order.move_after(start, anchor)
 
 
 @dataclass
