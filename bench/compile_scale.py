@@ -10,7 +10,8 @@ passes for the mesh and plan, then partition one program per rank role and predi
 (the ranks they stand for), ops, the process's peak RSS, and the predicted peak memory per rank
 and step time on an H100 profile (for orientation, not measured).
 
-``--quick``: 8B at 4 layers and 70B at 4 layers (~1 min), to see the pipeline work end to end.
+``--quick``: 8B at 4 layers and 70B at 4 layers (~1 min), to see the pipeline work end to end
+(repeated blocks are built from a 3-layer trace from 8 layers on, so the quick run traces whole).
 The goal of issue 29 is 70B for 4096 ranks in under 60 s end to end and 8 GiB.
 """
 

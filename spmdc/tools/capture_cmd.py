@@ -30,6 +30,10 @@ def capture_main(workload: str, train: bool, output: str | None, debuginfo: bool
           f"{t['total']:.2f}s (export {t['export']:.2f}s, torch-mlir import {t['import']:.2f}s, "
           f"translate {t['translate']:.2f}s, verify {t['verify']:.2f}s)"
           + (f" -> {output}" if output and output != "-" else ""), file=sys.stderr)
+    b = cap.blocks
+    if b is not None and b.stack is not None and b.reused:
+        print(f"repeated blocks: the {b.stack.count} blocks of '{b.stack.path}' were built from a 3-block trace "
+              "(checked against a 4-block export)", file=sys.stderr)
     return 0
 
 
