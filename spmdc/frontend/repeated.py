@@ -4,8 +4,8 @@ A transformer's 80 decoder layers are the same module class with the same shapes
 one again costs about a second of torch.export time per layer. When a model holds one
 ``nn.ModuleList`` (or ``nn.Sequential``) of identical blocks, :func:`export_reusing_blocks`
 
-1. exports the model cut to its first 3 blocks (the container keeps its first ``k`` children while
-   the export runs; nothing else changes, so constants derived from the config keep their values),
+1. traces the model cut to its first 3 blocks (the container holds only them while the trace
+   runs; nothing else changes, so constants derived from the config keep their values),
 2. takes the middle block's nodes as the template and builds the program at the full depth
    ``L`` by repeating them (:func:`extend`): a copy's references to its own nodes, to the block
    before or after it (the residual stream forward, the gradient flowing in backward), to the
@@ -13,8 +13,9 @@ one again costs about a second of torch.export time per layer. When a model hold
    tables, masks) are resolved per copy,
 3. checks the construction before trusting it: the program built from 3 blocks for a depth of 4
    must equal, node for node (op, arguments, names, shapes, strides, module paths, checkpoint
-   regions, signature), the program exported at depth 4. Otherwise the model is exported whole
-   and a :class:`RepeatedBlocksWarning` says why.
+   regions, signature), the program traced with blocks ``0, 1, 2`` and the model's last block
+   (so a last block that behaves by its index is seen). Otherwise, or when a cut model cannot be
+   traced, the model is exported whole and a :class:`RepeatedBlocksWarning` says why.
 
 What is compared is the FX program every later stage starts from, so the torch-mlir import, the
 translation and every pass see the same program as a full export would give them (node names
@@ -56,7 +57,7 @@ from spmdc.frontend.metadata import node_infos
 from spmdc.frontend.program import ExportedProgramInfo, NodeInfo
 
 __all__ = ["MIN_BLOCKS", "BlockReuse", "BlockStack", "NotRepeatable", "RepeatedBlocksWarning",
-           "export_reusing_blocks", "extend", "find_block_stack", "first_difference"]
+           "export_reusing_blocks", "extend", "find_block_stack", "first_difference", "keep_blocks"]
 
 MIN_BLOCKS = 8       # fewer blocks: exporting depths 3 and 4 costs about what the whole export does
 TEMPLATE_DEPTH = 3   # blocks 0, 1 (the template: it has a block before and after it), 2
@@ -170,13 +171,14 @@ def find_block_stack(model: nn.Module) -> tuple[BlockStack | None, str]:
 
 
 @contextlib.contextmanager
-def keep_first(model: nn.Module, stack: BlockStack, k: int) -> Iterator[None]:
-    """The container keeps its first ``k`` blocks while the body runs (the same container object,
-    so every reference the model holds to it sees the cut)."""
+def keep_blocks(model: nn.Module, stack: BlockStack, indices: list[int]) -> Iterator[None]:
+    """The container holds only the blocks ``indices``, renamed ``0, 1, ...``, while the body runs
+    (the same container object, so every reference the model holds to it sees the cut)."""
     container = model.get_submodule(stack.path) if stack.path else model
     saved = list(container._modules.items())
-    for name, _ in saved[k:]:
-        del container._modules[name]
+    blocks = [m for _, m in saved]
+    container._modules.clear()
+    container._modules.update((str(pos), blocks[i]) for pos, i in enumerate(indices))
     try:
         yield
     finally:
@@ -667,6 +669,14 @@ def _fitted_names(built: list[Key], check: Traced) -> Callable[[int], Callable[[
     return at
 
 
+def _trace_blocks(model: nn.Module, stack: BlockStack, indices: list[int], trace: Callable[[], Traced]) -> Traced:
+    with keep_blocks(model, stack, indices):
+        try:
+            return trace()
+        except Exception as e:  # noqa: BLE001  (the model may need all its blocks: export it whole)
+            raise NotRepeatable(f"tracing blocks {indices} alone failed: {type(e).__name__}: {e}") from e
+
+
 # -- entry -------------------------------------------------------------------------------------------
 def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
                           finish: Callable[[Traced], ExportedProgramInfo],
@@ -683,12 +693,12 @@ def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
     timings: dict[str, float] = {}
     t = time.perf_counter()
     try:
-        with keep_first(model, stack, TEMPLATE_DEPTH):
-            shallow = trace()
+        shallow = _trace_blocks(model, stack, list(range(TEMPLATE_DEPTH)), trace)
         timings[f"trace_{TEMPLATE_DEPTH}"] = time.perf_counter() - t
         t = time.perf_counter()
-        with keep_first(model, stack, CHECK_DEPTH):
-            check = trace()
+        # the check's last block is the model's last: a block that behaves by its index at the end
+        # (HuggingFace's layer_types, a last layer without its MLP) makes the check fail
+        check = _trace_blocks(model, stack, [*range(CHECK_DEPTH - 1), stack.count - 1], trace)
         timings[f"trace_{CHECK_DEPTH}"] = time.perf_counter() - t
         t = time.perf_counter()
         _, keys = extend(shallow, stack, TEMPLATE_DEPTH, CHECK_DEPTH, model)

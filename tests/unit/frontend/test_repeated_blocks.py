@@ -65,33 +65,39 @@ def test_built_program_is_the_exported_one(name, opts):
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, index: int) -> None:
+    def __init__(self, width: int, index: int, skip_at: int | None = None) -> None:
         super().__init__()
         self.layer_idx = index   # follows the block's index (as HuggingFace's): allowed
         self.norm = nn.LayerNorm(width)
         self.fc = nn.Linear(width, width)
         self.drop = nn.Dropout(0.0)
+        self.skip_at = skip_at
 
     def forward(self, x):
+        if self.layer_idx == self.skip_at:   # a block that behaves by its index
+            return x
         return x + self.drop(F.gelu(self.fc(self.norm(x))))
 
 
 class Stack(nn.Module):
-    def __init__(self, depth: int = 8, width: int = 8, read_all: bool = False) -> None:
+    def __init__(self, depth: int = 8, width: int = 8, read_all: bool = False, skip_at: int | None = None,
+                 mean: bool = False, by_range: bool = False) -> None:
         super().__init__()
         self.inp = nn.Linear(4, width)
-        self.blocks = nn.ModuleList(Block(width, i) for i in range(depth))
+        self.blocks = nn.ModuleList(Block(width, i, skip_at) for i in range(depth))
         self.out = nn.Linear(width, 2)
-        self.read_all = read_all
+        self.read_all, self.mean, self.depth = read_all, mean, depth if by_range else None
 
     def forward(self, x):
         h = self.inp(x)
         seen = []
-        for b in self.blocks:
-            h = b(h)
+        for i in range(self.depth) if self.depth else range(len(self.blocks)):
+            h = self.blocks[i](h)
             seen.append(h)
         if self.read_all:   # every block's output read after the loop: a middle block read outside
             h = h + sum(seen)
+        if self.mean:       # the number of blocks is a constant of the program
+            h = h / len(self.blocks)
         return self.out(h)
 
 
@@ -120,6 +126,22 @@ def test_a_middle_block_read_outside_is_exported_whole_and_said():
     model = Stack(read_all=True)
     x = torch.randn(3, 4)
     with pytest.warns(RepeatedBlocksWarning, match="exported one by one"):
+        cap = capture_program(model, (x,))
+    assert not cap.blocks.reused
+    whole = capture_program(model, (x,), reuse_blocks=False)
+    assert print_module(cap.module, debuginfo=True) == print_module(whole.module, debuginfo=True)
+
+
+@pytest.mark.parametrize("variant,match", [
+    (dict(skip_at=7), "exported one by one"),                   # the last block skips its body: the check sees it
+    (dict(mean=True), "exported one by one"),                   # 1 / len(blocks): 1/3 built, 1/4 traced
+    (dict(by_range=True), r"tracing blocks \[0, 1, 2\] alone failed: .*IndexError"),   # needs all its blocks
+])
+def test_models_that_are_not_their_blocks_repeated_are_exported_whole(variant, match):
+    torch.manual_seed(0)
+    model = Stack(**variant)
+    x = torch.randn(3, 4)
+    with pytest.warns(RepeatedBlocksWarning, match=match):
         cap = capture_program(model, (x,))
     assert not cap.blocks.reused
     whole = capture_program(model, (x,), reuse_blocks=False)
