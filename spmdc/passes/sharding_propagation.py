@@ -36,7 +36,7 @@ import heapq
 import os
 import sys
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from spmdc.dialects.attrs import GRAD_OF_ATTR, GROUP_INDEX_ATTR, LATE_ATTR, PARAM_ATTR
 from spmdc.dialects.func import FuncOp, ReturnOp
@@ -90,6 +90,9 @@ class Propagation:
         self.heap: list[tuple[int, int, int]] = []
         self.queued: dict[int, int] = {}
         self.conflicts: dict[int, Operation] = {}
+        # a deferred op's best choice for the layouts known around it (recomputed only when they change:
+        # every conflict round looks at every deferred op)
+        self.choices: dict[int, tuple[Any, Any]] = {}
         self.trace = bool(os.environ.get("SPMDC_TRACE_PROPAGATION"))
         self.current = ""   # what is deciding now (for the trace)
         self.ragged: list[tuple[int, tuple[int, ...], int]] = []   # (axis, units, coord) input splits (seed)
@@ -205,13 +208,19 @@ class Propagation:
     def resolve_cheapest_conflict(self) -> bool:
         """Resolve the cheapest deferred op (program order breaks ties); False if none is left."""
         best = None
+        cache = self.choices
         for op in list(self.conflicts.values()):
             state = self.pending(op)
             if state is None:
                 self.conflicts.pop(id(op))
                 continue
-            choice, _ = choose_or_fallback(op, rule_for(op), self.shape, *state, partial_ok=can_make_partial,
-                                           ragged=self.ragged)
+            hit = cache.get(id(op))
+            if hit is not None and hit[0] == state:
+                choice = hit[1]
+            else:
+                choice, _ = choose_or_fallback(op, rule_for(op), self.shape, *state, partial_ok=can_make_partial,
+                                               ragged=self.ragged)
+                cache[id(op)] = (state, choice)
             key = (choice.cost, choice.changes, self.index[id(op)])
             if best is None or key < best[0]:
                 best = (key, op, choice)
