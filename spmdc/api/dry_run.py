@@ -172,7 +172,7 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
         raise ValueError(f"spmdc plan: pipeline plan '{plan.name}' is not predicted yet (a stage's memory depends on "
                          "the micro-batches its schedule keeps in flight); predict one stage's plan on its mesh, or "
                          "run it (spmdc run) to measure")
-    opts = options if options is not None else CompileOptions()
+    opts = options if options is not None else CompileOptions(verify_each=False)   # (each stage's result is)
     if opts.execution == "eager":
         raise ValueError("spmdc plan predicts compiled programs; eager execution (op by op) is not predicted")
     timings: dict[str, float] = {}

@@ -36,6 +36,7 @@ from spmdc.dialects.shard import SHARDING_ATTR, Replicate
 from spmdc.ir.core import Operation
 from spmdc.ir.parser import parse_module
 from spmdc.ir.printer import print_module
+from spmdc.ir.verifier import verify
 from spmdc.passes.manager import PassManager
 from spmdc.passes.registry import parse_pipeline
 from spmdc.sharding.plan import Plan, axes_sharded_by, check_axes_used
@@ -73,13 +74,17 @@ def compile_program(c: Compilation) -> Compilation:
     return c
 
 
-def _run(passes: str, module: Operation, writer: IRWriter | None, after: Callable | None = None) -> None:
+def _run(passes: str, module: Operation, writer: IRWriter | None, after: Callable | None = None,
+         verify_each: bool = True) -> None:
+    """Run a stage's passes; ``verify_each=False`` verifies once, after the stage's last pass."""
     def on_after(p: Any, m: Operation, index: int) -> None:
         if after is not None:
             after(p, m, index)
         if writer is not None:
             writer.after_pass(p, m, index)
-    PassManager(parse_pipeline(passes), on_after_pass=on_after).run(module)
+    PassManager(parse_pipeline(passes), on_after_pass=on_after, verify_each=verify_each).run(module)
+    if not verify_each:
+        verify(module)
 
 
 # -- the global stages (once per job, on every device group's program) ---------------------------
@@ -107,7 +112,7 @@ def capture(c: Compilation) -> None:
 def prepare(c: Compilation) -> None:
     passes = next(s.passes for s in stages(PipelineOptions(rng=c.options.rng)) if s.name == "prepare")
     for g in c.groups:
-        _run(passes, g.module, g.writer)
+        _run(passes, g.module, g.writer, verify_each=c.options.verify_each)
 
 
 @stage("plan")
@@ -147,7 +152,7 @@ def global_passes(c: Compilation) -> None:
         def keep(p: Any, m: Operation, _index: int, g: GroupProgram = g) -> None:
             if c.options.execution == "eager" and p.name == "sharding-propagation":
                 g.propagated = print_module(m, debuginfo=True)
-        _run(passes, g.module, g.writer, keep)
+        _run(passes, g.module, g.writer, keep, verify_each=c.options.verify_each)
 
 
 @stage("cross-group")
@@ -182,7 +187,8 @@ def partition(c: Compilation) -> None:
         raise ValueError(f"unknown codegen target '{c.target}' (choices: {', '.join(TARGETS)})")
     c.module = c.parsed.clone() if c.parsed is not None else parse_module(c.step.global_ir, "<global>")
     c.writer = c.dump.ir_writer(c.step.name, f"rank{c.at}") if c.dump else None
-    _run(_rank_pass_stages(c)[0].passes, c.module, c.writer)   # the "rank" stage: partition{rank=r}, ...
+    _run(_rank_pass_stages(c)[0].passes, c.module, c.writer,   # the "rank" stage: partition{rank=r}, ...
+         verify_each=c.step.options.verify_each)
 
 
 @stage("rank-passes")
@@ -192,7 +198,7 @@ def rank_passes(c: Compilation) -> str | None:
     for s in later:
         if s.name == "kernels":
             c.unfused = c.module.clone()
-        _run(s.passes, c.module, c.writer)
+        _run(s.passes, c.module, c.writer, verify_each=c.step.options.verify_each)
     return None if later else "no per-rank passes (bucket and overlap off, target torch)"
 
 

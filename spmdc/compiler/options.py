@@ -134,6 +134,9 @@ class CompileOptions:
         "load them when the same job compiles again: a second run skips capture and every pass (--no-compile-cache: "
         "always compile)",
         "--compile-cache")
+    verify_each: bool = _opt(
+        True, "verify the IR after every pass (--no-verify-each: once after each compiler stage; spmdc plan's "
+        "default, where verifying a 16k-op program 40 times is a sixth of the dry run)", "--verify-each")
     execution: str = _opt("compiled", "'compiled' programs, or 'eager': the global program op by op")
     eager_hints: bool = _opt(True, "eager: results take the layouts sharding propagation chose")
     eager_trace: bool = _opt(False, "eager: record each op's layouts and collectives")

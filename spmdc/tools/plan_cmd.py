@@ -54,6 +54,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="refuse when the ranks need more than N distinct programs (uneven or ragged layouts; "
                          "default 64)")
     CompileOptions.add_arguments(ap)
+    ap.set_defaults(opt_verify_each=False)   # a dry run verifies each stage's result, not every pass's
     ap.add_argument("--verbose", action="store_true", help="show Python tracebacks of errors")
 
 
