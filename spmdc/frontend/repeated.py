@@ -106,12 +106,11 @@ def _attributes(block: nn.Module) -> dict[str, Any]:
     for path, mod in block.named_modules(remove_duplicate=False):
         out[f"{path}:type"] = type(mod)
         out[f"{path}:training"] = mod.training
-        out[f"{path}:hooks"] = (len(mod._forward_hooks), len(mod._forward_pre_hooks), len(mod._backward_hooks),
-                                len(getattr(mod, "_backward_pre_hooks", {})))
+        out[f"{path}:hooks"] = torch_compat.hook_counts(mod)
         for name, p in mod.named_parameters(recurse=False):
             out[f"{path}.{name}:param"] = (tuple(p.shape), p.dtype, p.requires_grad)
         for name, b in mod.named_buffers(recurse=False):
-            out[f"{path}.{name}:buffer"] = (tuple(b.shape), b.dtype, name in mod._non_persistent_buffers_set)
+            out[f"{path}.{name}:buffer"] = (tuple(b.shape), b.dtype, not torch_compat.is_persistent_buffer(mod, name))
         for name, v in vars(mod).items():
             if name.startswith("_") or name == "training":
                 continue
@@ -175,15 +174,16 @@ def keep_blocks(model: nn.Module, stack: BlockStack, indices: list[int]) -> Iter
     """The container holds only the blocks ``indices``, renamed ``0, 1, ...``, while the body runs
     (the same container object, so every reference the model holds to it sees the cut)."""
     container = model.get_submodule(stack.path) if stack.path else model
-    saved = list(container._modules.items())
+    table = torch_compat.children_table(container)
+    saved = list(table.items())
     blocks = [m for _, m in saved]
-    container._modules.clear()
-    container._modules.update((str(pos), blocks[i]) for pos, i in enumerate(indices))
+    table.clear()
+    table.update((str(pos), blocks[i]) for pos, i in enumerate(indices))
     try:
         yield
     finally:
-        container._modules.clear()
-        container._modules.update(saved)
+        table.clear()
+        table.update(saved)
 
 
 # -- building the program ----------------------------------------------------------------------------
@@ -623,8 +623,8 @@ def first_difference(a: ExportedProgramInfo, b: ExportedProgramInfo) -> str | No
         return f"{len(ra)} vs {len(rb)} rows"
     for fqn, v in a.state.items():
         w = b.state[fqn]
-        if (v.device.type != "meta" and not isinstance(v, torch._subclasses.FakeTensor)
-                and w.device.type != "meta" and not isinstance(w, torch._subclasses.FakeTensor)
+        if (v.device.type != "meta" and not torch_compat.is_fake(v)
+                and w.device.type != "meta" and not torch_compat.is_fake(w)
                 and fqn.rpartition(".")[2].startswith("lifted_tensor") and not torch.equal(v, w)):
             return f"constant '{fqn}' differs"
     return None

@@ -37,6 +37,10 @@ __all__ = [
     "real_tensors",
     "op_overload_parts",
     "update_exported_program",
+    "children_table",
+    "hook_counts",
+    "is_fake",
+    "is_persistent_buffer",
     "decompose_joint",
     "wrapped_aot_export_function",
     "install_node_locations",
@@ -240,6 +244,30 @@ def op_overload_parts(target: Any) -> tuple[str, str, str] | None:
         return None
     packet = target._schema.name.split("::")[-1]
     return target.namespace, packet, target._overloadname
+
+
+def hook_counts(module: torch.nn.Module) -> tuple[int, int, int, int]:
+    """How many forward, forward-pre, backward and backward-pre hooks ``module`` itself holds."""
+    return (len(module._forward_hooks), len(module._forward_pre_hooks), len(module._backward_hooks),
+            len(getattr(module, "_backward_pre_hooks", {})))
+
+
+def is_persistent_buffer(module: torch.nn.Module, name: str) -> bool:
+    """Whether ``module``'s own buffer ``name`` is in its state dict."""
+    return name not in module._non_persistent_buffers_set
+
+
+def children_table(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """``module``'s ordered name -> child table itself (editing it edits the module: what
+    ``nn.ModuleList`` slicing and iteration read)."""
+    return module._modules
+
+
+def is_fake(t: Any) -> bool:
+    """A FakeTensor (torch.export's tracing value, or spmdc's fake parameters)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
 
 
 def update_exported_program(ep: Any, graph_module: torch.fx.GraphModule, signature: Any,

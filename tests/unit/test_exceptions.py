@@ -24,6 +24,7 @@ def _examples() -> dict[str, object]:
     from spmdc.frontend.loss import OutputLeftOutWarning
     from spmdc.frontend.mixed_precision import MixedPrecisionError
     from spmdc.frontend.program import ExportError
+    from spmdc.frontend.repeated import NotRepeatable, RepeatedBlocksWarning
     from spmdc.frontend.stages import StageError
     from spmdc.frontend.torch_compat import UnsupportedTorchError
     from spmdc.frontend.workloads import WorkloadError
@@ -73,6 +74,9 @@ def _examples() -> dict[str, object]:
         "CompileCacheWarning": CompileCacheWarning("compile cache entry steps/ab12.pkl is unreadable (truncated): "
                                                    "compiling again"),
         "Uncacheable": Uncacheable("loss_fn closes over a tensor"),
+        "NotRepeatable": NotRepeatable("'view_100' of block 1 is read outside the blocks"),
+        "RepeatedBlocksWarning": RepeatedBlocksWarning("spmdc: the 32 blocks of 'model.layers' are exported one "
+                                                       "by one: the program built for 4 blocks has 1200 nodes"),
         "NotADispatch": NotADispatch("the sorted ids are used by 'tensor.add' (only their histogram is handled)"),
     }
 
