@@ -27,7 +27,7 @@ from typing import Any
 
 from spmdc.api.predict import Prediction, group_calls, group_tables, predict
 
-__all__ = ["DryRun", "Role", "dry_run", "rank_roles"]
+__all__ = ["DryRun", "Role", "dry_run"]
 
 
 @dataclass
@@ -57,61 +57,6 @@ class DryRun:
     world: int
     program: str               # "train" or "forward"
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def _coords(rank: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    for n in reversed(shape):
-        rank, c = divmod(rank, n)
-        out.append(c)
-    return tuple(reversed(out))
-
-
-def _uneven(shape: tuple[int, ...], placements: tuple[Any, ...], mesh_shape: tuple[int, ...]) -> bool:
-    """Whether ranks of the mesh hold different local shapes of a tensor so laid out (the pieces
-    cut axis after axis, as :func:`~spmdc.sharding.mesh.local_shape` does)."""
-    from spmdc.dialects.shard.placements import RaggedShard, Shard, StridedShard
-
-    size = list(shape)
-    for p, n in zip(placements, mesh_shape):
-        if isinstance(p, RaggedShard):
-            if len(set(p.units)) > 1:
-                return True
-            size[p.dim] = p.units[0]
-        elif isinstance(p, StridedShard):
-            if size[p.dim] % (p.parts * n):
-                return True
-            size[p.dim] //= n
-        elif isinstance(p, Shard):
-            if size[p.dim] % n:
-                return True
-            size[p.dim] //= n
-    return False
-
-
-def rank_roles(global_ir: Any, mesh: Any, ranks: Sequence[int]) -> list[list[int]]:
-    """``ranks`` (indices on ``mesh``) grouped by the local shapes of every laid-out value of the global
-    program ``global_ir`` (a parsed module): each group one role, in order of its lowest rank."""
-    from spmdc.compiler.compilation import main_function
-    from spmdc.ir.types import TensorType
-    from spmdc.sharding.layouts import layout_of
-    from spmdc.sharding.mesh import local_shape
-
-    func = main_function(global_ir)
-    values = list(func.args) + [r for op in func.walk() for r in op.results]
-    pairs = set()
-    for v in values:
-        lay = layout_of(v)
-        if lay is not None and isinstance(v.type, TensorType) and _uneven(v.type.shape, tuple(lay), mesh.shape):
-            pairs.add((tuple(v.type.shape), tuple(lay)))
-    if not pairs:
-        return [list(ranks)]
-    groups: dict[tuple, list[int]] = {}
-    for r in ranks:
-        c = _coords(r, mesh.shape)
-        key = tuple(local_shape(s, lay, mesh.shape, c) for s, lay in sorted(pairs, key=str))
-        groups.setdefault(key, []).append(r)
-    return sorted(groups.values(), key=lambda g: g[0])
 
 
 def whole_storage(module: Any, step: Any, optimizer: str | None) -> dict[int, int] | None:
@@ -165,6 +110,7 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
     from spmdc.compiler.options import CompileOptions
     from spmdc.ir.gc_pause import gc_paused
     from spmdc.ir.parser import parse_module
+    from spmdc.passes.partition_roles import shape_roles
     from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
@@ -198,7 +144,7 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
         job_rank = dict(members)
         with gc_paused():
             parsed = parse_module(step.global_ir, "<global>")
-        shapes = rank_roles(parsed, vmesh, [v for v, _ in members])
+        shapes = shape_roles(parsed, vmesh, [v for v, _ in members])
         if len(shapes) > max_roles:
             raise ValueError(f"spmdc plan: the ranks of {'group ' + group if group != '-' else 'the mesh'} hold "
                              f"{len(shapes)} different sets of local shapes (uneven or ragged layouts), so as many "

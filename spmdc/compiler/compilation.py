@@ -82,8 +82,11 @@ class Compilation:
                  last: str = STAGES[-1], **option_kw: Any) -> Compilation:
         """A compilation from the model: ``plan`` on ``mesh``, or a HeteroPlan (its groups' meshes)."""
         from spmdc.sharding.device_groups import HeteroPlan
+        from spmdc.sharding.mesh import Mesh
 
         hetero = plan if isinstance(plan, HeteroPlan) else None
+        if mesh is not None and not hetero:   # "dp=2,tp=2", {"dp": 2}, a DeviceMesh: the documented spellings
+            mesh = Mesh.of(mesh)
         groups = ([GroupProgram(hetero.virtual_mesh(g), hetero.for_group(g), grp.name)
                    for g, grp in enumerate(hetero.groups)] if hetero else [GroupProgram(mesh, plan)])
         return Compilation(groups, model, tuple(inputs), train, loss_fn, tuple(loss_inputs), dict(kwargs or {}),

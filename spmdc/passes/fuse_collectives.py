@@ -8,7 +8,8 @@
   operand ``P(sum)`` to a ``P(sum)`` result (``partial_all``: add, sub).
 * ``all_reduce(a) + bias`` (a commutative such op) followed by another such op with an
   all-reduce: the bias joins the partial sum on the ranks at coordinate 0 of the reduced
-  axes, so both reductions merge into one (a Partial bias add).
+  axes (``comm.keep_at_origin``: the rank reads its coordinates at run time, so the program
+  is the same on every rank), and both reductions merge into one (a Partial bias add).
 * ``all_reduce`` on one axis followed by ``all_slice`` on that axis (its only use) →
   ``reduce_scatter``.
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spmdc.dialects.attrs import RANK_ATTR
-from spmdc.dialects.comm import AllReduceOp, AllSliceOp, ReduceScatterOp
+from spmdc.dialects.comm import AllReduceOp, AllSliceOp, KeepAtOriginOp, ReduceScatterOp
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder, RewritePattern, Rewriter, apply_patterns_greedily
 from spmdc.passes.pass_base import ModulePass
@@ -85,7 +86,7 @@ class DeferAllReduce(RewritePattern):
 class DeferPastBiasAdd(RewritePattern):
     """``all_reduce(a) + b`` (``b`` replicated) feeding an add with another all_reduce →
     ``all_reduce(a + b')`` where ``b' = b`` on the ranks at coordinate 0 of the reduced
-    axes and nothing elsewhere (a per-rank program knows its coordinates): the sum over
+    axes and zeros elsewhere (``comm.keep_at_origin``, read at run time): the sum over
     ranks is unchanged, and the reduction can then merge with the other one."""
 
     def match_and_rewrite(self, op: Operation, rewriter: Rewriter) -> bool:
@@ -102,12 +103,12 @@ class DeferPastBiasAdd(RewritePattern):
             if not linear_in_partial_sums(nxt) or not any(
                     _reduced_like(v, nxt, ar) for v in nxt.operands if v is not op.result):
                 continue
-            lead = _leads_reduction(op, ar)
-            if lead is None:
+            if not _per_rank(op):
                 continue
             builder = Builder.before(op)
-            local = builder.create(type(op), [ar.operand(0), other], location=op.location).result if lead \
-                else ar.operand(0)
+            where = {"mesh": ar.attributes["mesh"], "axes": ar.attributes["axes"]}
+            kept = builder.create(KeepAtOriginOp, [other], where, location=op.location).result
+            local = builder.create(type(op), [ar.operand(0), kept], location=op.location).result
             fused = builder.create(AllReduceOp, [local], dict(ar.attributes), location=op.location)
             rewriter.replace_op(op, fused.results)
             rewriter.erase_op(ar)
@@ -125,22 +126,12 @@ def _reduced_like(v, user: Operation, ar: AllReduceOp) -> bool:
         (x := _single_use_all_reduce(w, op)) is not None and x.attributes == ar.attributes for w in op.operands)
 
 
-def _leads_reduction(op: Operation, ar: AllReduceOp) -> bool | None:
-    """Whether this rank is at coordinate 0 on every reduced axis; None outside a per-rank program."""
+def _per_rank(op: Operation) -> bool:
+    """Whether ``op`` is in a per-rank program (after ``partition``)."""
     from spmdc.dialects.func import FuncOp
-    from spmdc.dialects.shard import lookup_mesh
 
     func = op.parent_of_type(FuncOp)
-    rank = func.attr_value(RANK_ATTR) if func is not None else None
-    mesh = lookup_mesh(op, ar.mesh_name)
-    if rank is None or mesh is None:
-        return None
-    coords = {}
-    r = int(rank)  # type: ignore[arg-type]
-    for name, size in reversed(list(zip(mesh.axis_names, mesh.shape))):
-        coords[name] = r % size
-        r //= size
-    return all(coords[a] == 0 for a in ar.axes)
+    return func is not None and RANK_ATTR in func.attributes
 
 
 class AllReduceSliceToReduceScatter(RewritePattern):

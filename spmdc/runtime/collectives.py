@@ -323,6 +323,10 @@ class Collectives:
             return y / n if op == "avg" else y
         return Pending([work], finish, waiter)
 
+    def keep_at_origin(self, x: torch.Tensor, axes: list[str]) -> torch.Tensor:
+        """``x`` on the ranks at coordinate 0 of every axis in ``axes``, zeros elsewhere (comm.keep_at_origin)."""
+        return x if all(self.coord(a) == 0 for a in axes) else torch.zeros_like(x)
+
     def all_slice(self, x: torch.Tensor, axis: str, dim: int, sizes: list[int] | None = None) -> torch.Tensor:
         sizes = sizes if sizes is not None else chunk_sizes(x.shape[dim], self.size(axis))
         i = self.coord(axis)

@@ -16,6 +16,7 @@ from spmdc.dialects.comm.collectives import (
     AllSliceOp,
     AllToAllOp,
     CollectiveOp,
+    KeepAtOriginOp,
     ReduceScatterOp,
 )
 from spmdc.dialects.comm.split import BsrOp, SplitAllReduceOp
@@ -24,5 +25,5 @@ from spmdc.ir.registry import Dialect
 DIALECT = Dialect("comm", [*collectives.OPS, *bucket.OPS, *async_ops.OPS, *split.OPS, *experts.OPS])
 
 __all__ = ["DIALECT", "AllGatherBucketOp", "BsrOp", "AllGatherOp", "AllReduceBucketOp", "AllReduceOp", "AllSliceOp",
-           "AllToAllOp", "BucketOp", "CollectiveOp", "ReduceScatterBucketOp", "ReduceScatterOp",
+           "AllToAllOp", "BucketOp", "CollectiveOp", "KeepAtOriginOp", "ReduceScatterBucketOp", "ReduceScatterOp",
            "START_OPS", "SplitAllReduceOp", "StartOp", "WaitOp", "collective_kind"]

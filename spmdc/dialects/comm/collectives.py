@@ -268,4 +268,46 @@ class AllToAllOp(CollectiveOp):
                                   f"gathered along dim {cd} over {n} ranks")
 
 
-OPS = [AllGatherOp, AllSliceOp, AllReduceOp, ReduceScatterOp, AllToAllOp]
+class KeepAtOriginOp(TorchImpl, Operation):
+    """Its operand on the ranks at coordinate 0 of every axis in ``axes``, zeros elsewhere (no
+    traffic): a replicated value made a partial sum over those axes, read from the rank's
+    coordinates at run time (the per-rank program stays the same on every rank).
+
+    ``%r = comm.keep_at_origin %b {axes = ["tp"], mesh = @mesh} : tensor<8x4xf32>``
+    """
+
+    name = "comm.keep_at_origin"
+    num_operands = 1
+    num_results = 1
+    required_attrs = {"mesh": SymbolRefAttr, "axes": ArrayAttr}
+    traits = frozenset({"Pure"})
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        return [operand_types[0]] if operand_types else None
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(a.value for a in self.attributes["axes"])  # type: ignore[attr-defined]
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"comm.keep_at_origin({ins[0]}, {literal(list(self.axes))})"
+
+    def reference(self, *args: Any, comm: Any = None) -> Any:
+        if comm is None:
+            raise self.emit_error("reads the rank's mesh coordinates; the single-device interpreter cannot run it")
+        return super().reference(*args, comm=comm)
+
+    def verify_(self) -> None:
+        axes = self.attributes["axes"]
+        if not len(axes) or not all(isinstance(a, StringAttr) for a in axes):  # type: ignore[arg-type]
+            raise self.emit_error("'axes' must be a non-empty array of axis names")
+        mesh = lookup_mesh(self, self.attributes["mesh"].name)  # type: ignore[attr-defined]
+        if mesh is None:
+            raise self.emit_error(f"refers to unknown mesh '@{self.attributes['mesh'].name}'")  # type: ignore[attr-defined]
+        for a in self.axes:
+            if a not in mesh.axis_names:
+                raise self.emit_error(f"mesh '@{mesh.sym_name}' has no axis '{a}' (axes: {', '.join(mesh.axis_names)})")
+
+
+OPS = [AllGatherOp, AllSliceOp, AllReduceOp, ReduceScatterOp, AllToAllOp, KeepAtOriginOp]

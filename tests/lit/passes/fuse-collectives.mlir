@@ -44,10 +44,12 @@ func.func @do_not_defer_max(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>) -> tenso
   func.return %2 : tensor<8x16xf32>
 }
 
-// A bias added to one of two reduced branches joins the partial sum on the rank at
-// coordinate 0 (rank 0 here): one all_reduce instead of two.
+// A bias added to one of two reduced branches joins the partial sum on the ranks at
+// coordinate 0 of the reduced axes: one all_reduce instead of two. Which ranks those are is read
+// at run time (comm.keep_at_origin), so every rank's program is the same.
 // CHECK-LABEL: func.func @partial_bias_add_rank0
-// CHECK: %[[AB:.*]] = tensor.add %a, %b
+// CHECK: %[[K:.*]] = comm.keep_at_origin %b {axes = ["tp"], mesh = @mesh} : tensor<8x16xf32>
+// CHECK: %[[AB:.*]] = tensor.add %a, %[[K]]
 // CHECK: %[[S:.*]] = tensor.add %[[AB]], %c
 // CHECK-NEXT: comm.all_reduce %[[S]]
 // CHECK-NOT: comm.all_reduce
@@ -59,11 +61,13 @@ func.func @partial_bias_add_rank0(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>, %c
   func.return %3 : tensor<8x16xf32>
 }
 
-// On the other ranks the bias is not added at all (it must count once).
+// Rank 1's program is rank 0's: the same ops, the bias kept at the origin at run time.
 // CHECK-LABEL: func.func @partial_bias_add_rank1
-// CHECK-NOT: tensor.add %a, %b
-// CHECK: %[[S:.*]] = tensor.add %a, %c
+// CHECK: %[[K:.*]] = comm.keep_at_origin %b {axes = ["tp"], mesh = @mesh}
+// CHECK: %[[AB:.*]] = tensor.add %a, %[[K]]
+// CHECK: %[[S:.*]] = tensor.add %[[AB]], %c
 // CHECK-NEXT: comm.all_reduce %[[S]]
+// CHECK-NOT: comm.all_reduce
 func.func @partial_bias_add_rank1(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> attributes {spmdc.rank = 1} {
   %0 = comm.all_reduce %a {axes = ["tp"], mesh = @mesh, op = "sum"} : tensor<8x16xf32>
   %1 = tensor.add %0, %b : tensor<8x16xf32>

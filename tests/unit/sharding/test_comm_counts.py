@@ -9,6 +9,7 @@ scheduling are tested on their own).
 from collections import Counter
 
 from spmdc.compiler import compile_step
+from spmdc.dialects.comm import collective_kind
 from spmdc.examples import mlp
 from spmdc.sharding.mesh import Mesh
 
@@ -17,7 +18,7 @@ def counts(step, rank=0):
     module = step.rank_module(rank)
     c = Counter()
     for op in module.walk():
-        if op.name.startswith("comm."):
+        if collective_kind(op) is not None:   # (comm.keep_at_origin moves nothing)
             axes = op.attr_value("axes") or [op.attr_value("axis")]
             c[(op.name.split(".")[1], ",".join(axes))] += 1
     return dict(c)

@@ -293,3 +293,21 @@ func.func @bucket_results(%x: tensor<8x16xf32>, %y: tensor<8x4xf32>) -> tensor<2
   %0 = comm.reduce_scatter_bucket %x, %y {axis = "tp", dims = [0, 0], mesh = @mesh, op = "sum"} : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<2x16xf32>
   func.return %0 : tensor<2x16xf32>
 }
+
+// -----
+
+shard.mesh @mesh = <["tp" = 4]>
+func.func @keep_at_origin_unknown_axis(%b: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // expected-error@+1 {{'comm.keep_at_origin' op mesh '@mesh' has no axis 'dp' (axes: tp)}}
+  %0 = comm.keep_at_origin %b {axes = ["dp"], mesh = @mesh} : tensor<8x16xf32>
+  func.return %0 : tensor<8x16xf32>
+}
+
+// -----
+
+shard.mesh @mesh = <["tp" = 4]>
+func.func @keep_at_origin_changes_type(%b: tensor<8x16xf32>) -> tensor<8x8xf32> {
+  // expected-error@+1 {{'comm.keep_at_origin' op result type tensor<8x8xf32> does not match the inferred type tensor<8x16xf32>}}
+  %0 = comm.keep_at_origin %b {axes = ["tp"], mesh = @mesh} : (tensor<8x16xf32>) -> tensor<8x8xf32>
+  func.return %0 : tensor<8x8xf32>
+}

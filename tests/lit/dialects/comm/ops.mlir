@@ -126,3 +126,11 @@ func.func @bsr(%x: tensor<4x8xf32>) -> tensor<6x8xf32> {
   %y = comm.bsr %x {from = #shard.union<split(0, [4, 2]), [#shard<@g0, [R]>, #shard<@g1, [R]>]>, messages = [[0, 4], [1, 5], [4, 0], [4, 2], [5, 1], [5, 3]], seq = 0, shape = [6, 8], to = #shard.union<dup, [#shard<@g0, [R]>, #shard<@g1, [R]>]>} : (tensor<4x8xf32>) -> tensor<6x8xf32>
   func.return %y : tensor<6x8xf32>
 }
+
+// A replicated bias made a partial sum over tp: kept at coordinate 0, zeros elsewhere (read at run time).
+// CHECK-LABEL: func.func @keep_at_origin(
+// CHECK:         comm.keep_at_origin %b {axes = ["tp"], mesh = @mesh} : tensor<8x16xf32>
+func.func @keep_at_origin(%b: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %0 = comm.keep_at_origin %b {axes = ["tp"], mesh = @mesh} : tensor<8x16xf32>
+  func.return %0 : tensor<8x16xf32>
+}
