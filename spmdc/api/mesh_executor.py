@@ -25,10 +25,9 @@ from typing import Any
 
 import torch
 
-from spmdc.api.compile_shared import compile_shared
+from spmdc.api.compile_shared import compile_rank_shared, compile_shared
 from spmdc.api.parameter_store import is_dtensor as _is_dtensor
 from spmdc.api.parameter_store import local_of as _local
-from spmdc.compiler import compile_rank
 from spmdc.dialects.shard import Replicate
 from spmdc.frontend.deferred_init import fake_parameters
 from spmdc.frontend.export import module_flags
@@ -68,11 +67,23 @@ class MeshExecutor:
                 runners.append(EagerRunner(eager_program(step, self.m.rank), self.m.comm, device=self.m.device,
                                            hints=opts.eager_hints, trace=opts.eager_trace))
                 continue
-            prog = compile_rank(step, self.m.rank, self.m.target, self.m._opts.dump)
+            prog = compile_rank_shared(step, self.m.rank, self.m.target, self.m._opts.dump,
+                                       ranks=self._ranks(), group=self.m.group)
             if self.m._hetero is not None:
                 self.m.comm.register(prog.module)   # its cross-group subgroups (collective)
             runners.append(RankRunner(prog, self.m.comm, device=self.m.device))
         return runners
+
+    def _ranks(self) -> list[tuple[int, int]]:
+        """``(index on the program's mesh, job rank)`` of every rank running this rank's programs:
+        the mesh's, or this rank's device group's (on its virtual mesh)."""
+        import torch.distributed as dist
+
+        hetero = self.m._hetero
+        if hetero is None:
+            return list(enumerate(self.m.members))
+        g = hetero.group_of(dist.get_rank())
+        return [(hetero.virtual_rank(g, r), r) for r in hetero.groups[g].ranks]
 
     # -- tensors in and out ----------------------------------------------------------------------
     def _global(self, x: Any, what: str) -> Any:

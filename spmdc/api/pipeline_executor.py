@@ -299,8 +299,7 @@ class PipelineExecutor(StageParameters):
         return ins, grads
 
     def _compile(self, mb: list[Any], dump: Any) -> _Programs:
-        from spmdc.api.compile_shared import compile_shared
-        from spmdc.compiler import compile_rank
+        from spmdc.api.compile_shared import compile_rank_shared, compile_shared
         from spmdc.runtime.executor import RankRunner
 
         spec, stage = self.plan.stages[self.stage], self.mine
@@ -331,8 +330,9 @@ class PipelineExecutor(StageParameters):
                 steps = compile_shared(stage.module, jobs, spec.mesh, spec.plan, group, self.members)
         else:
             steps = compile_shared(stage.module, jobs, spec.mesh, spec.plan, group, self.members)
-        runners = [RankRunner(compile_rank(s, self.index, self.target, dump), self.comm, device=self.device)
-                   for s in steps]
+        ranks = list(enumerate(self.members))   # (a stage's mesh: its ranks share one program per role)
+        runners = [RankRunner(compile_rank_shared(s, self.index, self.target, dump, ranks=ranks, group=group),
+                              self.comm, device=self.device) for s in steps]
         return _Programs(None if last else runners[0], runners[-1])
 
     def _exchange_layouts(self) -> dict[int, dict[str, Any]]:

@@ -231,10 +231,6 @@ def cached_rank_stages(c: Any, run: Callable[[Any], Any]) -> None:
     reads back to the same text (and the flat form only when it loads back printing that text); off
     with the option or an IR dump. An entry whose flat form or text does not load warns
     (:class:`CompileCacheWarning`): its text is parsed, or the rank's program compiled again."""
-    from spmdc.ir.parser import parse_module
-    from spmdc.ir.printer import print_module
-    from spmdc.ir.serialize import checked_dump
-
     step = c.step
     c.target = c.target or step.options.resolved_target()
     if not step.options.compile_cache or (c.dump is not None and c.dump.ir_dir is not None):
@@ -244,14 +240,7 @@ def cached_rank_stages(c: Any, run: Callable[[Any], Any]) -> None:
 
     def compile_rank_ir() -> dict[str, Any]:
         run(c)
-        texts = {"module": print_module(c.module, debuginfo=True),
-                 "unfused": print_module(c.unfused, debuginfo=True) if c.unfused is not None else None}
-        for text in texts.values():   # (nothing stored that would not read back as it was)
-            if text is not None and print_module(parse_module(text, "<rank>"), debuginfo=True) != text:
-                return {"store": False}
-        flat = {"module": checked_dump(c.module, texts["module"]),
-                "unfused": checked_dump(c.unfused, texts["unfused"]) if c.unfused is not None else None}
-        return {**texts, "flat": flat}
+        return rank_entry(c)
 
     entry, hit, stored = _through(digest, compile_rank_ir, keep=lambda v: v.get("store", True))
     stats.rank_stores += stored
@@ -260,8 +249,7 @@ def cached_rank_stages(c: Any, run: Callable[[Any], Any]) -> None:
         return
     path = steps_dir() / f"{digest}.pkl"
     try:
-        module = _rank_ir(entry, "module", c.at, path)
-        unfused = _rank_ir(entry, "unfused", c.at, path) if entry["unfused"] is not None else None
+        module, unfused = entry_modules(entry, c.at, path)
     except Exception as e:   # noqa: BLE001 - any damage: this rank's program is compiled again
         _warn_once(path, f"the compile cache entry '{path}' holds a rank's program that does not read back "
                          f"({type(e).__name__}: {e}); compiling it again")
@@ -271,6 +259,31 @@ def cached_rank_stages(c: Any, run: Callable[[Any], Any]) -> None:
         return
     stats.rank_hits += 1
     c.module, c.unfused = module, unfused
+
+
+def rank_entry(c: Any) -> dict[str, Any]:
+    """Rank program ``c.module`` (and ``c.unfused``) as IR text and flat form (:mod:`spmdc.ir.serialize`):
+    what the cache stores and a role's compiling rank sends (``{"store": False}`` when the text
+    would not read back as the same text)."""
+    from spmdc.ir.parser import parse_module
+    from spmdc.ir.printer import print_module
+    from spmdc.ir.serialize import checked_dump
+
+    texts = {"module": print_module(c.module, debuginfo=True),
+             "unfused": print_module(c.unfused, debuginfo=True) if c.unfused is not None else None}
+    for text in texts.values():   # (nothing kept that would not read back as it was)
+        if text is not None and print_module(parse_module(text, "<rank>"), debuginfo=True) != text:
+            return {"store": False}
+    flat = {"module": checked_dump(c.module, texts["module"]),
+            "unfused": checked_dump(c.unfused, texts["unfused"]) if c.unfused is not None else None}
+    return {**texts, "flat": flat}
+
+
+def entry_modules(entry: dict[str, Any], at: int, where: Any) -> tuple[Any, Any]:
+    """``(module, unfused)`` of a :func:`rank_entry` (``where`` names it in warnings)."""
+    module = _rank_ir(entry, "module", at, where)
+    unfused = _rank_ir(entry, "unfused", at, where) if entry["unfused"] is not None else None
+    return module, unfused
 
 
 def _rank_ir(entry: dict[str, Any], name: str, at: int, path: Path) -> Any:

@@ -43,7 +43,7 @@ from spmdc.sharding.plan import Plan, axes_sharded_by, check_axes_used
 
 __all__ = ["STAGES", "Compilation", "GroupProgram", "compile_global", "compile_program", "compile_rank",
            "conv1d_modules", "default_target", "heads_of", "kv_heads_of", "main_function", "plan_for",
-           "rank_module", "schedule_pipeline", "split_example_inputs"]
+           "rank_codegen", "rank_module", "rank_stages", "schedule_pipeline", "split_example_inputs"]
 
 
 def default_target() -> str:
@@ -281,19 +281,37 @@ def rank_module(step: CompiledStep, rank: int, target: str = "torch",
     return module
 
 
-def compile_rank(step: CompiledStep, rank: int, target: str = "torch", dump: Dump | None = None) -> RankProgram:
-    """Stages 06-09: rank ``rank``'s program, its generated code (loaded) and the layouts of its arguments.
-
-    Stages 06-08 come from the compile cache when this rank's program was compiled before
-    (:func:`~spmdc.compiler.compile_cache.cached_rank_stages`; the generated code from the codegen cache)."""
+def rank_stages(step: CompiledStep, rank: int, target: str = "torch", dump: Dump | None = None,
+                parsed: Operation | None = None) -> Compilation:
+    """Stages 06-08 of rank ``rank`` (from the compile cache when this program was compiled before:
+    :func:`~spmdc.compiler.compile_cache.cached_rank_stages`); ``rank_codegen`` finishes it."""
     from spmdc.compiler.compile_cache import cached_rank_stages
 
     c = Compilation.of_step(step, rank, target, dump, last="pipeline-schedule")
+    c.parsed = parsed
     cached_rank_stages(c, compile_program)
+    return c
+
+
+def rank_codegen(c: Compilation, rank: int | None = None) -> RankProgram:
+    """Stage 09 of a compilation whose stages 06-08 ran (:func:`rank_stages`), for rank ``rank``
+    (default the one compiled): ranks of one role (:mod:`spmdc.passes.partition_roles`) run one
+    program, each with its own rank (which pieces of the arguments it holds)."""
+    if rank is not None:
+        c.at = rank
     c.first = c.last = "codegen"
     program = compile_program(c).program
     assert program is not None
     return program
+
+
+def compile_rank(step: CompiledStep, rank: int, target: str = "torch", dump: Dump | None = None) -> RankProgram:
+    """Stages 06-09: rank ``rank``'s program, its generated code (loaded) and the layouts of its arguments.
+
+    Stages 06-08 come from the compile cache when this rank's program was compiled before
+    (:func:`~spmdc.compiler.compile_cache.cached_rank_stages`; the generated code from the codegen cache).
+    A job's ranks share one program per role instead: :func:`spmdc.api.compile_shared.compile_rank_shared`."""
+    return rank_codegen(rank_stages(step, rank, target, dump))
 
 
 def split_example_inputs(example_inputs: Any, loss_fn: Callable | None,

@@ -137,6 +137,10 @@ class CompileOptions:
     verify_each: bool = _opt(
         True, "verify the IR after every pass (--no-verify-each: once after each compiler stage; spmdc plan's "
         "default, where verifying a 16k-op program 40 times is a sixth of the dry run)", "--verify-each")
+    share_programs: bool = _opt(
+        True, "ranks whose per-rank programs are the same (a role: docs/roles.md) share one: its lowest rank "
+        "compiles it and sends it to the others (--no-share-programs: every rank compiles its own)",
+        "--share-programs")
     execution: str = _opt("compiled", "'compiled' programs, or 'eager': the global program op by op")
     eager_hints: bool = _opt(True, "eager: results take the layouts sharding propagation chose")
     eager_trace: bool = _opt(False, "eager: record each op's layouts and collectives")
@@ -159,7 +163,7 @@ class CompileOptions:
             return OptionError(f"option {name}={getattr(self, name)!r}: {why}")
 
         for name in ("bucket", "overlap", "fuse_collectives", "check_inputs", "compile_cache", "eager_hints",
-                     "eager_trace"):
+                     "eager_trace", "verify_each", "share_programs"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "expected True or False")
         if isinstance(self.pp_schedule, str):   # (one name: interleaved, Interleaved1F1B -> interleaved1f1b)
