@@ -46,6 +46,7 @@ module @all attributes {spmdc.version = 1} {
     %ag = comm.all_gather %rd {axis = "tp", dim = 0, mesh = @mesh} : (tensor<8x32xf32>) -> tensor<32x32xf32>
     %sl = comm.all_slice %ag {axis = "tp", dim = 1, mesh = @mesh} : (tensor<32x32xf32>) -> tensor<32x8xf32>
     %ar = comm.all_reduce %sl {axes = ["dp", "tp"], mesh = @mesh, op = "avg"} : tensor<32x8xf32>
+    %ko = comm.keep_at_origin %ar {axes = ["tp"], mesh = @mesh} : tensor<32x8xf32>
     %rs = comm.reduce_scatter %ar {axis = "tp", dim = 0, mesh = @mesh, op = "max"} : (tensor<32x8xf32>) -> tensor<8x8xf32>
     %a2a = comm.all_to_all %rs {axis = "tp", concat_dim = 0, mesh = @mesh, split_dim = 1} : (tensor<8x8xf32>) -> tensor<32x2xf32>
     %agb:2 = comm.all_gather_bucket %rs, %a2a {axis = "tp", dims = [0, 1], mesh = @mesh} : (tensor<8x8xf32>, tensor<32x2xf32>) -> (tensor<32x8xf32>, tensor<32x8xf32>)
