@@ -10,6 +10,10 @@ passes for the mesh and plan, then partition one program per rank role and predi
 (the ranks they stand for), ops, the process's peak RSS, and the predicted peak memory per rank
 and step time on an H100 profile (for orientation, not measured).
 
+The ``-pp4`` configurations add a pipeline axis: 4 stages (1F1B, 4 micro-batches), each stage's
+programs compiled for its ``dp x tp`` mesh (:mod:`spmdc.api.dry_run_pipeline`); their roles are
+per stage.
+
 ``--quick``: 8B at 4 layers and 70B at 4 layers (~1 min), to see the pipeline work end to end
 (repeated blocks are built from a 3-layer trace from 8 layers on, so the quick run traces whole).
 The goal of issue 29 is 70B for 4096 ranks in under 60 s end to end and 8 GiB.
@@ -32,6 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = {   # size, mesh, plan, global batch (one sequence per dp rank)
     "8b": ("8b", "dp=64,tp=8", "fsdp+tp", 64),
     "70b": ("70b", "dp=512,tp=8", "fsdp+tp", 512),
+    # pipelines: 4 stages (1F1B, 4 micro-batches), each on a dp x tp mesh
+    "8b-pp4": ("8b", "pp=4,dp=16,tp=8", "fsdp+tp", 64),
+    "70b-pp4": ("70b", "pp=4,dp=128,tp=8", "fsdp+tp", 512),
 }
 
 
@@ -44,12 +51,14 @@ def one(name: str, layers: int | None) -> dict:
     from spmdc.compiler.devices import device_profile
     from spmdc.examples.llama3 import build
     from spmdc.sharding.mesh import Mesh
+    from spmdc.sharding.pipeline_plan import split_pp_axis
 
     size, mesh, plan, batch = CONFIGS[name]
     t = time.perf_counter()
     model, kwargs, _ = build(size, batch=batch, layers=layers)
     built = time.perf_counter() - t
-    report = dry_run(model, (), mesh=Mesh.parse(mesh), plan=plan, device=device_profile("h100"), train=True,
+    job_mesh, job_plan = split_pp_axis(Mesh.parse(mesh), plan)   # a pp axis: stages (None, PipelinePlan)
+    report = dry_run(model, (), mesh=job_mesh, plan=job_plan, device=device_profile("h100"), train=True,
                      kwargs=kwargs, optimizer="adamw")
     role = max(report.roles, key=lambda r: r.prediction.memory.total)
     return {"config": name, "layers": layers or model.config.num_hidden_layers, "mesh": mesh, "plan": plan,
@@ -96,7 +105,7 @@ def main() -> None:
         table.add_column(c, justify="right")
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        cells = [f"llama3-{r['config']}", str(r["layers"]), f"{r['mesh']} ({r['ranks']})", r["plan"],
+        cells = [f"llama3-{r['config'].split('-')[0]}", str(r["layers"]), f"{r['mesh']} ({r['ranks']})", r["plan"],
                  f"{r['build']:.1f}", f"{r['capture']:.1f}", f"{r['export']:.1f}", f"{r['global'] - r['capture']:.1f}",
                  f"{r['roles_s']:.1f}", str(r["roles"]), f"{r['ops']:,}",
                  f"{r['wall']:.1f}", f"{r['rss_gib']:.2f}", f"{r['peak_gib']:.2f}", f"{r['step_ms']:.0f}"]

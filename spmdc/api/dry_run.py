@@ -13,8 +13,8 @@ program (:mod:`spmdc.api.predict`). An evenly divisible layout gives every rank 
 one role, whatever its size; an uneven one (torch.chunk's last piece shorter) splits the ranks
 along the axes that cut it.
 
-Pipeline stages are not predicted yet (their memory depends on the schedule's micro-batches in
-flight): :func:`dry_run` refuses a :class:`~spmdc.sharding.pipeline_plan.PipelinePlan` by name.
+A :class:`~spmdc.sharding.pipeline_plan.PipelinePlan` is predicted stage by stage over its
+schedule (:mod:`spmdc.api.dry_run_pipeline`): roles are named ``stage<k>``.
 """
 
 from __future__ import annotations
@@ -114,13 +114,17 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
     from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
-    if isinstance(plan, PipelinePlan):
-        raise ValueError(f"spmdc plan: pipeline plan '{plan.name}' is not predicted yet (a stage's memory depends on "
-                         "the micro-batches its schedule keeps in flight); predict one stage's plan on its mesh, or "
-                         "run it (spmdc run) to measure")
     opts = options if options is not None else CompileOptions(verify_each=False)   # (each stage's result is)
     if opts.execution == "eager":
         raise ValueError("spmdc plan predicts compiled programs; eager execution (op by op) is not predicted")
+    if isinstance(plan, PipelinePlan):
+        if not train:
+            raise ValueError(f"spmdc plan: pipeline plan '{plan.name}' runs training steps; its forward alone is "
+                             "not a pipeline program (predict it without the pp axis)")
+        from spmdc.api.dry_run_pipeline import pipeline_dry_run
+
+        return pipeline_dry_run(model, inputs, plan=plan, device=device, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                                kwargs=kwargs, optimizer=optimizer, options=opts, target=target, max_roles=max_roles)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     job = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, kwargs=kwargs, options=opts)

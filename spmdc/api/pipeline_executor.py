@@ -122,6 +122,55 @@ class StageSurrogate:
         return sum((o * g).sum() for o, g in zip(diff, gs))
 
 
+def stage_examples(split: Any, k: int, mb: list[Any], fake: bool = False) -> tuple[list[Any], list[Any]]:
+    """(inputs, gradient inputs) of stage ``k``'s programs for one micro-batch ``mb`` (the job's
+    inputs in order), from the split's shapes; boundary values as zeros, or with ``fake=True`` (a
+    model on the meta device: only their shapes are read) as fake CPU tensors, which hold no memory."""
+    import contextlib
+
+    from spmdc.frontend.torch_compat import fake_tensor_mode
+
+    stage = split.stages[k]
+    mode = fake_tensor_mode() if fake else contextlib.nullcontext()
+
+    def zeros(shape: Any, dtype: Any) -> Any:
+        with mode:
+            return torch.zeros(shape, dtype=dtype)
+    ins = []
+    for kind, i in stage.inputs:
+        if kind == "input":
+            ins.append(mb[i])
+        else:
+            v = split.values[i]
+            t = zeros(v.shape, v.dtype)
+            ins.append(t.requires_grad_() if v.differentiable else t)
+    grads = [zeros(split.values[v].shape, split.values[v].dtype) for v in stage.outputs
+             if split.values[v].differentiable]
+    return ins, grads
+
+
+def stage_jobs(split: Any, k: int, mb: list[Any], options: Any, dump: Any = None,
+               fake: bool = False) -> list[dict[str, Any]]:
+    """Stage ``k``'s programs as ``compile_global`` keyword arguments: its forward (not on the last
+    stage) and its training program (the last stage's loss, else :class:`StageSurrogate`), for
+    one micro-batch ``mb`` (what :class:`PipelineExecutor` and ``spmdc plan`` compile)."""
+    stage, last = split.stages[k], k == len(split.stages) - 1
+    ins, grads = stage_examples(split, k, mb, fake)
+    plain = [t.detach() for t in ins]
+    # (no mixed_precision= in the stages' programs: each stage's graph was cut from the model run
+    # under the policy and holds its casts; casting the stage's inputs again would cast loss inputs
+    # too. Clipping and accumulation span the stages: this module does them)
+    opts = options.replace(mixed_precision=None, clip_grad_norm=None, grad_accum=1, pp_schedule=None,
+                           microbatches=None, inputs="global")   # (inputs="local": assembled here)
+    jobs = []
+    if not last:
+        jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}, options=opts))
+    surrogate = StageSurrogate(tuple(split.values[v].differentiable for v in stage.outputs))
+    jobs.append(dict(inputs=ins, train=True, dump=dump, kwargs={}, loss_fn=None if last else surrogate,
+                     loss_inputs=[] if last else grads, options=opts))
+    return jobs
+
+
 class PipelineExecutor(StageParameters):
     """This rank's stage of a model pipelined over device groups (see the module doc): its
     programs, the schedule, one step's run; every rank of the job builds one (inside its
@@ -284,40 +333,12 @@ class PipelineExecutor(StageParameters):
     def _diff_outputs(self, stage: Any) -> list[int]:
         return [v for v in stage.outputs if self.split.values[v].differentiable]
 
-    def _examples(self, stage: Any, mb: list[Any]) -> tuple[list[Any], list[Any]]:
-        """(inputs, gradient inputs) of ``stage``'s programs for one micro-batch, from the split's shapes."""
-        ins = []
-        for kind, i in stage.inputs:
-            if kind == "input":
-                ins.append(mb[i])
-            else:
-                v = self.split.values[i]
-                t = torch.zeros(v.shape, dtype=v.dtype)
-                ins.append(t.requires_grad_() if v.differentiable else t)
-        grads = [torch.zeros(self.split.values[v].shape, dtype=self.split.values[v].dtype)
-                 for v in self._diff_outputs(stage)]
-        return ins, grads
-
     def _compile(self, mb: list[Any], dump: Any) -> _Programs:
         from spmdc.api.compile_shared import compile_rank_shared, compile_shared
         from spmdc.runtime.executor import RankRunner
 
         spec, stage = self.plan.stages[self.stage], self.mine
-        last = self.stage == self.n_stages - 1
-        ins, grads = self._examples(stage, mb)
-        plain = [t.detach() for t in ins]
-        # (no mixed_precision= in the stages' programs: each stage's graph was cut from the model run
-        # under the policy and holds its casts; casting the stage's inputs again would cast loss inputs
-        # too. Clipping and accumulation span the stages: this module does them)
-        opts = self.options.replace(mixed_precision=None, clip_grad_norm=None, grad_accum=1, pp_schedule=None,
-                                    microbatches=None, inputs="global")   # (inputs="local": assembled here)
-        jobs = []
-        if not last:
-            jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}, options=opts))
-
-        surrogate = StageSurrogate(tuple(self.split.values[v].differentiable for v in stage.outputs))
-        jobs.append(dict(inputs=ins, train=True, dump=dump, kwargs={}, loss_fn=None if last else surrogate,
-                         loss_inputs=[] if last else grads, options=opts))
+        jobs = stage_jobs(self.split, self.stage, mb, self.options, dump)
         group = None
         if len(self.members) > 1:
             import torch.distributed as dist
@@ -333,7 +354,7 @@ class PipelineExecutor(StageParameters):
         ranks = list(enumerate(self.members))   # (a stage's mesh: its ranks share one program per role)
         runners = [RankRunner(compile_rank_shared(s, self.index, self.target, dump, ranks=ranks, group=group),
                               self.comm, device=self.device) for s in steps]
-        return _Programs(None if last else runners[0], runners[-1])
+        return _Programs(None if len(runners) == 1 else runners[0], runners[-1])
 
     def _exchange_layouts(self) -> dict[int, dict[str, Any]]:
         """Every stage's programs' layouts and kinds (each rank gives its own stage's)."""
@@ -700,6 +721,10 @@ class PipelineExecutor(StageParameters):
         self.last_messages += st.messages
         self.last_bytes_sent += st.bytes_sent
         return st.loss
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the buffers this rank's stages hold (their pieces; the module's own are not registered)."""
+        return sum(b.numel() * b.element_size() for st in self._per_stage.values() for b in st["buffers"].values())
 
     def set_schedule(self, schedule: str) -> None:
         """Run the same stage programs under another schedule (``gpipe`` / ``1f1b``): only the

@@ -89,6 +89,7 @@ class Prediction:
     compute_seconds: float = 0.0
     comm_seconds: float = 0.0
     overlapped: bool = False
+    bubble_seconds: float = 0.0   # a pipeline stage's wait for the others (fill, drain, a slower stage)
 
     @property
     def collectives(self) -> int:
@@ -110,9 +111,9 @@ class Prediction:
 
     @property
     def step_seconds(self) -> float:
-        if self.overlapped:
-            return max(self.compute_seconds, self.comm_seconds)
-        return self.compute_seconds + self.comm_seconds
+        busy = max(self.compute_seconds, self.comm_seconds) if self.overlapped else \
+            self.compute_seconds + self.comm_seconds
+        return busy + self.bubble_seconds
 
 
 # -- memory ----------------------------------------------------------------------------------------

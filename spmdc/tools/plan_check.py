@@ -1,7 +1,7 @@
 """Measure what the dry run predicts: one training step per case on real ranks, every rank's
 collectives, bytes, stored state and peak, to set beside :func:`~spmdc.api.dry_run.dry_run`.
 
-    results = launch(measure_cases, 4, (cases, steps))     # cases: [(workload, mesh, plan, optimizer)]
+    results = launch(measure_cases, 4, (cases, steps))     # cases: [(workload, mesh, plan, optimizer[, factory kw])]
     results[rank][i] == {"counts": {...}, "bytes": {...}, "stored": ..., "optimizer": ..., "peak": ..., "seconds": ...}
 
 Each case compiles with :class:`~spmdc.api.entry.CompiledModule` (as ``spmdc run`` does), runs
@@ -31,6 +31,8 @@ def state_bytes(cm: Any) -> tuple[int, int]:
         return t.to_local() if hasattr(t, "to_local") else t
 
     stored = sum(local(t).numel() * local(t).element_size() for t in (*cm.parameters(), *cm.buffers()))
+    if getattr(cm, "pipeline", None) is not None:   # (a pipeline's stages hold their buffers)
+        stored += cm.pipeline.buffer_bytes()
     opt = 0
     if cm.optimizer is not None:
         for st in cm.optimizer.state.values():
@@ -63,8 +65,8 @@ def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3,
 def _measure(case: tuple, steps: int, lr: float, CompiledModule: Any, Optimizer: Any, load_workload: Any,
              measure_peak: Any, torch: Any) -> dict:
     out = []
-    for workload, mesh, plan, optimizer in [case]:
-        w = load_workload(workload)
+    for workload, mesh, plan, optimizer, *kw in [case]:
+        w = load_workload(workload, **(kw[0] if kw else {}))
         torch.manual_seed(0)
         cm = CompiledModule(w.model, tuple(w.inputs), mesh=mesh, plan=plan, train=True, loss_fn=w.loss_fn,
                             loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
@@ -84,4 +86,6 @@ def _measure(case: tuple, steps: int, lr: float, CompiledModule: Any, Optimizer:
         stored, opt = state_bytes(cm)
         out.append({"counts": dict(cm.comm.stats.counts), "bytes": dict(cm.comm.stats.bytes), "stored": stored,
                     "optimizer": opt, "peak": peak, "seconds": statistics.median(times[1:] or times or [0.0])})
+        if cm.pipeline is not None:   # what the stage sent to other stages in the last step
+            out[-1]["pipe_sent"] = (cm.pipeline.last_messages, cm.pipeline.last_bytes_sent)
     return out[0]

@@ -83,12 +83,6 @@ def plan_main(args: argparse.Namespace) -> int:
     cfg = RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, train=args.train, optimizer=args.optimizer,
                     batch=args.batch, fsdp_shard=args.fsdp_shard, options=CompileOptions.from_arguments(args))
     mesh, plan = resolve_mesh_and_plan(cfg)
-    from spmdc.sharding.pipeline_plan import PipelinePlan
-
-    if isinstance(plan, PipelinePlan):
-        raise UserError(f"pipeline stages ({plan.describe()}) are not predicted yet: a stage's memory "
-                        "depends on the micro-batches its schedule keeps in flight; predict one stage's plan on its "
-                        "mesh, or measure with spmdc run")
     import os
     import warnings
 
@@ -155,8 +149,8 @@ def print_report(console: Any, cfg: Any, mesh: Any, plan: Any, device: Any, repo
     for i, role in enumerate(report.roles):
         m = role.prediction.memory
         share = m.total / (device.memory_gib * 1024 ** 3)
-        mem.add_row(_name(role, i), role.describe_ranks(), _mib(m.parameters), _mib(m.optimizer), _mib(m.gradients),
-                    _mib(m.activations), _mib(m.comm_buffers), _mib(m.optimizer_step), _mib(m.total),
+        mem.add_row(_name(role, i, report.roles), role.describe_ranks(), _mib(m.parameters), _mib(m.optimizer),
+                    _mib(m.gradients), _mib(m.activations), _mib(m.comm_buffers), _mib(m.optimizer_step), _mib(m.total),
                     Text(f"{100 * share:.1f}%", style="red" if share > 1 else ""))
     console.print(mem)
     comm = Table(title="collectives per step (each rank of the role)")
@@ -164,17 +158,20 @@ def print_report(console: Any, cfg: Any, mesh: Any, plan: Any, device: Any, repo
         comm.add_column(col, justify="right" if col in ("count", "bytes", "predicted ms") else "left")
     for i, role in enumerate(report.roles):
         for r in sorted(role.prediction.comm, key=lambda r: (r.axes, r.kind)):
-            comm.add_row(_name(role, i), r.axes, r.kind, str(r.count), ("≤ " if r.bound else "") + f"{r.bytes:,}",
-                         f"{r.seconds * 1000:,.3f}")
+            comm.add_row(_name(role, i, report.roles), r.axes, r.kind, str(r.count),
+                         ("≤ " if r.bound else "") + f"{r.bytes:,}", f"{r.seconds * 1000:,.3f}")
     console.print(comm)
     step = Table(title=f"predicted step time ({device.name})")
-    for col in ("role", "kernels", "collectives", "TFLOP", "HBM GB", "compute", "comm", "overlap", "step"):
+    bubbles = any(r.prediction.bubble_seconds for r in report.roles)   # (pipeline stages wait for each other)
+    for col in ("role", "kernels", "collectives", "TFLOP", "HBM GB", "compute", "comm", "overlap",
+                *(["bubble"] if bubbles else []), "step"):
         step.add_column(col, justify="right" if col != "role" else "left")
     for i, role in enumerate(report.roles):
         p = role.prediction
-        step.add_row(_name(role, i), f"{p.kernels:,}", f"{p.collectives:,}", f"{p.flops / 1e12:,.3f}",
+        step.add_row(_name(role, i, report.roles), f"{p.kernels:,}", f"{p.collectives:,}", f"{p.flops / 1e12:,.3f}",
                      f"{p.hbm_bytes / 1e9:,.3f}", _seconds(p.compute_seconds), _seconds(p.comm_seconds),
-                     "yes" if p.overlapped else "no", _seconds(p.step_seconds))
+                     "yes" if p.overlapped else "no", *([_seconds(p.bubble_seconds)] if bubbles else []),
+                     _seconds(p.step_seconds))
     console.print(step)
     if any(r.bound for role in report.roles for r in role.prediction.comm):
         console.print("≤: expert moves carry the rows the routing sends, at most the slot's capacity (shown)")
@@ -185,8 +182,12 @@ def print_report(console: Any, cfg: Any, mesh: Any, plan: Any, device: Any, repo
                   "its collectives' staging buffers and the optimizer update (docs/cli.md)")
 
 
-def _name(role: Any, i: int) -> str:
-    return f"{role.group}/{i}" if role.group != "-" else str(i)
+def _name(role: Any, i: int, roles: list[Any] | None = None) -> str:
+    """A role's label: its index, or its group (device group, pipeline stage) and its index there."""
+    if role.group == "-":
+        return str(i)
+    j = sum(1 for r in (roles or [])[:i] if r.group == role.group)
+    return f"{role.group}/{j}"
 
 
 def as_json(cfg: Any, mesh: Any, plan: Any, device: Any, report: Any) -> dict[str, Any]:
@@ -203,5 +204,6 @@ def as_json(cfg: Any, mesh: Any, plan: Any, device: Any, report: Any) -> dict[st
                        "kernels": r.prediction.kernels, "flops": r.prediction.flops,
                        "hbm_bytes": r.prediction.hbm_bytes,
                        "compute_seconds": r.prediction.compute_seconds, "comm_seconds": r.prediction.comm_seconds,
-                       "overlapped": r.prediction.overlapped, "step_seconds": r.prediction.step_seconds}
+                       "overlapped": r.prediction.overlapped, "bubble_seconds": r.prediction.bubble_seconds,
+                       "step_seconds": r.prediction.step_seconds}
                       for r in report.roles]}

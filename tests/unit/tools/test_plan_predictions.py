@@ -24,6 +24,7 @@ from spmdc.compiler.devices import device_profile
 from spmdc.frontend.workloads import load_workload
 from spmdc.runtime.launcher import launch
 from spmdc.sharding.mesh import Mesh
+from spmdc.sharding.pipeline_plan import PipelinePlan
 from spmdc.tools import cli
 from spmdc.tools.plan_check import measure_cases
 
@@ -42,12 +43,16 @@ CASES = [("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", "adamw"),
          ("llama-tiny", Mesh({"tp": 4}), "megatron", "sgd"),
          ("gpt2-tiny", Mesh({"dp": 4}), "dp", "adam"),
          ("gpt2-tiny", None, _groups(), "adamw"),
-         ("gpt2-tiny", Mesh({"dp": 4}), "fsdp", "adafactor")]   # not elementwise: parameters stored whole
+         ("gpt2-tiny", Mesh({"dp": 4}), "fsdp", "adafactor"),   # not elementwise: parameters stored whole
+         # pipeline stages (1f1b, 2 micro-batches): the schedule's stashes, sends and accumulated gradients
+         ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=2,dp=2", "fsdp"), "adamw", {"batch": 8}),
+         ("llama-tiny", None, PipelinePlan.from_mesh("pp=2,tp=2", "megatron"), "sgd", {"batch": 4}),
+         ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=4", "dp"), "adam", {"batch": 8, "n_layer": 4})]
 CPU = device_profile("cpu")
 
 
-def _predict(workload, mesh, plan, optimizer):
-    w = load_workload(workload)
+def _predict(workload, mesh, plan, optimizer, factory=None):
+    w = load_workload(workload, **(factory or {}))
     return dry_run(w.model, w.inputs, mesh=mesh, plan=plan, device=CPU, train=True, loss_fn=w.loss_fn,
                    loss_inputs=w.loss_inputs, kwargs=w.kwargs, optimizer=optimizer)
 
@@ -58,7 +63,7 @@ def measured():
 
 
 @pytest.mark.parametrize("case", range(len(CASES)),
-                         ids=[f"{w}-{p if isinstance(p, str) else p.name}" for w, _, p, _ in CASES])
+                         ids=[f"{w}-{p if isinstance(p, str) else p.name}" for w, _, p, *_ in CASES])
 def test_predictions_match_the_measured_step(measured, case):
     report = _predict(*CASES[case])
     assert sorted(r for role in report.roles for r in role.ranks) == [0, 1, 2, 3]
@@ -150,10 +155,26 @@ def test_spmdc_plan_prints_and_writes_the_predictions(tmp_path):
     assert role["ranks"] == [0, 1] and role["memory"]["total"] > role["memory"]["parameters"] > 0
 
 
+def test_spmdc_plan_predicts_pipeline_stages(tmp_path):
+    path = tmp_path / "pp.json"
+    code, text = _spmdc("plan", "gpt2-tiny", "--mesh", "pp=2,dp=2", "--plan", "fsdp", "--batch", "8", "--json",
+                        str(path))
+    assert code == 0, text
+    assert "stage0/0" in text and "stage1/0" in text and "bubble" in text
+    stage0, stage1 = json.loads(path.read_text())["roles"]
+    assert (stage0["group"], stage0["ranks"], stage1["group"], stage1["ranks"]) == ("stage0", [0, 1], "stage1", [2, 3])
+    for role in (stage0, stage1):
+        kinds = {(c["axes"], c["kind"]): c for c in role["comm"]}
+        # 2 micro-batches: the boundary activation in and its gradient back (stage 0 receives the gradient)
+        assert kinds[("pp", "recv")]["count"] == 2 and kinds[("pp", "send")]["count"] == 2
+        assert kinds[("pp", "broadcast")]["bytes"] == 4      # the step's loss
+        assert role["bubble_seconds"] > 0 and role["step_seconds"] == pytest.approx(stage0["step_seconds"])
+
+
 @pytest.mark.parametrize("args, message", [
     (["--device", "h1000"], "--device: unknown device 'h1000' (did you mean h100"),
     (["--device-set", "flops"], "--device-set: device override 'flops': expected FIELD=NUMBER"),
-    (["--mesh", "pp=2,dp=2"], "pipeline stages (1f1b, 2 micro-batches"),
+    (["--mesh", "pp=2,dp=2", "--forward"], "--forward (a pipeline trains) is not supported"),
     (["--grad-accum", "2"], "--grad-accum is not predicted yet"),
     (["--mesh", "dp=3", "--max-roles", "1"], "hold 2 different sets of local shapes"),
     (["--json", "/no/such/dir/x.json"], "--json '/no/such/dir/x.json': no directory"),

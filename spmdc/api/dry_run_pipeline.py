@@ -1,0 +1,314 @@
+"""``spmdc plan`` for pipeline plans: every stage compiled for its mesh, each rank role predicted over
+the whole schedule, without starting a rank.
+
+    report = dry_run(model, (x,), mesh=None, plan=PipelinePlan.from_mesh("pp=4,dp=128,tp=8", "fsdp+tp"), ...)
+    [(role.group, role.ranks, role.prediction.memory.total) for role in report.roles]   # "stage0", ...
+
+The model is cut into stages as :class:`~spmdc.api.pipeline_executor.PipelineExecutor` cuts it
+(:func:`~spmdc.frontend.stages.split_stages` on micro-batch 0), and each stage's programs are the
+ones its ranks compile (:func:`~spmdc.api.pipeline_executor.stage_jobs`): a forward (not on the
+last stage) and a training program that recomputes the forward from the stashed inputs. A stage's
+ranks are split into roles by local shapes (:func:`~spmdc.passes.partition_roles.shape_roles`) and
+one rank per role is partitioned. Per step, a rank of stage ``k`` runs each program once per
+micro-batch; its prediction is
+
+* **memory**: its parameters and optimizer state; its gradients whole (they accumulate over the
+  micro-batches until the update); the larger of its programs' transient peaks (activations and
+  collective buffers) plus the stage inputs it stashes between a micro-batch's forward and
+  backward, times the most micro-batches its schedule keeps in flight
+  (:func:`~spmdc.sharding.pipeline_plan.in_flight`); or, when larger, the optimizer update's
+  temporaries (at the end of the step, when no micro-batch is in flight);
+* **collectives**: its programs' per micro-batch, times the micro-batches, and a ``pipe.recv``
+  row on ``pp``: the local pieces of the boundary values and output gradients it receives
+  (bytes received, α-β over the inter-node bandwidth);
+* **time**: a stage's busy time is the micro-batches times its programs' predicted times (plus
+  its receives); the step is the busiest device group's time plus the fill and drain,
+  ``(groups - 1)`` times the slowest stage's time per micro-batch (1F1B, GPipe and interleaved
+  1F1B alike). That bubble is each role's ``bubble_seconds``.
+
+Under interleaved 1F1B a device group holds several stages: its ranks' memory and time add up
+over them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["pipeline_dry_run"]
+
+
+def _tensor_bytes(t: Any) -> int:
+    return t.num_bytes if hasattr(t, "num_bytes") else 0
+
+
+def _stage_programs(model: Any, inputs: Sequence[Any], plan: Any, *, loss_fn: Callable | None,
+                    loss_inputs: Sequence[Any], kwargs: Mapping[str, Any] | None, options: Any) -> tuple[Any, list]:
+    """The split and, per stage, its CompiledSteps (forward first when it has one)."""
+    from spmdc.api.micro_batches import chunks
+    from spmdc.api.pipeline_executor import stage_jobs
+    from spmdc.compiler.driver import compile_global, split_example_inputs
+    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
+    from spmdc.frontend.stages import auto_stages, split_stages
+
+    model_args, loss_args = split_example_inputs(inputs, loss_fn, loss_inputs)
+    kwargs = dict(kwargs or {})
+    every = list(model_args) + list(loss_args) + list(kwargs.values())
+    names = [f"input #{i}" for i in range(len(model_args) + len(loss_args))] + list(kwargs)
+    mb0 = chunks(every, plan.microbatches, names)[0]
+    n_in = len(model_args)
+    modules = [list(s.modules) for s in plan.stages] if plan.stages[0].modules else auto_stages(model,
+                                                                                              len(plan.stages))
+    n_loss = n_in + len(loss_args)
+    split = split_stages(model, mb0[:n_in], stages=modules, loss_fn=loss_fn, loss_inputs=mb0[n_in:n_loss],
+                         kwargs=dict(zip(kwargs, mb0[n_loss:])),
+                         mixed_precision=options.mixed_precision, checkpoint=options.checkpoint)
+    per_stage = []
+    meta = is_meta_model(model)   # (boundary examples: fake tensors, shapes only)
+    for k, spec in enumerate(plan.stages):
+        module = split.stages[k].module
+        steps = []
+        for job in stage_jobs(split, k, mb0, options, fake=meta):
+            if is_meta_model(module):   # (as the executor compiles a meta model's stage)
+                with fake_parameters(module):
+                    steps.append(compile_global(module, mesh=spec.mesh, plan=spec.plan, **job))
+            else:
+                steps.append(compile_global(module, mesh=spec.mesh, plan=spec.plan, **job))
+        per_stage.append(steps)
+    return split, per_stage
+
+
+def _boundary_bytes(split: Any, k: int, steps: list, modules: list) -> dict[str, int]:
+    """Stage ``k``'s rank's boundary traffic per micro-batch, from its programs' local types:
+    ``stash`` (its inputs, kept from a micro-batch's forward to its backward), ``recv``/``msgs``
+    (the boundary values and, before a middle stage's backward, the output gradients
+    ``recv_grads`` it receives) and ``sent_forward``/``sent_backward`` (its boundary outputs, its
+    input gradients: each send's buffer is kept until the round ends)."""
+    from spmdc.compiler.compilation import main_function
+
+    last = k == len(split.stages) - 1
+    train = steps[-1]
+    func = main_function(modules[-1])
+    inputs = [func.args[i].type for i, kind in enumerate(train.arg_kinds) if kind.startswith("input:")]
+    stage = split.stages[k]
+    n = len(stage.inputs)
+    boundary = [t for (kind, _), t in zip(stage.inputs, inputs[:n]) if kind != "input"]
+    grads = inputs[n:] if not last else []
+    recv = boundary + grads
+    ret = list(main_function(modules[-1]).body.ops)[-1]
+    back = [_tensor_bytes(v.type) for kind, v in zip(train.result_kinds, ret.operands)
+            if kind.startswith("grad_input:") and stage.inputs[int(kind.split(":")[1])][0] != "input"]
+    out: list[int] = []
+    if not last:   # (the forward's outputs: the stage's boundary values)
+        fret = list(main_function(modules[0]).body.ops)[-1]
+        out = [_tensor_bytes(v.type) for kind, v in zip(steps[0].result_kinds, fret.operands) if kind == "output"]
+    sent_f, sent_b, n_sent = sum(out), sum(back), sum(1 for b in out + back if b)
+    return {"stash": sum(_tensor_bytes(t) for t in inputs[:n]), "recv": sum(_tensor_bytes(t) for t in recv),
+            "recv_grads": sum(_tensor_bytes(t) for t in grads), "msgs": len(recv),
+            "sent_forward": sent_f, "sent_backward": sent_b, "sends": n_sent}
+
+
+def _grad_bytes(module: Any, step: Any) -> tuple[int, int]:
+    """(bytes of the training program's parameter gradients, of its largest one)."""
+    from spmdc.compiler.compilation import main_function
+
+    ret = list(main_function(module).body.ops)[-1]
+    sizes = [_tensor_bytes(v.type) for k, v in zip(step.result_kinds, ret.operands) if k.startswith("grad:")]
+    return sum(sizes), max(sizes, default=0)
+
+
+def _update_bytes(module: Any, step: Any, optimizer: str | None) -> int:
+    from spmdc.api.predict import optimizer_transient
+    from spmdc.compiler.compilation import main_function
+
+    if optimizer is None:
+        return 0
+    func = main_function(module)
+    trainable = [i for i, k in enumerate(step.arg_kinds) if k.startswith("param:") and i not in step.buffers]
+    return optimizer_transient(optimizer, [_tensor_bytes(func.args[i].type) for i in trainable])
+
+
+@dataclass
+class _StageRole:
+    """One role of one stage: its programs' predictions and what its schedule keeps alive."""
+
+    key: int
+    preds: list[Any]             # per program (forward first), with the optimizer's state on the training one
+    transient: list[tuple[int, int, int]]   # per program: (gradients, activations, collective buffers) at its peak
+    traffic: dict[str, int]      # _boundary_bytes
+    grads: int                   # its parameter gradients (accumulated over the micro-batches)
+    largest_grad: int
+    update: int                  # the optimizer update's temporaries
+    ops: int
+
+
+def _schedule_peak(facts: dict[int, _StageRole], actions: list[tuple[str, int, int]], last: int,
+                   stage_name: Callable[[int], str]) -> tuple[int, int, int, str]:
+    """Walk a device group's schedule (``(kind, stage, mb)``) keeping what it holds alive, as
+    :class:`~spmdc.api.pipeline_step.StepState` does: a forward's inputs stashed until its
+    backward, every send's buffer until the round ends, a stage's gradients accumulated from its
+    first backward on. Returns (gradients, activations, buffers, where) at the step's peak."""
+    held = sends = 0   # stashed inputs, send buffers
+    acc: dict[int, int] = {}   # stage -> its accumulated gradients
+    best = (0, 0, 0, "")
+
+    def seen(here: tuple[int, int, int], where: str) -> None:
+        nonlocal best
+        if sum(here) > sum(best[:3]):
+            best = (*here, where)
+
+    for kind, k, mb in actions:
+        f = facts[k]
+        t = f.traffic
+        g, a, c = f.transient[0] if kind == "F" else f.transient[-1]
+        inputs = t["stash"] if kind != "B" else 0          # (a backward's inputs are the stashed ones)
+        grads_in = t["recv_grads"] if kind == "B" else 0   # (the output gradients it received)
+        total = sum(acc.values())
+        seen((total + g, held + inputs + a, sends + grads_in + c), f"{stage_name(k)} {kind}{mb}")
+        if kind in ("B", "FB"):   # its gradients, each added into the accumulated ones (the last stage scales them)
+            extra = f.largest_grad * (2 if k == last else 1)
+            seen((total + f.grads + extra, held + inputs, sends), f"{stage_name(k)} {kind}{mb} (accumulation)")
+            acc[k] = f.grads
+            sends += t["sent_backward"]
+        if kind == "F":
+            held += t["stash"]
+            sends += t["sent_forward"]
+        elif kind == "B":
+            held -= t["stash"]
+    return best
+
+
+def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: Any, loss_fn: Callable | None,
+                     loss_inputs: Sequence[Any], kwargs: Mapping[str, Any] | None, optimizer: str | None,
+                     options: Any, target: str, max_roles: int) -> Any:
+    """:func:`spmdc.api.dry_run.dry_run` of a PipelinePlan (training; see the module doc)."""
+    from spmdc.api.dry_run import DryRun, Role, whole_storage
+    from spmdc.api.predict import CommRow, MemoryBreakdown, Prediction, predict, step_memory
+    from spmdc.compiler.compilation import main_function
+    from spmdc.compiler.driver import rank_module
+    from spmdc.ir.gc_pause import gc_paused
+    from spmdc.ir.parser import parse_module
+    from spmdc.passes.partition_roles import shape_roles
+    from spmdc.sharding.pipeline_plan import interleaved_actions, stage_actions
+
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    split, per_stage = _stage_programs(model, inputs, plan, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                                       kwargs=kwargs, options=options)
+    timings["global"] = time.perf_counter() - t
+    timings["capture"] = sum(s.timings.get("total", 0.0) for steps in per_stage for s in steps)
+    timings["export"] = sum(s.timings.get("export", 0.0) for steps in per_stage for s in steps)
+    t = time.perf_counter()
+    m, n, groups = plan.microbatches, len(plan.stages), plan.groups
+
+    def actions(g: int) -> list[tuple[str, int, int]]:
+        if plan.virtual_stages > 1:
+            return list(interleaved_actions(groups, plan.virtual_stages, m, g))
+        return [(kind, g, mb) for kind, mb in stage_actions(plan.schedule, n, m, g)]
+
+    stage_roles: list[dict[int, _StageRole]] = []   # per stage: mesh index -> its role's facts
+    for k, steps in enumerate(per_stage):
+        spec = plan.stages[k]
+        with gc_paused():
+            parsed = [parse_module(s.global_ir, "<global>") for s in steps]
+        roles = shape_roles(parsed[-1], spec.mesh, range(spec.mesh.size))
+        if len(roles) > max_roles:
+            raise ValueError(f"spmdc plan: the ranks of stage {k} hold {len(roles)} different sets of local shapes "
+                             f"(uneven or ragged layouts); at most {max_roles} are partitioned (--max-roles N)")
+        by_rank: dict[int, _StageRole] = {}
+        for j, members in enumerate(roles):
+            modules = [rank_module(s, members[0], target, parsed=p) for s, p in zip(steps, parsed)]
+            preds = [predict(mod, s, spec.mesh, device, optimizer if s.name == "train" else None,
+                             store=whole_storage(mod, s, optimizer) if s.name == "train" else None)
+                     for mod, s in zip(modules, steps)]
+            peaks = [step_memory(main_function(mod), s, None) for mod, s in zip(modules, steps)]
+            grads, largest = _grad_bytes(modules[-1], steps[-1])
+            fact = _StageRole(j, preds, [(p.gradients, p.activations, p.comm_buffers) for p in peaks],
+                              _boundary_bytes(split, k, steps, modules), grads, largest,
+                              _update_bytes(modules[-1], steps[-1], optimizer),
+                              sum(1 for mod in modules for _ in mod.walk()))
+            for i in members:
+                by_rank[i] = fact
+        stage_roles.append(by_rank)
+
+    def recv_seconds(f: _StageRole) -> float:
+        return m * (f.traffic["msgs"] * device.latency_us * 1e-6 + f.traffic["recv"] / (device.inter_gbps * 1e9))
+
+    tied: dict[int, list[tuple[str, int]]] = {}   # stage -> (parameter, its whole gradient's bytes)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for name, stages in split.shared.items():
+        if name in params and params[name].requires_grad:
+            for k in stages:
+                tied.setdefault(k, []).append((name, params[name].numel() * params[name].element_size()))
+    slowest = max(sum(p.step_seconds for p in f.preds) + recv_seconds(f) / m
+                  for by_rank in stage_roles for f in by_rank.values())
+    out_roles: list[Role] = []
+    for g in range(groups):
+        stages = [k for k in range(n) if k % groups == g]
+        mesh = plan.stages[stages[0]].mesh
+        keyed: dict[tuple, list[int]] = {}
+        for i in range(mesh.size):
+            keyed.setdefault(tuple(stage_roles[k][i].key for k in stages), []).append(i)
+        for members in sorted(keyed.values(), key=lambda r: r[0]):
+            i = members[0]
+            facts = {k: stage_roles[k][i] for k in stages}
+            mem = MemoryBreakdown()
+            rows: dict[tuple[str, str], CommRow] = {}
+            flops = hbm = seconds_c = seconds_m = 0.0
+            kernels, overlapped = 0, False
+            for k, f in facts.items():
+                trained = f.preds[-1].memory
+                mem.parameters += trained.parameters
+                mem.optimizer += trained.optimizer
+                for p in f.preds:
+                    for r in p.comm:
+                        row = rows.setdefault((r.axes, r.kind), CommRow(r.axes, r.kind, bound=r.bound))
+                        row.count += m * r.count
+                        row.bytes += m * r.bytes
+                        row.seconds += m * r.seconds
+                    flops += m * p.flops
+                    hbm += m * p.hbm_bytes
+                    kernels += m * p.kernels
+                    seconds_c += m * p.compute_seconds
+                    seconds_m += m * p.comm_seconds
+                    overlapped = overlapped or p.overlapped
+                tr = f.traffic
+                for kind, count, nbytes, secs in (("recv", tr["msgs"], tr["recv"], recv_seconds(f) / m),
+                                                  ("send", tr["sends"], tr["sent_forward"] + tr["sent_backward"], 0.0)):
+                    if count:   # (a send's time is its receiver's)
+                        row = rows.setdefault(("pp", kind), CommRow("pp", kind))
+                        row.count += m * count
+                        row.bytes += m * nbytes
+                        row.seconds += m * secs
+                        seconds_m += m * secs
+                for _, nbytes in tied.get(k, []):   # a tied weight's gradient summed over its stages
+                    row = rows.setdefault(("pp", "all_reduce"), CommRow("pp", "all_reduce"))
+                    row.count += 1
+                    row.bytes += nbytes
+                    row.seconds += device.latency_us * 1e-6 + nbytes / (device.inter_gbps * 1e9)
+            loss = rows.setdefault(("pp", "broadcast"), CommRow("pp", "broadcast"))   # the step's loss, to every rank
+            loss.count, loss.bytes = 1, 4
+            loss.seconds = device.latency_us * 1e-6
+            seconds_m += sum(r.seconds for key, r in rows.items() if key in (("pp", "all_reduce"), ("pp", "broadcast")))
+            grads, acts, bufs, where = _schedule_peak(facts, actions(g), n - 1, lambda k: f"stage {k}")
+            total_grads = sum(f.grads for f in facts.values())
+            update = sum(f.update for f in facts.values())
+            if total_grads + update > grads + acts + bufs:   # the optimizer's update, after the last round
+                mem.gradients, mem.optimizer_step, mem.peak_op = total_grads, update, "the optimizer's update"
+            else:
+                mem.gradients, mem.activations, mem.comm_buffers, mem.peak_op = grads, acts, bufs, where
+            pred = Prediction(mem, sorted(rows.values(), key=lambda r: (r.axes, r.kind)), flops, hbm, kernels,
+                              seconds_c, seconds_m, overlapped)
+            spec = plan.stages[stages[0]]
+            label = f"stage{stages[0]}" if len(stages) == 1 else "stages " + ",".join(map(str, stages))
+            ops = sum(f.ops for f in facts.values())
+            out_roles.append(Role(label, [spec.ranks[r] for r in members], spec.ranks[i], mesh, pred, ops))
+    # every rank's step lasts the busiest one's, plus the fill and drain
+    step = max(r.prediction.step_seconds for r in out_roles) + (groups - 1) * slowest
+    for role in out_roles:
+        role.prediction.bubble_seconds = step - role.prediction.step_seconds
+    timings["roles"] = time.perf_counter() - t
+    world = sum(len(s.ranks) for s in plan.stages[:groups])
+    return DryRun(out_roles, world, "train", timings)
