@@ -2,9 +2,12 @@
 
     python bench/plan_accuracy.py [--ranks 4 8] [--quick] [--markdown FILE]
 
-For each rank count, one launch (gloo, CPU) runs a training step of every case
-(:func:`spmdc.tools.plan_check.measure_cases`: 4 steps, the last measured) and this process
-predicts the same cases with :func:`spmdc.api.dry_run.dry_run` on the ``cpu`` device profile.
+For each rank count, a first launch calibrates the ``cpu`` device profile on these ranks
+(:mod:`spmdc.tools.calibrate`: op launch, collective latency and bandwidth, matmul FLOP/s, copy
+bandwidth, overlap; a few seconds of micro-benchmarks, nothing of the cases), then one launch
+(gloo, CPU) runs ``--steps`` training steps of every case (:func:`spmdc.tools.plan_check.measure_cases`)
+and this process predicts the same cases with :func:`spmdc.api.dry_run.dry_run` on the calibrated
+profile.
 Per case (the role with the largest predicted peak):
 
 * collectives and bytes: whether every rank issued exactly its role's predicted collectives and
@@ -12,13 +15,14 @@ Per case (the role with the largest predicted peak):
 * memory: predicted peak per rank (stored parameters and buffers + optimizer state + the step's
   peak) vs measured (the same stored bytes + the step's peak above them, torch.profiler's memory
   events), median of the role's ranks, and the ratio;
-* time: predicted vs measured step (median of steps 2-3, slowest rank), and per model whether the
+* time: predicted vs measured step (the median of the steps between the first and the last two,
+  slowest rank), and per model (and batch) whether the
   plans' predicted order matches the measured one (on 2 shared CPU cores the measured times are
   noisy; a tie within 15 % counts as either order).
 
 Models: the built-in gpt2-tiny, llama-tiny and mlp, and HuggingFace GPT-2, Llama and Mixtral at
 small sizes and their default settings (factories below); plans fsdp, megatron (or dp for the
-MLP), fsdp+tp, plus device groups on 4 ranks.
+MLP), fsdp+tp, plus device groups on 4 ranks and three pipelines (batch 8) on 4 and 8 ranks.
 """
 
 from __future__ import annotations
@@ -86,6 +90,17 @@ def cases(n: int, quick: bool) -> list[tuple]:
             out.append((w, mesh, plan, "adamw"))
     if n == 4:
         out.append(("gpt2-tiny", None, _groups(), "adamw"))
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    pp = PipelinePlan.from_mesh   # pipeline stages (1f1b, 2 micro-batches), a batch of 8
+    if n == 4:
+        out += [("gpt2-tiny", None, pp("pp=2,dp=2", "fsdp"), "adamw", {"batch": 8}),
+                ("llama-tiny", None, pp("pp=2,tp=2", "megatron"), "adamw", {"batch": 8}),
+                ("gpt2-tiny", None, pp("pp=4", "dp"), "adamw", {"batch": 8, "n_layer": 4})]
+    elif n == 8 and not quick:
+        out += [("gpt2-tiny", None, pp("pp=2,dp=2,tp=2", "fsdp+tp"), "adamw", {"batch": 8}),
+                ("llama-tiny", None, pp("pp=2,dp=4", "fsdp"), "adamw", {"batch": 8}),
+                ("gpt2-tiny", None, pp("pp=4,dp=2", "dp"), "adamw", {"batch": 8, "n_layer": 4})]
     return out
 
 
@@ -106,14 +121,13 @@ def _label(w: str) -> str:
     return w.rsplit(":", 1)[-1] if ":" in w else w
 
 
-def predict(case: tuple):
+def predict(case: tuple, device):
     from spmdc.api.dry_run import dry_run
-    from spmdc.compiler.devices import device_profile
     from spmdc.frontend.workloads import load_workload
 
-    w, mesh, plan, optimizer = case
-    wl = load_workload(w)
-    return dry_run(wl.model, wl.inputs, mesh=mesh, plan=plan, device=device_profile("cpu"), train=True,
+    w, mesh, plan, optimizer, *kw = case
+    wl = load_workload(w, **(kw[0] if kw else {}))
+    return dry_run(wl.model, wl.inputs, mesh=mesh, plan=plan, device=device, train=True,
                    loss_fn=wl.loss_fn, loss_inputs=wl.loss_inputs, kwargs=wl.kwargs, optimizer=optimizer)
 
 
@@ -134,7 +148,9 @@ def compare(case: tuple, report, measured: dict[int, list], i: int) -> dict:
     step = max(r.prediction.step_seconds for r in report.roles)
     seconds = max(measured[r][i]["seconds"] for r in measured)
     plan = case[2] if isinstance(case[2], str) else case[2].name
-    return {"model": _label(case[0]), "plan": plan, "mesh": str(case[1]) if case[1] is not None else "groups",
+    where = str(case[1]) if case[1] is not None else "stages" if hasattr(case[2], "stages") else "groups"
+    model = _label(case[0]) + ("".join(f", {k} {v}" for k, v in case[4].items()) if len(case) > 4 else "")
+    return {"model": model, "plan": plan, "mesh": where,
             "exact": exact, "pred": pred, "meas": meas, "ratio": pred / meas, "pred_ms": step * 1000,
             "meas_ms": seconds * 1000, "roles": len(report.roles)}
 
@@ -159,26 +175,34 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--quick", action="store_true", help="two models")
     ap.add_argument("--markdown", default=None, metavar="FILE")
+    ap.add_argument("--steps", type=int, default=8, help="steps per case: the first warms up, the last two "
+                    "measure the peak, the median of the others is the step time")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
 
     from spmdc.runtime.launcher import launch
+    from spmdc.tools.calibrate import calibrated_profile, measure_device
     from spmdc.tools.plan_check import measure_cases
 
     console = Console(width=200)
     md = []
     for n in args.ranks:
         cs = cases(n, args.quick)
-        measured = launch(measure_cases, n, (cs, 4), timeout_s=3000)
-        rows = [compare(c, predict(c), measured, i) for i, c in enumerate(cs)]
+        device = calibrated_profile("cpu", launch(measure_device, n, timeout_s=600)[0])
+        console.print(f"{n} ranks, calibrated profile {device.describe()}, launch {device.launch_us:.1f} us, "
+                      f"latency {device.latency_us:.0f} us, overlap {device.overlap:.2f}")
+        measured = launch(measure_cases, n, (cs, args.steps), timeout_s=3000)
+        rows = [compare(c, predict(c, device), measured, i) for i, c in enumerate(cs)]
         order = ranked(rows)
         cols = ["model", "plan", "mesh", "roles", "collectives + bytes + stored exact", "predicted peak KiB",
                 "measured peak KiB", "ratio", "predicted step ms", "measured step ms", "plans ranked"]
         table = Table(title=f"dry run vs measured, {n} CPU ranks")
         for c in cols:
             table.add_column(c, justify="left" if c in ("model", "plan", "mesh") else "right")
-        md += [f"\n**{n} ranks**\n", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        md += [f"\n**{n} ranks** (device: {device.describe()}, launch {device.launch_us:.1f} us, latency "
+               f"{device.latency_us:.0f} us, overlap {device.overlap:.2f}: measured by spmdc.tools.calibrate in "
+               "its own launch)\n", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in rows:
             cells = [r["model"], r["plan"], r["mesh"], str(r["roles"]), "yes" if r["exact"] else "NO",
                      f"{r['pred'] / 1024:,.1f}", f"{r['meas'] / 1024:,.1f}", f"{r['ratio']:.3f}", f"{r['pred_ms']:.1f}",

@@ -32,6 +32,7 @@ over them.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,34 +81,78 @@ def _stage_programs(model: Any, inputs: Sequence[Any], plan: Any, *, loss_fn: Ca
     return split, per_stage
 
 
-def _boundary_bytes(split: Any, k: int, steps: list, modules: list) -> dict[str, int]:
-    """Stage ``k``'s rank's boundary traffic per micro-batch, from its programs' local types:
-    ``stash`` (its inputs, kept from a micro-batch's forward to its backward), ``recv``/``msgs``
-    (the boundary values and, before a middle stage's backward, the output gradients
-    ``recv_grads`` it receives) and ``sent_forward``/``sent_backward`` (its boundary outputs, its
-    input gradients: each send's buffer is kept until the round ends)."""
+def _local_inputs(split: Any, k: int, steps: list, modules: list) -> dict[str, int]:
+    """Stage ``k``'s rank's boundary inputs per micro-batch, from its training program's local
+    argument types: ``stash`` (its inputs, kept from a micro-batch's forward to its backward) and
+    ``recv_grads`` (before a middle stage's backward, the output gradients it received)."""
     from spmdc.compiler.compilation import main_function
 
-    last = k == len(split.stages) - 1
     train = steps[-1]
     func = main_function(modules[-1])
     inputs = [func.args[i].type for i, kind in enumerate(train.arg_kinds) if kind.startswith("input:")]
+    n = len(split.stages[k].inputs)
+    grads = inputs[n:] if k < len(split.stages) - 1 else []
+    return {"stash": sum(_tensor_bytes(t) for t in inputs[:n]), "recv_grads": sum(_tensor_bytes(t) for t in grads)}
+
+
+def _element_bytes(t: Any) -> int:
+    return t.num_bytes // t.num_elements if getattr(t, "num_elements", 0) else 4
+
+
+def _wire_bytes(split: Any, k: int, steps: list, modules: list, out: dict[tuple[int, bool], int]) -> None:
+    """Bytes per element each boundary value (``(value, False)``) leaves stage ``k`` in (its forward
+    result's type) and each gradient (``(value, True)``) it sends back (its ``grad_input`` result's)."""
+    from spmdc.compiler.compilation import main_function
+    from spmdc.dialects.attrs import BUFFER_UPDATE_ATTR
+
     stage = split.stages[k]
-    n = len(stage.inputs)
-    boundary = [t for (kind, _), t in zip(stage.inputs, inputs[:n]) if kind != "input"]
-    grads = inputs[n:] if not last else []
-    recv = boundary + grads
-    ret = list(main_function(modules[-1]).body.ops)[-1]
-    back = [_tensor_bytes(v.type) for kind, v in zip(train.result_kinds, ret.operands)
-            if kind.startswith("grad_input:") and stage.inputs[int(kind.split(":")[1])][0] != "input"]
-    out: list[int] = []
-    if not last:   # (the forward's outputs: the stage's boundary values)
-        fret = list(main_function(modules[0]).body.ops)[-1]
-        out = [_tensor_bytes(v.type) for kind, v in zip(steps[0].result_kinds, fret.operands) if kind == "output"]
-    sent_f, sent_b, n_sent = sum(out), sum(back), sum(1 for b in out + back if b)
-    return {"stash": sum(_tensor_bytes(t) for t in inputs[:n]), "recv": sum(_tensor_bytes(t) for t in recv),
-            "recv_grads": sum(_tensor_bytes(t) for t in grads), "msgs": len(recv),
-            "sent_forward": sent_f, "sent_backward": sent_b, "sends": n_sent}
+    if k < len(split.stages) - 1:
+        fn = main_function(modules[0])
+        kept = [r for r in range(len(steps[0].result_kinds))   # (buffer updates left out)
+                if fn.res_attrs(r).get(BUFFER_UPDATE_ATTR) is None]
+        for pos, v in enumerate(stage.outputs):
+            out[(v, False)] = _element_bytes(fn.function_type.results[kept[pos]])
+    fn = main_function(modules[-1])
+    for r, kind in enumerate(steps[-1].result_kinds):
+        if kind.startswith("grad_input:"):
+            what, v = stage.inputs[int(kind.split(":")[1])]
+            if what == "value":
+                out[(v, True)] = _element_bytes(fn.function_type.results[r])
+
+
+def _rank_traffic(split: Any, k: int, rank: int, moves: Any, wire: dict[tuple[int, bool], int]) -> dict[str, int]:
+    """What job rank ``rank`` of stage ``k`` sends and receives per micro-batch, by the move tables
+    (:class:`~spmdc.passes.pipeline_schedule.PipelineLayout`), as
+    :class:`~spmdc.api.pipeline_step.StepState` does: one message per (source, destination) pair.
+    ``sent_forward``/``sent_backward``: bytes of its boundary outputs / input gradients (each
+    send's buffer is kept until the round ends); ``recv``/``msgs``: bytes and messages received;
+    ``sends``: messages sent."""
+    from spmdc.api.pipeline_boundaries import diff_outputs
+    from spmdc.sharding.slices import box_numel
+
+    stage = split.stages[k]
+    out = {"sent_forward": 0, "sent_backward": 0, "sends": 0, "recv": 0, "msgs": 0}
+
+    def walk(values: list[int], grad: bool, key: str | None) -> None:
+        for v in values:
+            for plan in moves.moves(v, grad):
+                for (s, d), cells in sorted(plan.sends.items()):
+                    if (s if key else d) != rank:
+                        continue
+                    nbytes = sum(box_numel(c) for c, _, _ in cells) * wire.get((v, grad), 4)
+                    if key:
+                        out[key] += nbytes
+                        out["sends"] += 1
+                    else:
+                        out["recv"] += nbytes
+                        out["msgs"] += 1
+
+    inputs = [v for what, v in stage.inputs if what == "value"]
+    walk(list(stage.outputs), False, "sent_forward")
+    walk([v for v in inputs if split.values[v].differentiable], True, "sent_backward")
+    walk(inputs, False, None)
+    walk(diff_outputs(split, stage), True, None)
+    return out
 
 
 def _grad_bytes(module: Any, step: Any) -> tuple[int, int]:
@@ -134,10 +179,10 @@ def _update_bytes(module: Any, step: Any, optimizer: str | None) -> int:
 class _StageRole:
     """One role of one stage: its programs' predictions and what its schedule keeps alive."""
 
-    key: int
+    key: Any                     # its shape role, then (with its traffic) its role
     preds: list[Any]             # per program (forward first), with the optimizer's state on the training one
     transient: list[tuple[int, int, int]]   # per program: (gradients, activations, collective buffers) at its peak
-    traffic: dict[str, int]      # _boundary_bytes
+    traffic: dict[str, int]      # _local_inputs, then with _rank_traffic
     grads: int                   # its parameter gradients (accumulated over the micro-batches)
     largest_grad: int
     update: int                  # the optimizer update's temporaries
@@ -185,12 +230,14 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
                      options: Any, target: str, max_roles: int) -> Any:
     """:func:`spmdc.api.dry_run.dry_run` of a PipelinePlan (training; see the module doc)."""
     from spmdc.api.dry_run import DryRun, Role, whole_storage
+    from spmdc.api.pipeline_boundaries import boundary_module, program_layouts
     from spmdc.api.predict import CommRow, MemoryBreakdown, Prediction, predict, step_memory
     from spmdc.compiler.compilation import main_function
     from spmdc.compiler.driver import rank_module
     from spmdc.ir.gc_pause import gc_paused
     from spmdc.ir.parser import parse_module
     from spmdc.passes.partition_roles import shape_roles
+    from spmdc.passes.pipeline_schedule import pipeline_layout
     from spmdc.sharding.pipeline_plan import interleaved_actions, stage_actions
 
     timings: dict[str, float] = {}
@@ -209,6 +256,8 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
         return [(kind, g, mb) for kind, mb in stage_actions(plan.schedule, n, m, g)]
 
     stage_roles: list[dict[int, _StageRole]] = []   # per stage: mesh index -> its role's facts
+    layouts: dict[int, dict[str, Any]] = {}            # per stage, per program: its layouts and kinds
+    wire: dict[tuple[int, bool], int] = {}             # (value, gradient?) -> bytes per element it moves in
     for k, steps in enumerate(per_stage):
         spec = plan.stages[k]
         with gc_paused():
@@ -226,12 +275,24 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             peaks = [step_memory(main_function(mod), s, None) for mod, s in zip(modules, steps)]
             grads, largest = _grad_bytes(modules[-1], steps[-1])
             fact = _StageRole(j, preds, [(p.gradients, p.activations, p.comm_buffers) for p in peaks],
-                              _boundary_bytes(split, k, steps, modules), grads, largest,
+                              _local_inputs(split, k, steps, modules), grads, largest,
                               _update_bytes(modules[-1], steps[-1], optimizer),
                               sum(1 for mod in modules for _ in mod.walk()))
+            if j == 0:   # (every role's arguments and results have the same global layouts)
+                layouts[k] = {"B": program_layouts(modules[-1], steps[-1])}
+                if len(steps) > 1:
+                    layouts[k]["F"] = program_layouts(modules[0], steps[0])
+                _wire_bytes(split, k, steps, modules, wire)
             for i in members:
                 by_rank[i] = fact
         stage_roles.append(by_rank)
+    # what each rank sends and receives, by the tables the runtime moves boundary values by: ranks of
+    # one shape role can differ (a replicated value is sent by one rank of its stage)
+    moves = pipeline_layout(boundary_module(split, plan.stages, layouts))
+    for k, by_rank in enumerate(stage_roles):
+        for i, fact in list(by_rank.items()):
+            tr = {**fact.traffic, **_rank_traffic(split, k, plan.stages[k].ranks[i], moves, wire)}
+            by_rank[i] = dataclasses.replace(fact, traffic=tr, key=(fact.key, tuple(sorted(tr.items()))))
 
     def recv_seconds(f: _StageRole) -> float:
         return m * (f.traffic["msgs"] * device.latency_us * 1e-6 + f.traffic["recv"] / (device.inter_gbps * 1e9))
@@ -242,7 +303,7 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
         if name in params and params[name].requires_grad:
             for k in stages:
                 tied.setdefault(k, []).append((name, params[name].numel() * params[name].element_size()))
-    slowest = max(sum(p.step_seconds for p in f.preds) + recv_seconds(f) / m
+    slowest = max(sum(p.step_seconds - p.update_seconds for p in f.preds) + recv_seconds(f) / m
                   for by_rank in stage_roles for f in by_rank.values())
     out_roles: list[Role] = []
     for g in range(groups):
@@ -300,7 +361,8 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             else:
                 mem.gradients, mem.activations, mem.comm_buffers, mem.peak_op = grads, acts, bufs, where
             pred = Prediction(mem, sorted(rows.values(), key=lambda r: (r.axes, r.kind)), flops, hbm, kernels,
-                              seconds_c, seconds_m, overlapped)
+                              seconds_c, seconds_m, overlapped, overlap=device.overlap,
+                              update_seconds=sum(f.preds[-1].update_seconds for f in facts.values()))
             spec = plan.stages[stages[0]]
             label = f"stage{stages[0]}" if len(stages) == 1 else "stages " + ",".join(map(str, stages))
             ops = sum(f.ops for f in facts.values())

@@ -94,6 +94,7 @@ from typing import Any
 import torch
 
 from spmdc.api.micro_batches import check_micro_batch_mean, chunks
+from spmdc.api.pipeline_boundaries import boundary_module, diff_outputs, user_arg
 from spmdc.api.pipeline_parameters import StageParameters
 from spmdc.api.pipeline_step import StepState
 from spmdc.sharding.pipeline_plan import PipelinePlan
@@ -331,7 +332,7 @@ class PipelineExecutor(StageParameters):
                                eval_mode=any(st["_rng"].active for st in self._per_stage.values()))
 
     def _diff_outputs(self, stage: Any) -> list[int]:
-        return [v for v in stage.outputs if self.split.values[v].differentiable]
+        return diff_outputs(self.split, stage)
 
     def _compile(self, mb: list[Any], dump: Any) -> _Programs:
         from spmdc.api.compile_shared import compile_rank_shared, compile_shared
@@ -422,22 +423,13 @@ class PipelineExecutor(StageParameters):
 
     def _user_arg(self, stage: int, prog: str, k: int) -> Any:
         """The layout of user input ``k`` of ``stage``'s program ``prog`` ("F" / "B")."""
-        args, _, kinds, _ = self._layouts[stage][prog]
-        pos = [i for i, kind in enumerate(kinds) if kind.startswith("input:")]
-        return args[pos[k]]
+        return user_arg(self._layouts, stage, prog, k)
 
     def _schedule_module(self) -> Any:
-        from spmdc.dialects.shard import MeshOp
-        from spmdc.ir.module import ModuleOp
         from spmdc.passes.pipeline_schedule import pipeline_layout
 
-        module = ModuleOp.build_empty()
-        names = [f"stage{k}" for k in range(self.n_stages)]
-        for k, s in enumerate(self.plan.stages):
-            module.body.append(MeshOp.build(names[k], s.mesh.axis_names, s.mesh.shape, devices=list(s.ranks)))
-        for v in sorted(self.split.values.values(), key=lambda v: v.index):
-            for c in v.consumers:   # a value several stages read: one boundary per consumer
-                module.body.append(self._boundary(v, c, names))
+        module = boundary_module(self.split, self.plan.stages, self._layouts)
+        for v in self.split.values.values():
             if v.differentiable and len({self._wire_dtype(v.index, True, c) for c in v.consumers}) > 1:
                 raise NotImplementedError(f"the gradient of value '{v.name}' leaves its consumer stages "
                                           f"{list(v.consumers)} in different dtypes: they are summed on arrival")
@@ -445,34 +437,6 @@ class PipelineExecutor(StageParameters):
         from spmdc.compiler.driver import schedule_pipeline
 
         return schedule_pipeline(module, self.plan.schedule, self.micro, getattr(self, "_dump", None))
-
-    def _boundary(self, v: Any, consumer: int, names: list[str]) -> Any:
-        """The ``pipe.boundary`` of value ``v`` from its producer to stage ``consumer``: the
-        producer's result layout, the consumer's argument layout, its gradient's way back."""
-        from spmdc.dialects.pipe import BoundaryOp
-        from spmdc.dialects.shard import ShardingAttr
-
-        last = self.n_stages - 1
-        src, dst = self.split.stages[v.producer], self.split.stages[consumer]
-        out_pos = src.outputs.index(v.index)
-        in_pos = dst.inputs.index(("value", v.index))
-        attrs: dict[str, Any] = {
-            "id": v.index, "shape": list(v.shape),
-            "from": ShardingAttr(names[src.index], tuple(self._layouts[src.index]["F"][1][out_pos])),
-            "to": ShardingAttr(names[dst.index], tuple(self._user_arg(dst.index, "F" if dst.index < last
-                                                                      else "B", in_pos))),
-        }
-        if v.differentiable:
-            _, res, _, rkinds = self._layouts[dst.index]["B"]
-            key = f"grad_input:{in_pos}"
-            if key not in rkinds:
-                raise NotImplementedError(f"stage {dst.index}'s backward has no gradient for its input "
-                                          f"'{v.name}' (a floating value it does not differentiate through)")
-            g_pos = self._diff_outputs(src).index(v.index)
-            n_in = len(src.inputs)
-            attrs["grad_from"] = ShardingAttr(names[dst.index], tuple(res[rkinds.index(key)]))
-            attrs["grad_to"] = ShardingAttr(names[src.index], tuple(self._user_arg(src.index, "B", n_in + g_pos)))
-        return BoundaryOp.create(attributes=attrs, result_types=[])
 
     def _rank_function(self, rank: int) -> Any:
         from spmdc.dialects.func import FuncOp

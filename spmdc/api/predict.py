@@ -40,7 +40,8 @@ from typing import Any
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.types import HandleType, TensorType
 
-__all__ = ["CommRow", "MemoryBreakdown", "Prediction", "optimizer_state", "predict"]
+__all__ = ["CommRow", "MemoryBreakdown", "Prediction", "optimizer_ops", "optimizer_seconds", "optimizer_state",
+           "predict"]
 
 
 @dataclass
@@ -90,6 +91,8 @@ class Prediction:
     comm_seconds: float = 0.0
     overlapped: bool = False
     bubble_seconds: float = 0.0   # a pipeline stage's wait for the others (fill, drain, a slower stage)
+    overlap: float = 1.0          # the device's share of collective time hidden behind compute
+    update_seconds: float = 0.0   # the optimizer's update after the program (torch.optim on the parameters)
 
     @property
     def collectives(self) -> int:
@@ -111,8 +114,10 @@ class Prediction:
 
     @property
     def step_seconds(self) -> float:
-        busy = max(self.compute_seconds, self.comm_seconds) if self.overlapped else \
-            self.compute_seconds + self.comm_seconds
+        busy = self.compute_seconds + self.comm_seconds
+        if self.overlapped:
+            busy -= self.overlap * min(self.compute_seconds, self.comm_seconds)
+        busy += self.update_seconds
         return busy + self.bubble_seconds
 
 
@@ -162,7 +167,8 @@ def _tensor_bytes(v: Value) -> int:
 def staging_bytes(op: Operation) -> int:
     """Bytes a collective's runtime allocates while it runs besides its operands and results: a
     send buffer packing the operands and a receive buffer the size of the results (buckets, expert
-    moves), or a receive buffer (a plain gather or reduce)."""
+    moves), or a receive buffer (a plain gather or reduce); an all-reduce bucket packs its operands
+    into one flat buffer reduced in place, whose views are its results: nothing besides them."""
     from spmdc.dialects.comm import START_OPS, BucketOp, collective_kind
 
     kind = collective_kind(op)
@@ -172,6 +178,8 @@ def staging_bytes(op: Operation) -> int:
     if isinstance(op, tuple(START_OPS.values())):   # the handle stands for the results
         results = sum(_tensor_bytes(r) for r in op.results)
     operands = sum(_tensor_bytes(v) for v in op.operands)
+    if kind == "comm.all_reduce_bucket":   # one flat buffer reduced in place: the results (or handle) are its views
+        return 0
     if isinstance(op, BucketOp) or getattr(op, "SYNC", None) is not None and issubclass(op.SYNC, BucketOp):
         return operands + results
     return results
@@ -225,6 +233,50 @@ def _optimizer_temporaries(name: str) -> tuple[float, bool]:
     return (two / (2 * nbytes) if at_once else one / nbytes), at_once
 
 
+@functools.cache
+def optimizer_ops(name: str) -> tuple[int, int]:
+    """(ops per parameter tensor, ops per update besides) of one update of ``torch.optim``'s ``name``
+    as spmdc builds it (:func:`~spmdc.runtime.optimizers.make_optimizer`), counted with a dispatch
+    mode over one and over two float32 tensors at the second update (state already allocated)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    def count(k: int) -> int:
+        from spmdc.runtime.optimizers import make_optimizer
+
+        ps = [torch.nn.Parameter(torch.zeros(16, 4)) for _ in range(k)]
+        opt = make_optimizer(name, ps)
+        for p in ps:
+            p.grad = torch.ones_like(p)
+        opt.step()
+        Count.n = 0
+        with Count():
+            opt.step()
+        return Count.n
+
+    one, two = count(1), count(2)
+    per = max(0, two - one)
+    return per, max(0, one - per)
+
+
+def optimizer_seconds(name: str | None, param_bytes: list[int], device: Any) -> float:
+    """Predicted seconds of one optimizer update over parameters of ``param_bytes``: each op on a
+    parameter (a DTensor) costs the device's ``dtensor_op_us`` plus its bytes over HBM (each op
+    reads and writes a parameter-sized tensor)."""
+    if name is None or not param_bytes:
+        return 0.0
+    per, fixed = optimizer_ops(name)
+    ops = per * len(param_bytes) + fixed
+    return ops * device.dtensor_op_us * 1e-6 + per * 2 * sum(param_bytes) / (device.hbm_gbps * 1e9)
+
+
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
     """The profiler's native start/stop lines off the terminal (file descriptor 2) while it measures."""
@@ -274,7 +326,8 @@ def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, in
                 whole = store is not None and i in store
                 shape = tuple(step.arg_shapes[i]) if whole else tuple(t.shape)
                 opt += optimizer_state(optimizer, shape, _torch_dtype(t.element_type))
-    life = lifetimes(ops)
+    bases: dict[Value, Value] = {}
+    life = lifetimes(ops, bases)
     delta = [0] * (len(ops) + 1)
     for v, (b, e) in life.items():
         delta[b] += _tensor_bytes(v)
@@ -293,10 +346,14 @@ def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, in
             peak, at = here, i
     ret = ops[-1] if ops else None
     grad_values = set()
+    index = {op: i for i, op in enumerate(ops)}
     if ret is not None:
         for k, v in zip(step.result_kinds, ret.operands):
             if k.startswith("grad:"):
                 grad_values.add(v)
+                maker = v.defining_op()   # (an all-reduce's results are views of its buffer: a gradient once waited)
+                if v in bases and maker in index and index[maker] <= at:
+                    grad_values.add(bases[v])
     out = MemoryBreakdown(parameters=params, optimizer=opt)
     if not ops:
         return out
@@ -495,4 +552,12 @@ def predict(module: Operation, step: Any, mesh: Any, device: Any, optimizer: str
     flops, hbm, kernels, seconds = compute(func, device)
     overlapped = any(isinstance(op, tuple(START_OPS.values())) for op in func.body.ops)
     comm_s = sum(r.seconds for r in rows) + sum(r.count for r in rows) * device.launch_us * 1e-6
-    return Prediction(memory, rows, flops, hbm, kernels, seconds, comm_s, overlapped)
+    update = 0.0
+    if step.name == "train" and optimizer is not None:
+        trainable = [i for i, k in enumerate(step.arg_kinds) if k.startswith("param:") and i not in step.buffers
+                     and "grad:" + k[6:] in step.result_kinds]
+        sizes = {i: n for i, n in (store or {}).items()}
+        update = optimizer_seconds(optimizer, [sizes.get(i, _tensor_bytes(func.args[i])) for i in trainable],
+                                   device)
+    return Prediction(memory, rows, flops, hbm, kernels, seconds, comm_s, overlapped, overlap=device.overlap,
+                      update_seconds=update)

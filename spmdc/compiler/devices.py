@@ -39,6 +39,8 @@ class DeviceProfile:
     node_size: int = 8        # devices per node
     latency_us: float = 5.0   # per hop of a collective (ring step)
     launch_us: float = 4.0    # per kernel launch / op dispatch
+    overlap: float = 1.0      # the share of a collective's time hidden behind compute when scheduled so
+    dtensor_op_us: float = 30.0   # host time of one op on a DTensor (the optimizer's update on the parameters)
     rough: bool = False       # a guess, not data-sheet figures
 
     def axis_bandwidth(self, mesh: Any, axes: tuple[str, ...] | list[str] | str) -> float:

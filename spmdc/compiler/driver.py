@@ -42,7 +42,8 @@ from spmdc.passes.registry import parse_pipeline
 from spmdc.sharding.plan import Plan, axes_sharded_by, check_axes_used
 
 __all__ = ["STAGES", "Compilation", "GroupProgram", "compile_global", "compile_program", "compile_rank",
-           "conv1d_modules", "default_target", "heads_of", "kv_heads_of", "main_function", "plan_for",
+           "conv1d_modules", "default_target", "heads_of", "kv_heads_of", "layout_of_attrs", "main_function",
+           "plan_for",
            "rank_codegen", "rank_module", "rank_stages", "schedule_pipeline", "split_example_inputs"]
 
 
@@ -219,13 +220,14 @@ def codegen(c: Compilation) -> None:
         c.dump.write_code(c.step.name, c.at, source)
     func = main_function(c.module)
     n_axes = len(c.step.mesh.axes)
-    arg_layouts = [_layout(func.arg_attrs(i), n_axes) for i in range(len(func.args))]
-    res_layouts = [_layout(func.res_attrs(i), n_axes) for i in range(len(c.step.res_shapes))]
+    arg_layouts = [layout_of_attrs(func.arg_attrs(i), n_axes) for i in range(len(func.args))]
+    res_layouts = [layout_of_attrs(func.res_attrs(i), n_axes) for i in range(len(c.step.res_shapes))]
     stats = kernel_stats(c.module, before=c.unfused) if c.unfused is not None else None
     c.program = RankProgram(c.step, c.at, c.target, c.module, source, path, fn, arg_layouts, res_layouts, stats)
 
 
-def _layout(attrs: dict[str, Any], n_axes: int) -> Layout:
+def layout_of_attrs(attrs: dict[str, Any], n_axes: int) -> Layout:
+    """The layout an argument's or result's attributes give (replicated when it has none)."""
     s = attrs.get(SHARDING_ATTR)
     return tuple(s.placements) if s is not None else tuple(Replicate() for _ in range(n_axes))
 

@@ -44,16 +44,17 @@ class Profile:
     live: tuple[int, ...]   # live bytes after each op
 
 
-def lifetimes(ops: list[Operation]) -> dict[Value, tuple[int, int]]:
+def lifetimes(ops: list[Operation], bases: dict[Value, Value] | None = None) -> dict[Value, tuple[int, int]]:
     """Every allocation made by ``ops`` (one block, in this order) → (index of the op making
     it, index of its last direct or view use).
 
     An async collective (``comm.*_start``) allocates its receive buffers (the handle's bytes)
     when it starts and keeps its operands alive until its ``comm.wait``, whose results are
-    new tensors."""
-    from spmdc.dialects.comm.async_ops import WaitOp
+    new tensors, but for an all-reduce's (not ``avg``): the buffer it reduced in place, the
+    handle's (views of it). ``bases``, when given, is filled with each view's allocation."""
+    from spmdc.dialects.comm.async_ops import WaitOp, collective_kind
 
-    base: dict[Value, Value] = {}        # a view's value -> the allocation it reads
+    base: dict[Value, Value] = bases if bases is not None else {}   # a view's value -> the allocation it reads
     life: dict[Value, list[int]] = {}
     for i, op in enumerate(ops):
         uses = list(op.operands)
@@ -64,8 +65,12 @@ def lifetimes(ops: list[Operation]) -> dict[Value, tuple[int, int]]:
             b = base.get(v, v)
             if b in life:
                 life[b][1] = max(life[b][1], i)
+        in_place = start is not None and collective_kind(start) in ("comm.all_reduce", "comm.all_reduce_bucket") \
+            and start.attr_value("op") != "avg"
         for r in op.results:
-            if op.has_trait("View") and op.operands:
+            if in_place:
+                base[r] = op.operand(0)
+            elif op.has_trait("View") and op.operands:
                 base[r] = base.get(op.operand(0), op.operand(0))
             elif isinstance(r.type, (TensorType, HandleType)):
                 life[r] = [i, i]

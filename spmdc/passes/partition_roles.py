@@ -2,7 +2,7 @@
 
 A per-rank program reads its mesh coordinates in two ways. Most of it reads them at run time:
 collectives name mesh axes and the runtime knows the rank's place on them (``comm.all_slice``
-takes this rank's slice, ``comm.select_at_origin`` keeps a value on the ranks at coordinate 0).
+takes this rank's slice, ``comm.keep_at_origin`` keeps a value on the ranks at coordinate 0).
 What ``partition`` writes into the program as constants is the rest:
 
 * **local shapes**: every laid-out value's type (``torch.chunk`` pieces: an uneven or ragged

@@ -163,14 +163,15 @@ def print_report(console: Any, cfg: Any, mesh: Any, plan: Any, device: Any, repo
     console.print(comm)
     step = Table(title=f"predicted step time ({device.name})")
     bubbles = any(r.prediction.bubble_seconds for r in report.roles)   # (pipeline stages wait for each other)
-    for col in ("role", "kernels", "collectives", "TFLOP", "HBM GB", "compute", "comm", "overlap",
+    for col in ("role", "kernels", "collectives", "TFLOP", "HBM GB", "compute", "comm", "overlap", "update",
                 *(["bubble"] if bubbles else []), "step"):
         step.add_column(col, justify="right" if col != "role" else "left")
     for i, role in enumerate(report.roles):
         p = role.prediction
         step.add_row(_name(role, i, report.roles), f"{p.kernels:,}", f"{p.collectives:,}", f"{p.flops / 1e12:,.3f}",
                      f"{p.hbm_bytes / 1e9:,.3f}", _seconds(p.compute_seconds), _seconds(p.comm_seconds),
-                     "yes" if p.overlapped else "no", *([_seconds(p.bubble_seconds)] if bubbles else []),
+                     "yes" if p.overlapped else "no", _seconds(p.update_seconds),
+                     *([_seconds(p.bubble_seconds)] if bubbles else []),
                      _seconds(p.step_seconds))
     console.print(step)
     if any(r.bound for role in report.roles for r in role.prediction.comm):
@@ -204,6 +205,7 @@ def as_json(cfg: Any, mesh: Any, plan: Any, device: Any, report: Any) -> dict[st
                        "kernels": r.prediction.kernels, "flops": r.prediction.flops,
                        "hbm_bytes": r.prediction.hbm_bytes,
                        "compute_seconds": r.prediction.compute_seconds, "comm_seconds": r.prediction.comm_seconds,
-                       "overlapped": r.prediction.overlapped, "bubble_seconds": r.prediction.bubble_seconds,
+                       "overlapped": r.prediction.overlapped, "update_seconds": r.prediction.update_seconds,
+                       "bubble_seconds": r.prediction.bubble_seconds,
                        "step_seconds": r.prediction.step_seconds}
                       for r in report.roles]}

@@ -1,0 +1,140 @@
+"""Calibrate a device profile on the ranks at hand: a few seconds of collectives and kernels.
+
+    figures = launch(measure_device, 4)[0]          # on every rank at once; every rank gets the medians
+    profile = calibrated_profile("cpu", figures)    # the table's entry with the measured figures
+
+The dry run (:mod:`spmdc.api.predict`) prices a step with a :class:`~spmdc.compiler.devices.DeviceProfile`:
+a roofline per op plus a launch, α-β per collective. The table's entries are data-sheet figures;
+the ``cpu`` entry is a guess, and gloo ranks sharing a few cores are nothing like a data sheet.
+:func:`measure_device` measures what the model needs, with every rank running at once (so the
+ranks' contention for the cores is in the figures):
+
+* ``launch_us``: one small op's dispatch: a loop of the ops a small model's program runs (matmul,
+  view, permute, reshape, mul, add, softmax, sum, expand, contiguous on 64×32 float32), per op;
+* ``dtensor_op_us``: one in-place op on a DTensor parameter (``mul_``, ``add_``: what
+  ``torch.optim``'s update runs, through DTensor's dispatch);
+* ``latency_us``: an all-reduce of one element over the job, less its launch, over the
+  ``2·(n-1)`` steps the α-β model charges it (:class:`~spmdc.sharding.cost.AxisCost`);
+* ``intra_gbps``/``inter_gbps``: from an all-reduce of 4 MiB less the small one's time (every rank
+  on one machine: ``node_size`` is the job);
+* ``flops``: a 256×256×256 float32 matmul; ``hbm_gbps``: a 32 MiB copy (read and write);
+* ``overlap``: how much of the big all-reduce hides behind as many matmuls as take as long, run
+  together (1: all of it, 0: none; gloo ranks sharing their cores hide little).
+
+Each figure is the median over its repetitions, then over the ranks. Used by
+``bench/plan_accuracy.py`` (predictions on a calibrated ``cpu`` profile against measured runs).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["calibrated_profile", "measure_device"]
+
+
+def _median_seconds(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None = None) -> float:
+    times = []
+    for _ in range(reps):
+        if barrier is not None:
+            barrier()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def measure_device(reps: int = 20) -> dict[str, float]:
+    """On every rank of a (gloo or NCCL) process group: the figures above, the same on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo")
+    try:
+        n = dist.get_world_size()
+        dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else \
+            torch.device("cpu")
+        sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
+        x, w = torch.randn(64, 32, device=dev), torch.randn(32, 32, device=dev)
+        rounds = 10
+
+        def ops() -> None:   # what a small model's program runs: matmuls, views, elementwise, reductions
+            y = x
+            for _ in range(rounds):
+                y = torch.mm(y, w).view(8, 8, 32).permute(1, 0, 2).reshape(64, 32)
+                y = torch.softmax(y * 0.5 + x, dim=-1).sum(dim=0, keepdim=True).expand(64, 32).contiguous()
+            sync()
+
+        launch = _median_seconds(ops, reps) / (10 * rounds)
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor, Shard
+
+        mesh = init_device_mesh(dev.type, (n,))
+        d = DTensor.from_local(torch.ones(64, 32, device=dev), mesh, [Shard(0)], run_check=False)
+
+        def dtensor_ops() -> None:   # what torch.optim's update runs on a parameter
+            for _ in range(rounds):
+                d.mul_(0.5)
+                d.add_(d, alpha=0.1)
+            sync()
+
+        dtensor_op = _median_seconds(dtensor_ops, reps) / (2 * rounds)
+        small, big = torch.ones(1, device=dev), torch.ones(1 << 20, device=dev)   # 4 B, 4 MiB
+        t_small = _median_seconds(lambda: (dist.all_reduce(small), sync()), reps, dist.barrier)
+        t_big = _median_seconds(lambda: (dist.all_reduce(big), sync()), max(3, reps // 4), dist.barrier)
+        a = torch.randn(256, 256, device=dev)
+        t_mm = _median_seconds(lambda: (a @ a, sync()), reps)
+        src = torch.ones(8 << 20, device=dev)   # 32 MiB
+        dst = torch.empty_like(src)
+        t_copy = _median_seconds(lambda: (dst.copy_(src), sync()), max(3, reps // 4))
+        k = max(1, round(t_big / t_mm))   # matmuls as long as the big all-reduce
+
+        def matmuls() -> None:
+            for _ in range(k):
+                a @ a
+            sync()
+
+        def both() -> None:
+            work = dist.all_reduce(big, async_op=True)
+            matmuls()
+            work.wait()
+            sync()
+
+        t_k = _median_seconds(matmuls, max(3, reps // 4), dist.barrier)
+        t_both = _median_seconds(both, max(3, reps // 4), dist.barrier)
+        steps = max(1, 2 * (n - 1))
+        moved = 2 * big.numel() * big.element_size() * (n - 1) / max(n, 1)   # ring all-reduce: bytes per rank
+        mine = {"launch_us": launch * 1e6, "dtensor_op_us": dtensor_op * 1e6,
+                "latency_us": max(1.0, (t_small - launch) * 1e6 / steps),
+                "intra_gbps": moved / max(t_big - t_small, 1e-9) / 1e9 if n > 1 else 0.0,
+                "flops": 2 * 256 ** 3 / t_mm,
+                "hbm_gbps": 2 * src.numel() * src.element_size() / t_copy / 1e9,
+                "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big)))}
+        every: list[Any] = [None] * n
+        dist.all_gather_object(every, mine)
+        out = {k: statistics.median(r[k] for r in every) for k in mine}
+        if n == 1:
+            for key in ("intra_gbps", "latency_us", "overlap"):
+                out.pop(key)
+        else:
+            out["inter_gbps"] = out["intra_gbps"]
+            out["node_size"] = n
+        return out
+    finally:
+        if own:
+            dist.destroy_process_group()
+
+
+def calibrated_profile(base: str, figures: dict[str, float]) -> Any:
+    """The device table's ``base`` entry with the measured ``figures`` (:func:`measure_device`),
+    named ``<base>-calibrated`` and no longer marked a guess."""
+    import dataclasses
+
+    from spmdc.compiler.devices import device_profile
+
+    p = device_profile(base, {k: v for k, v in figures.items()})
+    return dataclasses.replace(p, name=f"{p.name}-calibrated", rough=False)

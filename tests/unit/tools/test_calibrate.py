@@ -1,0 +1,76 @@
+"""Calibrating a device profile on the ranks at hand (spmdc.tools.calibrate) and the optimizer
+update's time in the dry run's step (spmdc.api.predict.optimizer_seconds).
+
+Two gloo ranks measure together; every rank gets the same medians, each a positive figure, the
+overlap a share in [0, 1]; the calibrated profile is the table's entry with those figures, no
+longer marked a guess, and a dry run prices a step with it. The optimizer's update is counted per
+parameter tensor (a dispatch mode over one real update): AdamW runs more ops per tensor than SGD,
+and a training step's predicted time includes the update once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spmdc.api.dry_run import dry_run
+from spmdc.api.predict import optimizer_ops, optimizer_seconds
+from spmdc.compiler.devices import device_profile
+from spmdc.frontend.workloads import load_workload
+from spmdc.runtime.launcher import launch
+from spmdc.sharding.mesh import Mesh
+from spmdc.tools.calibrate import calibrated_profile, measure_device
+
+FIGURES = ("launch_us", "dtensor_op_us", "latency_us", "intra_gbps", "inter_gbps", "flops", "hbm_gbps", "overlap")
+
+
+@pytest.fixture(scope="module")
+def figures():
+    return launch(measure_device, 2, (5,), timeout_s=300)
+
+
+def test_every_rank_gets_the_same_positive_figures(figures):
+    assert figures[0] == figures[1]
+    f = figures[0]
+    assert set(FIGURES) <= set(f) and f["node_size"] == 2
+    assert all(f[k] > 0 for k in FIGURES if k != "overlap"), f
+    assert 0.0 <= f["overlap"] <= 1.0
+
+
+def test_the_calibrated_profile_prices_a_step(figures):
+    p = calibrated_profile("cpu", figures[0])
+    base = device_profile("cpu")
+    assert p.name == "cpu-calibrated" and not p.rough and base.rough
+    assert (p.latency_us, p.flops, p.node_size) == (figures[0]["latency_us"], figures[0]["flops"], 2)
+    w = load_workload("mlp")
+    report = dry_run(w.model, w.inputs, mesh=Mesh({"dp": 2}), plan="fsdp", device=p, train=True, loss_fn=w.loss_fn,
+                     loss_inputs=w.loss_inputs, optimizer="adamw")
+    (role,) = report.roles
+    assert role.prediction.step_seconds > 0 and role.prediction.overlap == p.overlap
+
+
+def test_the_optimizer_update_is_counted_per_tensor():
+    adamw, sgd = optimizer_ops("adamw"), optimizer_ops("sgd")
+    assert adamw[0] > sgd[0] >= 1
+    dev = dataclasses.replace(device_profile("cpu"), dtensor_op_us=10.0)
+    # ops on each of 3 tensors, the per-update ones once, plus the bytes each op reads and writes
+    expect = (3 * adamw[0] + adamw[1]) * 10e-6 + adamw[0] * 2 * 3 * 4096 / (dev.hbm_gbps * 1e9)
+    assert optimizer_seconds("adamw", [4096] * 3, dev) == pytest.approx(expect)
+    assert optimizer_seconds(None, [4096], dev) == 0.0
+
+
+def test_a_training_step_includes_the_update_once():
+    w = load_workload("mlp")
+    dev = device_profile("cpu")
+
+    def step(optimizer):
+        (role,) = dry_run(w.model, w.inputs, mesh=Mesh({"dp": 2}), plan="fsdp", device=dev, train=True,
+                          loss_fn=w.loss_fn, loss_inputs=w.loss_inputs, optimizer=optimizer).roles
+        return role.prediction
+
+    with_adamw, without = step("adamw"), step(None)
+    tensors = sum(1 for p in w.model.parameters() if p.requires_grad)
+    assert without.update_seconds == 0.0
+    assert with_adamw.update_seconds >= tensors * optimizer_ops("adamw")[0] * dev.dtensor_op_us * 1e-6
+    assert with_adamw.step_seconds == pytest.approx(without.step_seconds + with_adamw.update_seconds)
