@@ -40,6 +40,7 @@ from spmdc.api.parameter_store import ParameterStore
 from spmdc.api.parameter_store import is_dtensor as _is_dtensor
 from spmdc.api.parameter_store import ragged as _ragged
 from spmdc.api.program_cache import ProgramCache
+from spmdc.api.subgroups import subgroup
 from spmdc.compiler import Dump, RankProgram, split_example_inputs
 from spmdc.compiler.options import CompileOptions
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate
@@ -48,26 +49,6 @@ from spmdc.runtime.executor import local_piece
 from spmdc.runtime.gradients import clip_grads_
 from spmdc.runtime.optimizers import is_elementwise, is_per_tensor, make_optimizer, optimizer_class
 from spmdc.sharding.plan import Plan
-
-# process groups over some of the job's ranks, made with local synchronization, by ranks
-_SUBGROUPS: dict[tuple[int, ...], Any] = {}
-
-
-def _subgroup(members: list[int]) -> Any:
-    """A process group over ``members`` that only they create (``use_local_synchronization``), one
-    per set of ranks and job: torch names such a group by its ranks, so a second one over the same
-    ranks would rendezvous under the first one's name and hang."""
-    import torch.distributed as dist
-
-    key = tuple(members)
-    group = _SUBGROUPS.get(key)
-    try:
-        alive = group is not None and dist.get_process_group_ranks(group) == list(members)
-    except (ValueError, RuntimeError, KeyError):   # a group of an earlier, destroyed job
-        alive = False
-    if not alive:
-        group = _SUBGROUPS[key] = dist.new_group(members, use_local_synchronization=True)
-    return group
 
 
 class _Options:
@@ -191,7 +172,7 @@ class CompiledModule(nn.Module):
             every = [dist.new_group(list(g.ranks)) for g in self._hetero.groups]
             self.group = every[self._hetero.group_of(dist.get_rank())]
         else:   # made by the members alone, once per set of ranks (see above: named by its ranks)
-            self.group = _subgroup(members)
+            self.group = subgroup(members)
         if device is None:
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         self.mesh, self.rank = mesh, members.index(dist.get_rank())   # this rank's place in the mesh

@@ -97,6 +97,7 @@ from spmdc.api.micro_batches import check_micro_batch_mean, chunks
 from spmdc.api.pipeline_boundaries import boundary_module, diff_outputs, user_arg
 from spmdc.api.pipeline_parameters import StageParameters
 from spmdc.api.pipeline_step import StepState
+from spmdc.api.subgroups import subgroup
 from spmdc.sharding.pipeline_plan import PipelinePlan
 
 
@@ -340,11 +341,7 @@ class PipelineExecutor(StageParameters):
 
         spec, stage = self.plan.stages[self.stage], self.mine
         jobs = stage_jobs(self.split, self.stage, mb, self.options, dump)
-        group = None
-        if len(self.members) > 1:
-            import torch.distributed as dist
-
-            group = dist.new_group(self.members, use_local_synchronization=True)
+        group = subgroup(self.members) if len(self.members) > 1 else None   # (one per set of ranks and job)
         from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
 
         if is_meta_model(stage.module):   # a meta model's stage: captured from fake tensors

@@ -47,7 +47,9 @@ CASES = [("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", "adamw"),
          # pipeline stages (1f1b, 2 micro-batches): the schedule's stashes, sends and accumulated gradients
          ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=2,dp=2", "fsdp"), "adamw", {"batch": 8}),
          ("llama-tiny", None, PipelinePlan.from_mesh("pp=2,tp=2", "megatron"), "sgd", {"batch": 4}),
-         ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=4", "dp"), "adam", {"batch": 8, "n_layer": 4})]
+         ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=4", "dp"), "adam", {"batch": 8, "n_layer": 4}),
+         # the rotary tables are replicated: one rank of stage 0 sends them, its role is its own
+         ("llama-tiny", None, PipelinePlan.from_mesh("pp=2,dp=2", "fsdp"), "adamw", {"batch": 8})]
 CPU = device_profile("cpu")
 
 
@@ -81,6 +83,15 @@ def test_predictions_match_the_measured_step(measured, case):
         measured_peak = statistics.median(totals)
         assert abs(p.memory.total - measured_peak) <= 0.10 * measured_peak, \
             f"{CASES[case][:3]}: predicted peak {p.memory.total:,} B, measured {measured_peak:,} B (median of ranks)"
+
+
+def test_a_replicated_boundary_value_is_sent_by_one_rank(measured):
+    case = len(CASES) - 1
+    report = _predict(*CASES[case])
+    stage0 = [role for role in report.roles if role.group == "stage0"]
+    assert [role.ranks for role in stage0] == [[0], [1]]
+    sends = [role.prediction.by_kind()[0]["send"] for role in stage0]
+    assert sends[0] > sends[1] and [measured[r][case]["counts"]["send"] for r in (0, 1)] == sends
 
 
 def test_an_uneven_layout_splits_the_ranks_into_roles():
