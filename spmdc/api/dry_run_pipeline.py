@@ -9,22 +9,24 @@ The model is cut into stages as :class:`~spmdc.api.pipeline_executor.PipelineExe
 ones its ranks compile (:func:`~spmdc.api.pipeline_executor.stage_jobs`): a forward (not on the
 last stage) and a training program that recomputes the forward from the stashed inputs. A stage's
 ranks are split into roles by local shapes (:func:`~spmdc.passes.partition_roles.shape_roles`) and
-one rank per role is partitioned. Per step, a rank of stage ``k`` runs each program once per
+by what they send and receive (a replicated boundary value is sent by one rank of its stage); one
+rank per shape role is partitioned. Per step, a rank of stage ``k`` runs each program once per
 micro-batch; its prediction is
 
-* **memory**: its parameters and optimizer state; its gradients whole (they accumulate over the
-  micro-batches until the update); the larger of its programs' transient peaks (activations and
-  collective buffers) plus the stage inputs it stashes between a micro-batch's forward and
-  backward, times the most micro-batches its schedule keeps in flight
-  (:func:`~spmdc.sharding.pipeline_plan.in_flight`); or, when larger, the optimizer update's
-  temporaries (at the end of the step, when no micro-batch is in flight);
-* **collectives**: its programs' per micro-batch, times the micro-batches, and a ``pipe.recv``
-  row on ``pp``: the local pieces of the boundary values and output gradients it receives
-  (bytes received, α-β over the inter-node bandwidth);
+* **memory**: its parameters and optimizer state, and the step's peak found by walking its
+  schedule (:func:`_schedule_peak`) as :class:`~spmdc.api.pipeline_step.StepState` holds things:
+  a forward's inputs stashed until its backward, every send's buffer until the round ends, its
+  gradients accumulated from its first backward on (each micro-batch's added in), each program's
+  own liveness peak on top; or, when larger, the optimizer update after the last round;
+* **collectives**: its programs' per micro-batch, times the micro-batches, and on ``pp`` what the
+  runtime records besides: ``recv`` and ``send`` (one message per source and destination rank, by
+  the move tables the runtime builds: :func:`~spmdc.api.pipeline_boundaries.boundary_module`,
+  :func:`~spmdc.passes.pipeline_schedule.pipeline_layout`), ``all_reduce`` (a tied weight's whole
+  gradient over its stages) and ``broadcast`` (the step's loss);
 * **time**: a stage's busy time is the micro-batches times its programs' predicted times (plus
-  its receives); the step is the busiest device group's time plus the fill and drain,
-  ``(groups - 1)`` times the slowest stage's time per micro-batch (1F1B, GPipe and interleaved
-  1F1B alike). That bubble is each role's ``bubble_seconds``.
+  its receives) and the optimizer's update; the step is the busiest device group's time plus the
+  fill and drain, ``(groups - 1)`` times the slowest stage's time per micro-batch (1F1B, GPipe and
+  interleaved 1F1B alike). That bubble is each role's ``bubble_seconds``.
 
 Under interleaved 1F1B a device group holds several stages: its ranks' memory and time add up
 over them.
