@@ -97,7 +97,6 @@ from spmdc.api.micro_batches import check_micro_batch_mean, chunks
 from spmdc.api.pipeline_boundaries import boundary_module, diff_outputs, user_arg
 from spmdc.api.pipeline_parameters import StageParameters
 from spmdc.api.pipeline_step import StepState
-from spmdc.api.subgroups import subgroup
 from spmdc.sharding.pipeline_plan import PipelinePlan
 
 
@@ -264,6 +263,7 @@ class PipelineExecutor(StageParameters):
                                   mixed_precision=self.mixed_precision, checkpoint=self.checkpoint)
         from spmdc.api.pipeline_rng import StageRandomness
 
+        self._stage_groups = self._make_stage_groups()
         self._per_stage: dict[int, dict[str, Any]] = {}   # each of this rank's stages' state (see _use)
         for k in self.my_stages:   # one device's masks in every stage
             self._per_stage[k] = {"stage": k, "mine": self.split.stages[k],
@@ -335,13 +335,26 @@ class PipelineExecutor(StageParameters):
     def _diff_outputs(self, stage: Any) -> list[int]:
         return diff_outputs(self.split, stage)
 
+    def _make_stage_groups(self) -> dict[tuple[int, ...], Any]:
+        """A process group per stage mesh of several ranks, made by every rank of the job in stage
+        order (``new_group`` is collective): groups only their members make (local
+        synchronization) can hang when a job builds a second pipeline over other rank sets."""
+        import torch.distributed as dist
+
+        out: dict[tuple[int, ...], Any] = {}
+        for s in self.plan.stages:
+            key = tuple(s.ranks)
+            if len(key) > 1 and key not in out:
+                out[key] = dist.new_group(list(key))
+        return out
+
     def _compile(self, mb: list[Any], dump: Any) -> _Programs:
         from spmdc.api.compile_shared import compile_rank_shared, compile_shared
         from spmdc.runtime.executor import RankRunner
 
         spec, stage = self.plan.stages[self.stage], self.mine
         jobs = stage_jobs(self.split, self.stage, mb, self.options, dump)
-        group = subgroup(self.members) if len(self.members) > 1 else None   # (one per set of ranks and job)
+        group = self._stage_groups.get(tuple(self.members))
         from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
 
         if is_meta_model(stage.module):   # a meta model's stage: captured from fake tensors
