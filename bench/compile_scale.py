@@ -12,7 +12,10 @@ and step time on an H100 profile (for orientation, not measured).
 
 The ``-pp4`` configurations add a pipeline axis: 4 stages (1F1B, 4 micro-batches), each stage's
 programs compiled for its ``dp x tp`` mesh (:mod:`spmdc.api.dry_run_pipeline`); their roles are
-per stage.
+per stage. Each stage's programs are built from traces of the stage cut to 4 and 5 of its blocks
+(:mod:`spmdc.frontend.stage_blocks`), and the stages are compiled and predicted in forked workers,
+one per CPU (``spmdc plan --jobs``): their capture, passes and role columns are seconds summed over
+the stages (more than the wall time they took), the peak RSS is the largest process's.
 
 ``--quick``: 8B at 4 layers and 70B at 4 layers (~1 min), to see the pipeline work end to end
 (repeated blocks are built from a 3-layer trace from 8 layers on, so the quick run traces whole).
@@ -67,7 +70,9 @@ def one(name: str, layers: int | None) -> dict:
             "roles_s": report.timings["roles"],
             "roles": len(report.roles), "ops": role.ops, "peak_gib": role.prediction.memory.total / 1024 ** 3,
             "step_ms": role.prediction.step_seconds * 1000,
-            "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2}
+            # (a pipeline's stages are compiled in forked workers: the largest process's peak)
+            "rss_gib": max(resource.getrusage(who).ru_maxrss
+                           for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024 ** 2}
 
 
 def main() -> None:

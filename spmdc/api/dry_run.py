@@ -100,12 +100,13 @@ def _by_group_calls(module: Any, tables: dict | None, ranks: list[int]) -> list[
 def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: Any, train: bool = False,
             loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
             optimizer: str | None = None, options: Any = None, target: str = "torch",
-            max_roles: int = 64) -> DryRun:
+            max_roles: int = 64, jobs: int | None = None) -> DryRun:
     """Compile ``model`` under ``plan`` for every rank role (see the module doc) and predict each;
     more than ``max_roles`` shape roles (ragged layouts give every rank its own) are refused before
     any is partitioned, with their number.
     ``mesh``: the job's mesh (None for a plan with device groups); ``device``: a
-    :class:`~spmdc.compiler.devices.DeviceProfile`; ``optimizer``: its name (``spmdc run --optimizer``)."""
+    :class:`~spmdc.compiler.devices.DeviceProfile`; ``optimizer``: its name (``spmdc run --optimizer``);
+    ``jobs``: a pipeline's stages compiled at a time, in forked workers (None: one per CPU)."""
     from spmdc.compiler.driver import compile_global, rank_module
     from spmdc.compiler.options import CompileOptions
     from spmdc.ir.gc_pause import gc_paused
@@ -124,7 +125,8 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
         from spmdc.api.dry_run_pipeline import pipeline_dry_run
 
         return pipeline_dry_run(model, inputs, plan=plan, device=device, loss_fn=loss_fn, loss_inputs=loss_inputs,
-                                kwargs=kwargs, optimizer=optimizer, options=opts, target=target, max_roles=max_roles)
+                                kwargs=kwargs, optimizer=optimizer, options=opts, target=target, max_roles=max_roles,
+                                jobs=jobs)
     timings: dict[str, float] = {}
     t = time.perf_counter()
     job = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, kwargs=kwargs, options=opts)

@@ -47,13 +47,11 @@ def _tensor_bytes(t: Any) -> int:
     return t.num_bytes if hasattr(t, "num_bytes") else 0
 
 
-def _stage_programs(model: Any, inputs: Sequence[Any], plan: Any, *, loss_fn: Callable | None,
-                    loss_inputs: Sequence[Any], kwargs: Mapping[str, Any] | None, options: Any) -> tuple[Any, list]:
-    """The split and, per stage, its CompiledSteps (forward first when it has one)."""
+def _split(model: Any, inputs: Sequence[Any], plan: Any, *, loss_fn: Callable | None,
+           loss_inputs: Sequence[Any], kwargs: Mapping[str, Any] | None, options: Any) -> tuple[Any, list]:
+    """The stages as the executor cuts them, and micro-batch 0 (the job's inputs in order)."""
     from spmdc.api.micro_batches import chunks
-    from spmdc.api.pipeline_executor import stage_jobs
-    from spmdc.compiler.driver import compile_global, split_example_inputs
-    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
+    from spmdc.compiler.driver import split_example_inputs
     from spmdc.frontend.stages import auto_stages, split_stages
 
     model_args, loss_args = split_example_inputs(inputs, loss_fn, loss_inputs)
@@ -68,19 +66,24 @@ def _stage_programs(model: Any, inputs: Sequence[Any], plan: Any, *, loss_fn: Ca
     split = split_stages(model, mb0[:n_in], stages=modules, loss_fn=loss_fn, loss_inputs=mb0[n_in:n_loss],
                          kwargs=dict(zip(kwargs, mb0[n_loss:])),
                          mixed_precision=options.mixed_precision, checkpoint=options.checkpoint)
-    per_stage = []
-    meta = is_meta_model(model)   # (boundary examples: fake tensors, shapes only)
-    for k, spec in enumerate(plan.stages):
-        module = split.stages[k].module
-        steps = []
-        for job in stage_jobs(split, k, mb0, options, fake=meta):
-            if is_meta_model(module):   # (as the executor compiles a meta model's stage)
-                with fake_parameters(module):
-                    steps.append(compile_global(module, mesh=spec.mesh, plan=spec.plan, **job))
-            else:
+    return split, mb0
+
+
+def _compile_stage(split: Any, k: int, spec: Any, mb0: list[Any], options: Any, meta: bool) -> list:
+    """Stage ``k``'s CompiledSteps (forward first when it has one), as its ranks compile them."""
+    from spmdc.api.pipeline_executor import stage_jobs
+    from spmdc.compiler.driver import compile_global
+    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
+
+    module = split.stages[k].module
+    steps = []
+    for job in stage_jobs(split, k, mb0, options, fake=meta):   # (a meta model: boundary examples are fake tensors)
+        if is_meta_model(module):   # (as the executor compiles a meta model's stage)
+            with fake_parameters(module):
                 steps.append(compile_global(module, mesh=spec.mesh, plan=spec.plan, **job))
-        per_stage.append(steps)
-    return split, per_stage
+        else:
+            steps.append(compile_global(module, mesh=spec.mesh, plan=spec.plan, **job))
+    return steps
 
 
 def _local_inputs(split: Any, k: int, steps: list, modules: list) -> dict[str, int]:
@@ -122,32 +125,48 @@ def _wire_bytes(split: Any, k: int, steps: list, modules: list, out: dict[tuple[
                 out[(v, True)] = _element_bytes(fn.function_type.results[r])
 
 
-def _rank_traffic(split: Any, k: int, rank: int, moves: Any, wire: dict[tuple[int, bool], int]) -> dict[str, int]:
+def _rank_traffic(split: Any, k: int, rank: int, moves: Any, wire: dict[tuple[int, bool], int],
+                  index: dict | None = None) -> dict[str, int]:
     """What job rank ``rank`` of stage ``k`` sends and receives per micro-batch, by the move tables
     (:class:`~spmdc.passes.pipeline_schedule.PipelineLayout`), as
     :class:`~spmdc.api.pipeline_step.StepState` does: one message per (source, destination) pair.
     ``sent_forward``/``sent_backward``: bytes of its boundary outputs / input gradients (each
     send's buffer is kept until the round ends); ``recv``/``msgs``: bytes and messages received;
-    ``sends``: messages sent."""
+    ``sends``: messages sent. ``index``: a dict this fills with each table's per-rank sums (pass
+    the same one for every rank of a job)."""
     from spmdc.api.pipeline_boundaries import diff_outputs
     from spmdc.sharding.slices import box_numel
 
+    index = {} if index is None else index
     stage = split.stages[k]
     out = {"sent_forward": 0, "sent_backward": 0, "sends": 0, "recv": 0, "msgs": 0}
 
+    def sums(v: int, grad: bool) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        """(source rank -> [elements, messages], destination rank -> [elements, messages])."""
+        if (v, grad) not in index:
+            sent: dict[int, list[int]] = {}
+            got: dict[int, list[int]] = {}
+            for plan in moves.moves(v, grad):
+                for (src, dst), cells in plan.sends.items():
+                    n = sum(box_numel(c) for c, _, _ in cells)
+                    for table, r in ((sent, src), (got, dst)):
+                        row = table.setdefault(r, [0, 0])
+                        row[0] += n
+                        row[1] += 1
+            index[(v, grad)] = (sent, got)
+        return index[(v, grad)]
+
     def walk(values: list[int], grad: bool, key: str | None) -> None:
         for v in values:
-            for plan in moves.moves(v, grad):
-                for (s, d), cells in sorted(plan.sends.items()):
-                    if (s if key else d) != rank:
-                        continue
-                    nbytes = sum(box_numel(c) for c, _, _ in cells) * wire.get((v, grad), 4)
-                    if key:
-                        out[key] += nbytes
-                        out["sends"] += 1
-                    else:
-                        out["recv"] += nbytes
-                        out["msgs"] += 1
+            sent, got = sums(v, grad)
+            n, msgs = (sent if key else got).get(rank, (0, 0))
+            nbytes = n * wire.get((v, grad), 4)
+            if key:
+                out[key] += nbytes
+                out["sends"] += msgs
+            else:
+                out["recv"] += nbytes
+                out["msgs"] += msgs
 
     inputs = [v for what, v in stage.inputs if what == "value"]
     walk(list(stage.outputs), False, "sent_forward")
@@ -191,6 +210,16 @@ class _StageRole:
     ops: int
 
 
+@dataclass
+class _StageResult:
+    """One stage's part of the dry run (what a worker sends back)."""
+
+    roles: dict[int, _StageRole]          # mesh index -> its role's facts (traffic without the boundary moves)
+    layouts: dict[str, Any]               # "F" / "B": its programs' argument and result layouts
+    wire: dict[tuple[int, bool], int]     # (value, gradient?) -> bytes per element it moves in
+    timings: dict[str, float]
+
+
 def _schedule_peak(facts: dict[int, _StageRole], actions: list[tuple[str, int, int]], last: int,
                    stage_name: Callable[[int], str]) -> tuple[int, int, int, str]:
     """Walk a device group's schedule (``(kind, stage, mb)``) keeping what it holds alive, as
@@ -229,13 +258,17 @@ def _schedule_peak(facts: dict[int, _StageRole], actions: list[tuple[str, int, i
 
 def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: Any, loss_fn: Callable | None,
                      loss_inputs: Sequence[Any], kwargs: Mapping[str, Any] | None, optimizer: str | None,
-                     options: Any, target: str, max_roles: int) -> Any:
-    """:func:`spmdc.api.dry_run.dry_run` of a PipelinePlan (training; see the module doc)."""
+                     options: Any, target: str, max_roles: int, jobs: int | None = None) -> Any:
+    """:func:`spmdc.api.dry_run.dry_run` of a PipelinePlan (training; see the module doc). ``jobs``: the
+    stages compiled and predicted at a time, each in a forked worker (:mod:`spmdc.api.forked`; None:
+    one per CPU; 1: here, one after the other)."""
     from spmdc.api.dry_run import DryRun, Role, whole_storage
+    from spmdc.api.forked import available_cpus, forked_map
     from spmdc.api.pipeline_boundaries import boundary_module, program_layouts
     from spmdc.api.predict import CommRow, MemoryBreakdown, Prediction, predict, step_memory
     from spmdc.compiler.compilation import main_function
     from spmdc.compiler.driver import rank_module
+    from spmdc.frontend.deferred_init import is_meta_model
     from spmdc.ir.gc_pause import gc_paused
     from spmdc.ir.parser import parse_module
     from spmdc.passes.partition_roles import shape_roles
@@ -244,12 +277,9 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
 
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    split, per_stage = _stage_programs(model, inputs, plan, loss_fn=loss_fn, loss_inputs=loss_inputs,
-                                       kwargs=kwargs, options=options)
-    timings["global"] = time.perf_counter() - t
-    timings["capture"] = sum(s.timings.get("total", 0.0) for steps in per_stage for s in steps)
-    timings["export"] = sum(s.timings.get("export", 0.0) for steps in per_stage for s in steps)
-    t = time.perf_counter()
+    split, mb0 = _split(model, inputs, plan, loss_fn=loss_fn, loss_inputs=loss_inputs, kwargs=kwargs, options=options)
+    meta = is_meta_model(model)
+    timings["split"] = time.perf_counter() - t
     m, n, groups = plan.microbatches, len(plan.stages), plan.groups
 
     def actions(g: int) -> list[tuple[str, int, int]]:
@@ -257,18 +287,21 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             return list(interleaved_actions(groups, plan.virtual_stages, m, g))
         return [(kind, g, mb) for kind, mb in stage_actions(plan.schedule, n, m, g)]
 
-    stage_roles: list[dict[int, _StageRole]] = []   # per stage: mesh index -> its role's facts
-    layouts: dict[int, dict[str, Any]] = {}            # per stage, per program: its layouts and kinds
-    wire: dict[tuple[int, bool], int] = {}             # (value, gradient?) -> bytes per element it moves in
-    for k, steps in enumerate(per_stage):
+    def stage(k: int) -> _StageResult:
+        """Stage ``k`` compiled, its ranks split into roles, one rank per role partitioned and predicted."""
         spec = plan.stages[k]
+        t0 = time.perf_counter()
+        steps = _compile_stage(split, k, spec, mb0, options, meta)
+        compiled = time.perf_counter() - t0
         with gc_paused():
             parsed = [parse_module(s.global_ir, "<global>") for s in steps]
         roles = shape_roles(parsed[-1], spec.mesh, range(spec.mesh.size))
         if len(roles) > max_roles:
             raise ValueError(f"spmdc plan: the ranks of stage {k} hold {len(roles)} different sets of local shapes "
                              f"(uneven or ragged layouts); at most {max_roles} are partitioned (--max-roles N)")
-        by_rank: dict[int, _StageRole] = {}
+        out = _StageResult({}, {}, {}, {"global": compiled,
+                                        "capture": sum(s.timings.get("total", 0.0) for s in steps),
+                                        "export": sum(s.timings.get("export", 0.0) for s in steps)})
         for j, members in enumerate(roles):
             modules = [rank_module(s, members[0], target, parsed=p) for s, p in zip(steps, parsed)]
             preds = [predict(mod, s, spec.mesh, device, optimizer if s.name == "train" else None,
@@ -281,19 +314,33 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
                               _update_bytes(modules[-1], steps[-1], optimizer),
                               sum(1 for mod in modules for _ in mod.walk()))
             if j == 0:   # (every role's arguments and results have the same global layouts)
-                layouts[k] = {"B": program_layouts(modules[-1], steps[-1])}
+                out.layouts["B"] = program_layouts(modules[-1], steps[-1])
                 if len(steps) > 1:
-                    layouts[k]["F"] = program_layouts(modules[0], steps[0])
-                _wire_bytes(split, k, steps, modules, wire)
+                    out.layouts["F"] = program_layouts(modules[0], steps[0])
+                _wire_bytes(split, k, steps, modules, out.wire)
             for i in members:
-                by_rank[i] = fact
-        stage_roles.append(by_rank)
+                out.roles[i] = fact
+        out.timings["roles"] = time.perf_counter() - t0 - compiled
+        return out
+
+    # the stages are independent until their boundaries are matched: each in a worker of its own
+    results = forked_map(stage, range(n), available_cpus() if jobs is None else jobs)
+    stage_roles: list[dict[int, _StageRole]] = [r.roles for r in results]   # per stage: mesh index -> its facts
+    layouts: dict[int, dict[str, Any]] = {k: r.layouts for k, r in enumerate(results)}   # per stage, per program
+    wire: dict[tuple[int, bool], int] = {}             # (value, gradient?) -> bytes per element it moves in
+    for r in results:
+        wire.update(r.wire)
+    for key in ("global", "capture", "export", "roles"):   # (the stages' own seconds, summed over the stages)
+        timings[key] = sum(r.timings[key] for r in results)
+    timings["stages"] = time.perf_counter() - t
+    t = time.perf_counter()
     # what each rank sends and receives, by the tables the runtime moves boundary values by: ranks of
     # one shape role can differ (a replicated value is sent by one rank of its stage)
     moves = pipeline_layout(boundary_module(split, plan.stages, layouts))
+    index: dict = {}
     for k, by_rank in enumerate(stage_roles):
         for i, fact in list(by_rank.items()):
-            tr = {**fact.traffic, **_rank_traffic(split, k, plan.stages[k].ranks[i], moves, wire)}
+            tr = {**fact.traffic, **_rank_traffic(split, k, plan.stages[k].ranks[i], moves, wire, index)}
             by_rank[i] = dataclasses.replace(fact, traffic=tr, key=(fact.key, tuple(sorted(tr.items()))))
 
     def recv_seconds(f: _StageRole) -> float:
@@ -373,6 +420,6 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
     step = max(r.prediction.step_seconds for r in out_roles) + (groups - 1) * slowest
     for role in out_roles:
         role.prediction.bubble_seconds = step - role.prediction.step_seconds
-    timings["roles"] = time.perf_counter() - t
+    timings["assemble"] = time.perf_counter() - t
     world = sum(len(s.ranks) for s in plan.stages[:groups])
     return DryRun(out_roles, world, "train", timings)

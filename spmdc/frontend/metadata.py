@@ -19,7 +19,7 @@ from spmdc.frontend.checkpoint import RECOMPUTE_KEY
 from spmdc.frontend.loss import LossWrapper, OutputWrapper, strip_wrapper
 from spmdc.frontend.program import NodeInfo
 
-__all__ = ["node_infos", "op_name", "shape_dtype"]
+__all__ = ["module_path", "node_infos", "op_name", "shape_dtype"]
 
 _WRAPPER_TYPES = {f"{w.__module__}.{w.__qualname__}" for w in (LossWrapper, OutputWrapper)}
 
@@ -62,6 +62,12 @@ def _module_of(stack: Any, strip: bool) -> tuple[str, str | None]:
     if strip and path == "" and mtype in _WRAPPER_TYPES:
         mtype = None
     return path, mtype
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """The user module path of a forward ``node`` (its innermost ``nn_module_stack`` entry, the loss
+    wrapper's ``model.`` prefix removed; ``""`` outside every module)."""
+    return _module_of(node.meta.get("nn_module_stack"), True)[0]
 
 
 def node_infos(ep: ExportedProgram, strip: bool) -> dict[str, NodeInfo]:

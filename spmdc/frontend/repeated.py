@@ -75,10 +75,13 @@ class RepeatedBlocksWarning(UserWarning):
 
 @dataclass(frozen=True)
 class BlockStack:
-    """The repeated blocks: children ``0 .. count-1`` of the container at ``path`` (user FQN)."""
+    """The repeated blocks: children ``first .. first+count-1`` of the container at ``path`` (user
+    FQN); ``first`` is 0 for a model, a pipeline stage's first block for a stage
+    (:mod:`spmdc.frontend.stage_blocks`)."""
 
     path: str
     count: int
+    first: int = 0
 
 
 @dataclass
@@ -197,6 +200,7 @@ class _Layout:
 
     def __init__(self, traced: Traced, stack: BlockStack, k: int) -> None:
         self.k = k
+        self.first = stack.first
         self.pattern = re.compile(rf"^({re.escape(WRAP_PREFIX)})?({re.escape(stack.path)}\.)(\d+)(?=\.|$)")
         self.nodes = list(traced.ep.graph.nodes)
         self.specs = dict(zip([n for n in self.nodes if n.op == "placeholder"],
@@ -220,7 +224,8 @@ class _Layout:
         self.pos = {n: i for b in self.blocks for i, n in enumerate(b)}
         sigs = [[self._signature(n) for n in b] for b in self.blocks]
         # block 0 may differ (nothing upstream needs a gradient: its input's is not computed)
-        for i in range(_TEMPLATE + 1, k):
+        # (at more than TEMPLATE_DEPTH blocks, the last may differ too: a stage's, see export_reusing_blocks)
+        for i in range(_TEMPLATE + 1, k - 1 if k > TEMPLATE_DEPTH else k):
             if sigs[i] != sigs[_TEMPLATE]:
                 diff = next((j for j, (a, b) in enumerate(zip(sigs[_TEMPLATE], sigs[i])) if a != b),
                             min(len(sigs[_TEMPLATE]), len(sigs[i])))
@@ -246,11 +251,11 @@ class _Layout:
         m = self.pattern.match(path or "")
         if m is None:
             return None
-        i = int(m.group(3))
-        return i if i < self.k else None
+        i = int(m.group(3)) - self.first
+        return i if 0 <= i < self.k else None
 
     def renamed(self, path: str, block: int) -> str:
-        return self.pattern.sub(lambda m: f"{m.group(1) or ''}{m.group(2)}{block}", path, count=1)
+        return self.pattern.sub(lambda m: f"{m.group(1) or ''}{m.group(2)}{self.first + block}", path, count=1)
 
     def _assign_gaps(self) -> None:
         """A call's nodes between two blocks' spans of one phase belong to the earlier block (the
@@ -277,8 +282,9 @@ class _Layout:
                 for i in range(hi + 1, end):
                     self.label[calls[i]] = blk
             else:
-                i = hi + 1
-                while i < len(calls) and not infos[calls[i].name].module_path and phase[calls[i]] == ph:
+                i = hi + 1   # (up to a node that reads another block's: a stage's gradient casts at the end)
+                while i < len(calls) and not infos[calls[i].name].module_path and phase[calls[i]] == ph and \
+                        all(self.label.get(a) in (None, blk) for a in calls[i].all_input_nodes):
                     self.label[calls[i]] = blk
                     i += 1
 
@@ -395,7 +401,7 @@ def extend(traced: Traced, stack: BlockStack, k: int, depth: int, model: nn.Modu
         t = lay.specs[n].target
         label = lay.label[n]
         if t is not None and label is not None:
-            t = lay.renamed(t, new_block(label, c))
+            t = _lifted_buffer(lay, n, lay.renamed(t, new_block(label, c)), new_block(label, c) - label)
         if t is not None and lay.specs[n].kind == torch.export.graph_signature.InputKind.CONSTANT_TENSOR:
             mm = _LIFTED.match(t)
             if mm:
@@ -457,6 +463,7 @@ def extend(traced: Traced, stack: BlockStack, k: int, depth: int, model: nn.Modu
 
     # the outputs: a block's gradients / buffer updates repeat with it
     out_specs = list(ep.graph_signature.output_specs)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
     values = list(output_node.args[0])
     entries: list[tuple[int, int | None]] = []
     labels = [lay.block_of(s.target) if s.target is not None and s.kind.name in (
@@ -479,6 +486,8 @@ def extend(traced: Traced, stack: BlockStack, k: int, depth: int, model: nn.Modu
         if label is None:
             nv = torch.fx.node.map_arg(v, lambda a: resolve(a, None, None))
             target = spec.target
+            if spec.kind.name == "GRADIENT_TO_USER_INPUT":   # (a stage's boundary input, named anew)
+                target = _input_named(target, placeholders, [x for x in graph.nodes if x.op == "placeholder"], env)
         else:
             if not isinstance(v, torch.fx.Node) or lay.label.get(v) != label:
                 raise NotRepeatable(f"output '{spec.target}' is not computed in its block")
@@ -490,11 +499,39 @@ def extend(traced: Traced, stack: BlockStack, k: int, depth: int, model: nn.Modu
         new_out_specs.append(OutputSpec(kind=spec.kind, arg=arg, target=target))
     out = graph.output(type(output_node.args[0])(new_values))
     out.meta = dict(output_node.meta)
-    _renumber_regions(graph)
+    _renumber_regions(graph, min((r for n in nodes if isinstance(r := (n.meta.get("custom") or {}).get(CHECKPOINT_KEY),
+                                                                   int)), default=0))
     gm = torch.fx.GraphModule(ep.graph_module, graph)
     sig = ExportGraphSignature(input_specs=input_specs, output_specs=new_out_specs)
     new_ep = torch_compat.update_exported_program(ep, gm, sig, state_dict=state_dict, constants=constants)
     return _traced(new_ep, traced, lay, depth), [key for key in order if key[0] is not output_node]
+
+
+def _input_named(target: str, old: list[torch.fx.Node], new: list[torch.fx.Node], env: dict) -> str:
+    """An input gradient's target (the input's name, or ``arg<position>_1`` after the joint
+    decomposition) in the built program."""
+    m = re.fullmatch(r"arg(\d+)_(\d+)", target)
+    if m:
+        return f"arg{new.index(env[(old[int(m.group(1))], None)])}_{m.group(2)}"
+    named = next((x for x in old if x.name == target), None)
+    if named is None:
+        raise NotRepeatable(f"a gradient output names input '{target}', which the trace does not hold")
+    return env[(named, None)].name
+
+
+def _lifted_buffer(lay: _Layout, n: torch.fx.Node, target: str, shift: int) -> str:
+    """A block's constant held as a buffer (a pipeline stage holds the model's lifted constants,
+    numbered model-wide: ``layers.8.attn.lifted_tensor_18``) at a block ``shift`` blocks on: its
+    number steps as from the template block to the next."""
+    mm = _LIFTED.match(target)
+    if mm is None or shift == 0 or lay.specs[n].kind != torch.export.graph_signature.InputKind.BUFFER:
+        return target
+    pos = lay.pos.get(n)
+    if pos is None or len(lay.blocks) <= _TEMPLATE + 1 or pos >= len(lay.blocks[_TEMPLATE + 1]):
+        raise NotRepeatable(f"constant '{target}' has no counterpart in the next block")
+    step = (_number(lay.specs[lay.blocks[_TEMPLATE + 1][pos]].target)[1]
+            - _number(lay.specs[lay.blocks[_TEMPLATE][pos]].target)[1])
+    return f"{mm.group(1)}{_number(lay.specs[n].target)[1] + shift * step}"
 
 
 def _state(ep: Any, spec: InputSpec, target: str | None, model: nn.Module, state_dict: dict, constants: dict) -> None:
@@ -543,14 +580,15 @@ class _Regions:
         return ("block", owner + b - label, self.rank[region])
 
 
-def _renumber_regions(graph: torch.fx.Graph) -> None:
-    """Checkpoint regions numbered again in the order the forward enters them (a copy's regions are
-    its own)."""
+def _renumber_regions(graph: torch.fx.Graph, start: int = 0) -> None:
+    """Checkpoint regions numbered again from ``start`` in the order the forward enters them (a
+    copy's regions are its own; a pipeline stage's regions keep the model's numbers: they start at
+    its first block's)."""
     ids: dict[Any, int] = {}
     for n in graph.nodes:   # a region is a forward notion (backward nodes inherit their op's tag)
         custom = n.meta.get("custom")
         if custom and CHECKPOINT_KEY in custom and n.meta.get("partitioner_tag") != "is_backward":
-            ids.setdefault(custom[CHECKPOINT_KEY], len(ids))
+            ids.setdefault(custom[CHECKPOINT_KEY], start + len(ids))
     for n in graph.nodes:
         custom = n.meta.get("custom")
         if custom and any(custom.get(key) in ids for key in (CHECKPOINT_KEY, RECOMPUTE_KEY)):
@@ -636,7 +674,8 @@ def _number(name: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2) or 0)
 
 
-def _fitted_names(built: list[Key], check: Traced) -> Callable[[int], Callable[[Key, str], str]]:
+def _fitted_names(built: list[Key], check: Traced,
+                  k: int = TEMPLATE_DEPTH) -> Callable[[int], Callable[[Key, str], str]]:
     """Node names at a depth, as a full export would give them (call the result with the depth).
 
     FX numbers the nodes of one base name (``mm``, ``mm_1``, ...) in the order they were created,
@@ -645,10 +684,9 @@ def _fitted_names(built: list[Key], check: Traced) -> Callable[[int], Callable[[
     node for node with the program built for 4 blocks (``built``: its keys in program order)."""
     exported = [n for n in check.ep.graph.nodes if n.op != "output"]
     if len(exported) != len(built):
-        raise NotRepeatable(f"the program built for {CHECK_DEPTH} blocks has {len(built)} nodes, "
+        raise NotRepeatable(f"the program built for {k + 1} blocks has {len(built)} nodes, "
                             f"the exported one {len(exported)}")
     at4 = {key: node.name for key, node in zip(built, exported)}
-    k = TEMPLATE_DEPTH
 
     def at(depth: int) -> Callable[[Key, str], str]:
         def name(key: Key, natural: str) -> str:
@@ -659,7 +697,7 @@ def _fitted_names(built: list[Key], check: Traced) -> Callable[[int], Callable[[
             base, n3 = _number(x.name)
             b4, n4 = _number(at4[first])
             if b4 != base:
-                raise NotRepeatable(f"'{x.name}' is named '{at4[first]}' at {CHECK_DEPTH} blocks")
+                raise NotRepeatable(f"'{x.name}' is named '{at4[first]}' at {k + 1} blocks")
             number = n3 + (depth - k) * (n4 - n3)
             if c is not None:
                 number += c * (_number(at4[(x, 1)])[1] - n4)
@@ -669,8 +707,9 @@ def _fitted_names(built: list[Key], check: Traced) -> Callable[[int], Callable[[
     return at
 
 
-def _trace_blocks(model: nn.Module, stack: BlockStack, indices: list[int], trace: Callable[[], Traced]) -> Traced:
-    with keep_blocks(model, stack, indices):
+def _trace_blocks(keep: Callable[[list[int]], contextlib.AbstractContextManager], indices: list[int],
+                  trace: Callable[[], Traced]) -> Traced:
+    with keep(indices):
         try:
             return trace()
         except Exception as e:  # noqa: BLE001  (the model may need all its blocks: export it whole)
@@ -686,28 +725,46 @@ def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
     can; False = never)."""
     if reuse is False or not isinstance(model, nn.Module):
         return finish(trace()), BlockReuse(None, False, "off")
-    stack, why = find_block_stack(model)
-    least = CHECK_DEPTH + 1 if reuse else MIN_BLOCKS
+    stage = getattr(model, "repeated_blocks", None)   # a pipeline stage's run (spmdc.frontend.stage_blocks)
+    if stage is not None:
+        stack, why = stage.stack, ""
+        # (a stage is cut to its first blocks; that every block is the same program was checked
+        # on its fx graph, the last one included)
+        # (its last block may differ from the others: a stage's output gradient comes in as an
+        # input, so the template is the trace at one block more)
+        depth = TEMPLATE_DEPTH + 1
+        check_indices = list(range(depth + 1))
+
+        def keep(indices: list[int]) -> contextlib.AbstractContextManager:
+            return stage.keeping(model, len(indices))
+    else:
+        stack, why = find_block_stack(model)
+        depth = TEMPLATE_DEPTH
+        check_indices = [*range(CHECK_DEPTH - 1), stack.count - 1] if stack is not None else []
+
+        def keep(indices: list[int]) -> contextlib.AbstractContextManager:
+            return keep_blocks(model, stack, indices)
+    least = len(check_indices) + 1 if reuse else MIN_BLOCKS
     if stack is None or stack.count < least:
         return finish(trace()), BlockReuse(stack, False, why or f"{stack.count} blocks (< {least})")
     timings: dict[str, float] = {}
     t = time.perf_counter()
     try:
-        shallow = _trace_blocks(model, stack, list(range(TEMPLATE_DEPTH)), trace)
-        timings[f"trace_{TEMPLATE_DEPTH}"] = time.perf_counter() - t
+        shallow = _trace_blocks(keep, list(range(depth)), trace)
+        timings[f"trace_{depth}"] = time.perf_counter() - t
         t = time.perf_counter()
         # the check's last block is the model's last: a block that behaves by its index at the end
         # (HuggingFace's layer_types, a last layer without its MLP) makes the check fail
-        check = _trace_blocks(model, stack, [*range(CHECK_DEPTH - 1), stack.count - 1], trace)
-        timings[f"trace_{CHECK_DEPTH}"] = time.perf_counter() - t
+        check = _trace_blocks(keep, check_indices, trace)
+        timings[f"trace_{depth + 1}"] = time.perf_counter() - t
         t = time.perf_counter()
-        _, keys = extend(shallow, stack, TEMPLATE_DEPTH, CHECK_DEPTH, model)
-        names = _fitted_names(keys, check)
-        built4, _ = extend(shallow, stack, TEMPLATE_DEPTH, CHECK_DEPTH, model, names(CHECK_DEPTH))
+        _, keys = extend(shallow, stack, depth, depth + 1, model)
+        names = _fitted_names(keys, check, depth)
+        built4, _ = extend(shallow, stack, depth, depth + 1, model, names(depth + 1))
         diff = first_difference(finish(built4), finish(check))
         if diff is not None:
-            raise NotRepeatable(f"the program built for {CHECK_DEPTH} blocks differs from the exported one {diff}")
-        built, _ = extend(shallow, stack, TEMPLATE_DEPTH, stack.count, model, names(stack.count))
+            raise NotRepeatable(f"the program built for {depth + 1} blocks differs from the exported one {diff}")
+        built, _ = extend(shallow, stack, depth, stack.count, model, names(stack.count))
         info = finish(built)
         timings["build"] = time.perf_counter() - t
     except NotRepeatable as e:

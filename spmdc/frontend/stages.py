@@ -351,6 +351,12 @@ def split_stages(model: nn.Module, inputs: Sequence[Any], *, stages: Sequence[Se
         raise StageError(f"stage {empty[0]} ({' '.join(listed[empty[0]])}) has no op: its modules do nothing in "
                          "this forward")
     split = _cut(gm, gm, where, listed)
+    from spmdc.frontend.repeated import find_block_stack
+    from spmdc.frontend.stage_blocks import StageBlocks
+
+    stack, _ = find_block_stack(model)
+    for s in split.stages:   # a stage's run of the model's repeated blocks: its programs built from 3 of them
+        s.module.repeated_blocks = StageBlocks.find(s.module, stack)
     for name, p in model.named_parameters(remove_duplicate=False):
         split.aliases.setdefault(id(p), []).append(name)
     return split

@@ -185,12 +185,16 @@ def bsr_plan(shape: Sequence[int], src: Any, dst: Any, meshes: dict[str, MeshSpe
     terms = sorted({p.term for p in sp}, key=lambda t: (t is None, t or ()))
     load: dict[int, int] = {}
     plan = BsrPlan(shape, sp, dp, op=next(iter(ops)) if ops else None)
+    held: dict[tuple[Any, Box], list[Piece]] = {}   # (term, cell) -> its holders, in source order
+    for p in sp:
+        for cell in box_cells(p.box, cuts):
+            held.setdefault((p.term, cell), []).append(p)
     for want in dp:
         if box_numel(want.box) == 0:
             continue
         for cell in box_cells(want.box, cuts):
             for term in terms:
-                holders = [p for p in sp if p.term == term and box_inside(cell, p.box)]
+                holders = held.get((term, cell), [])
                 if not holders:
                     if term is None:
                         raise ValueError(f"no rank holds slice {cell} of the source layout"

@@ -53,6 +53,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-roles", type=positive(int), default=64, metavar="N",
                     help="refuse when the ranks need more than N distinct programs (uneven or ragged layouts; "
                          "default 64)")
+    ap.add_argument("--jobs", type=positive(int), default=None, metavar="N",
+                    help="a pipeline's stages compiled N at a time, each in a forked process (default: one per CPU)")
     CompileOptions.add_arguments(ap)
     ap.set_defaults(opt_verify_each=False)   # a dry run verifies each stage's result, not every pass's
     ap.add_argument("--verbose", action="store_true", help="show Python tracebacks of errors")
@@ -100,12 +102,12 @@ def plan_main(args: argparse.Namespace) -> int:
     try:
         report = dry_run(w.model, w.inputs, mesh=mesh, plan=plan, device=device, train=cfg.train, loss_fn=w.loss_fn,
                          loss_inputs=w.loss_inputs, kwargs=w.kwargs, optimizer=cfg.optimizer if cfg.train else None,
-                         options=cfg.options, max_roles=args.max_roles)
+                         options=cfg.options, max_roles=args.max_roles, jobs=args.jobs)
     except ValueError as e:
         if str(e).startswith("spmdc plan"):
             raise UserError(str(e)) from None
         raise
-    report.timings = {"build": built, **report.timings}
+    report.timings = {"build": built, **report.timings, "wall": time.perf_counter() - t0}
     print_report(console, cfg, mesh, plan, device, report)
     if args.json:
         from spmdc.tools.errors import write_text
@@ -178,8 +180,9 @@ def print_report(console: Any, cfg: Any, mesh: Any, plan: Any, device: Any, repo
         console.print("≤: expert moves carry the rows the routing sends, at most the slot's capacity (shown)")
     t = report.timings
     console.print(f"compiled {len(report.roles)} role program(s) for {report.world} ranks in "
-                  f"{sum(t.values()):.1f} s (model {t.get('build', 0):.1f} s, global program {t['global']:.1f} s, "
-                  f"role programs {t['roles']:.1f} s); peak memory: static liveness of each role's program plus "
+                  f"{t['wall']:.1f} s (model {t.get('build', 0):.1f} s, global program {t['global']:.1f} s, "
+                  f"role programs {t['roles']:.1f} s{'; stages in parallel workers' if 'stages' in t else ''}); "
+                  "peak memory: static liveness of each role's program plus "
                   "its collectives' staging buffers and the optimizer update (docs/cli.md)")
 
 
