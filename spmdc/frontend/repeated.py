@@ -56,10 +56,11 @@ from spmdc.frontend.loss import WRAP_PREFIX, strip_wrapper
 from spmdc.frontend.metadata import node_infos
 from spmdc.frontend.program import ExportedProgramInfo, NodeInfo
 
-__all__ = ["MIN_BLOCKS", "BlockReuse", "BlockStack", "NotRepeatable", "RepeatedBlocksWarning",
+__all__ = ["MIN_BLOCKS", "MIN_STAGE_BLOCKS", "BlockReuse", "BlockStack", "NotRepeatable", "RepeatedBlocksWarning",
            "export_reusing_blocks", "extend", "find_block_stack", "first_difference", "keep_blocks"]
 
 MIN_BLOCKS = 8       # fewer blocks: exporting depths 3 and 4 costs about what the whole export does
+MIN_STAGE_BLOCKS = 12   # a pipeline stage is traced at 4 and 5 blocks: below this, exported whole
 TEMPLATE_DEPTH = 3   # blocks 0, 1 (the template: it has a block before and after it), 2
 CHECK_DEPTH = 4      # the construction is checked against a real export at this depth
 _TEMPLATE = 1
@@ -744,7 +745,7 @@ def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
 
         def keep(indices: list[int]) -> contextlib.AbstractContextManager:
             return keep_blocks(model, stack, indices)
-    least = len(check_indices) + 1 if reuse else MIN_BLOCKS
+    least = len(check_indices) + 1 if reuse else MIN_STAGE_BLOCKS if stage is not None else MIN_BLOCKS
     if stack is None or stack.count < least:
         return finish(trace()), BlockReuse(stack, False, why or f"{stack.count} blocks (< {least})")
     timings: dict[str, float] = {}
