@@ -307,7 +307,7 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             preds = [predict(mod, s, spec.mesh, device, optimizer if s.name == "train" else None,
                              store=whole_storage(mod, s, optimizer) if s.name == "train" else None)
                      for mod, s in zip(modules, steps)]
-            peaks = [step_memory(main_function(mod), s, None) for mod, s in zip(modules, steps)]
+            peaks = [step_memory(main_function(mod), s, None, device=device) for mod, s in zip(modules, steps)]
             grads, largest = _grad_bytes(modules[-1], steps[-1])
             fact = _StageRole(j, preds, [(p.gradients, p.activations, p.comm_buffers) for p in peaks],
                               _local_inputs(split, k, steps, modules), grads, largest,

@@ -13,7 +13,9 @@ after it is at most ``node_size``: ranks are numbered row-major, the last axis i
     p.axis_bandwidth(mesh, "dp")                         # GB/s the dp collectives get
 
 The figures are data-sheet numbers (bandwidths per direction); ``cpu`` is a rough guess for the
-gloo ranks of a test machine, marked as such.
+gloo ranks of a test machine, marked as such. ``scatter_staging``: memory the collective backend
+holds of its own while a reduce-scatter runs, per operand byte: none for NCCL, a copy of the input
+for gloo (1 in ``cpu``; ``spmdc.tools.calibrate`` measures it).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class DeviceProfile:
     launch_us: float = 4.0    # per kernel launch / op dispatch
     overlap: float = 1.0      # the share of a collective's time hidden behind compute when scheduled so
     dtensor_op_us: float = 30.0   # host time of one op on a DTensor (the optimizer's update on the parameters)
+    scatter_staging: float = 0.0  # the backend's own buffer while a reduce-scatter runs, per operand byte (gloo: 1)
     rough: bool = False       # a guess, not data-sheet figures
 
     def axis_bandwidth(self, mesh: Any, axes: tuple[str, ...] | list[str] | str) -> float:
@@ -70,10 +73,12 @@ DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
     DeviceProfile("a100-40gb", 312e12, 1555, 40, 300, 25),
     DeviceProfile("mi300x", 1307e12, 5300, 192, 448, 50),
     DeviceProfile("l4", 121e12, 300, 24, 32, 12.5),
-    DeviceProfile("cpu", 5e10, 10, 24, 2, 1, node_size=4, latency_us=300.0, launch_us=100.0, rough=True),
+    DeviceProfile("cpu", 5e10, 10, 24, 2, 1, node_size=4, latency_us=300.0, launch_us=100.0, scatter_staging=1.0,
+                  rough=True),
 )}
 ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}
 _FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough"}
+_MAY_BE_ZERO = {"scatter_staging"}
 
 
 def device_profile(name: str, overrides: str | dict[str, float] | None = None) -> DeviceProfile:
@@ -104,7 +109,7 @@ def device_profile(name: str, overrides: str | dict[str, float] | None = None) -
             near = difflib.get_close_matches(k, sorted(_FIELDS), n=3)
             raise ValueError(f"unknown device field '{k}'" + (f" (did you mean {', '.join(near)}?)" if near else "")
                              + f"; fields: {', '.join(sorted(_FIELDS))}")
-        if not v > 0:
-            raise ValueError(f"device field '{k}' must be > 0, got {v:g}")
+        if not (v >= 0 if k in _MAY_BE_ZERO else v > 0):
+            raise ValueError(f"device field '{k}' must be {'>=' if k in _MAY_BE_ZERO else '>'} 0, got {v:g}")
     fixed = {k: int(v) if k == "node_size" else float(v) for k, v in overrides.items()}
     return dataclasses.replace(profile, **fixed)

@@ -10,12 +10,14 @@ free, in time order), summed::
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["measure_peak"]
+__all__ = ["LiveTensor", "by_op", "measure_peak", "measure_peak_live", "peak_tensors"]
 
 
 def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
@@ -50,3 +52,82 @@ def memory_timeline_deltas(prof: Any) -> list[tuple[int, int]]:
     raw ``[memory]`` events; frees of tensors older than the profile count as negative)."""
     events = prof.profiler.kineto_results.events()
     return sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda r: r[0])
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    """A tensor live at the measured peak, created during the call."""
+
+    nbytes: int
+    category: str   # torch's memory profiler's: parameter, gradient, activation, temporary, optimizer_state, ...
+    op: str         # the innermost op that created it ("aten::mm"; "" when none was running)
+
+
+def peak_tensors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int, list[LiveTensor]]:
+    """``fn(*args, **kwargs)``, its peak as :func:`measure_peak` measures it on a CPU, and the tensors
+    created during the call that were live at that peak, largest first (torch.profiler's memory
+    profiler names their category; the op that created each is the innermost op running then; when
+    torch's analysis of the profile fails, as it does on some programs, the list is empty)::
+
+        out, peak, live = peak_tensors(cm.step, x, y)
+        sum(t.nbytes for t in live)   # <= peak (frees of tensors older than the call lower it)
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from spmdc.frontend.torch_compat import memory_timeline
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        out = fn(*args, **kwargs)
+    peak = _timeline_peak(prof)
+    try:
+        timeline = memory_timeline(prof)
+    except Exception:  # noqa: BLE001  (torch's analysis refuses some graphs, e.g. "version mismatch": no list then)
+        return out, peak, []
+    ops = sorted(((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
+                  if e.name() != "[memory]" and e.device_type().name == "CPU"), key=lambda o: o[0])
+    starts = [o[0] for o in ops]
+
+    def creator(t: int) -> str:
+        i = bisect.bisect_right(starts, t) - 1
+        while i >= 0:   # the latest-starting op still running at t: the innermost
+            if ops[i][1] >= t:
+                return ops[i][2]
+            i -= 1
+        return ""
+
+    live: dict[Any, tuple[int, str, int]] = {}
+    best: list[LiveTensor] = []
+    level = top = 0
+    for t, action, key, size, category in timeline:
+        if action == "CREATE":
+            live[key] = (size, category, t)
+            level += size
+        elif action == "DESTROY":
+            live.pop(key, None)
+            level -= size
+        elif action == "INCREMENT_VERSION" and key in live:
+            live[key] = (live[key][0], category, live[key][2])
+        if action in ("CREATE", "DESTROY") and level > top:
+            top = level
+            best = [LiveTensor(n, c, creator(at)) for n, c, at in live.values()]
+    return out, peak, sorted(best, key=lambda x: -x.nbytes)
+
+
+def measure_peak_live(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, tuple[int, list[LiveTensor]]]:
+    """``(fn(...), (peak, live tensors at it))``: :func:`peak_tensors` on a CPU; on a GPU the peak
+    of :func:`measure_peak` and no tensor list."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out, peak = measure_peak(fn, *args, **kwargs)
+        return out, (peak, [])
+    out, peak, live = peak_tensors(fn, *args, **kwargs)
+    return out, (peak, live)
+
+
+def by_op(live: list[LiveTensor]) -> list[tuple[str, int, int]]:
+    """``(creating op, tensors, bytes)`` of ``live``, most bytes first."""
+    rows: dict[str, list[int]] = {}
+    for t in live:
+        row = rows.setdefault(t.op or "(no op)", [0, 0])
+        row[0] += 1
+        row[1] += t.nbytes
+    return sorted(((op, n, b) for op, (n, b) in rows.items()), key=lambda r: (-r[2], r[0]))

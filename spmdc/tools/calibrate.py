@@ -19,7 +19,10 @@ ranks' contention for the cores is in the figures):
   on one machine: ``node_size`` is the job);
 * ``flops``: a 256×256×256 float32 matmul; ``hbm_gbps``: a 32 MiB copy (read and write);
 * ``overlap``: how much of the big all-reduce hides behind as many matmuls as take as long, run
-  together (1: all of it, 0: none; gloo ranks sharing their cores hide little).
+  together (1: all of it, 0: none; gloo ranks sharing their cores hide little);
+* ``scatter_staging``: the memory the backend allocates of its own while a reduce-scatter of 64 KiB
+  per rank runs, per operand byte (its measured peak above what was live,
+  :func:`~spmdc.runtime.memory.measure_peak`; gloo: 1, a copy of the input).
 
 Each figure is the median over its repetitions, then over the ranks. Used by
 ``bench/plan_accuracy.py`` (predictions on a calibrated ``cpu`` profile against measured runs).
@@ -106,6 +109,7 @@ def measure_device(reps: int = 20) -> dict[str, float]:
 
         t_k = _median_seconds(matmuls, max(3, reps // 4), dist.barrier)
         t_both = _median_seconds(both, max(3, reps // 4), dist.barrier)
+        scatter = _scatter_staging(dist, dev, n) if n > 1 else 0.0
         steps = max(1, 2 * (n - 1))
         moved = 2 * big.numel() * big.element_size() * (n - 1) / max(n, 1)   # ring all-reduce: bytes per rank
         mine = {"launch_us": launch * 1e6, "dtensor_op_us": dtensor_op * 1e6,
@@ -113,12 +117,13 @@ def measure_device(reps: int = 20) -> dict[str, float]:
                 "intra_gbps": moved / max(t_big - t_small, 1e-9) / 1e9 if n > 1 else 0.0,
                 "flops": 2 * 256 ** 3 / t_mm,
                 "hbm_gbps": 2 * src.numel() * src.element_size() / t_copy / 1e9,
-                "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big)))}
+                "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big))),
+                "scatter_staging": scatter}
         every: list[Any] = [None] * n
         dist.all_gather_object(every, mine)
         out = {k: statistics.median(r[k] for r in every) for k in mine}
         if n == 1:
-            for key in ("intra_gbps", "latency_us", "overlap"):
+            for key in ("intra_gbps", "latency_us", "overlap", "scatter_staging"):
                 out.pop(key)
         else:
             out["inter_gbps"] = out["intra_gbps"]
@@ -127,6 +132,19 @@ def measure_device(reps: int = 20) -> dict[str, float]:
     finally:
         if own:
             dist.destroy_process_group()
+
+
+def _scatter_staging(dist: Any, dev: Any, n: int) -> float:
+    """Bytes the backend allocates of its own while a reduce-scatter runs, per operand byte, rounded to
+    a quarter (gloo reduces a copy of its input: 1; NCCL: 0)."""
+    import torch
+
+    from spmdc.runtime.memory import measure_peak
+
+    part = torch.ones(1 << 14, device=dev)   # 64 KiB per rank
+    whole = torch.ones(n * part.numel(), device=dev)
+    _, scattered = measure_peak(lambda: dist.reduce_scatter_tensor(part, whole))
+    return round(4 * scattered / (whole.numel() * whole.element_size())) / 4
 
 
 def calibrated_profile(base: str, figures: dict[str, float]) -> Any:

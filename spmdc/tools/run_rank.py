@@ -33,7 +33,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     from spmdc.api.entry import CompiledModule, Optimizer
     from spmdc.compiler import Dump
     from spmdc.frontend.workloads import load_workload
-    from spmdc.runtime.memory import measure_peak
+    from spmdc.runtime.memory import by_op, measure_peak_live
     from spmdc.tools.run_metrics import compile_progress, step_suffix, workload_metrics
 
     forward_warnings()
@@ -76,7 +76,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         torch.manual_seed(job.get("seed", 0))   # the eager reference (--check) seeds the same way
         resumed = resume(cm, job) if job.get("load") else {}
         start_step = resumed.get("step", 0)
-        measured = None
+        measured, live_at_peak = None, []
         profiled = min(1, job["steps"] - 1)   # the second step (the first one allocates optimizer state)
         switches = {s["step"]: s for s in job.get("switch") or []}
         switched: list[dict[str, Any]] = []
@@ -104,7 +104,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                     f"{rep.transfer_seconds * 1000:.1f} ms)", flush=True)
             metrics.start()
             start = time.perf_counter()
-            call = measure_peak if k == profiled else _plain
+            call = measure_peak_live if k == profiled else _plain
             if job["train"]:
                 loss, peak = call(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)
                 losses.append(float(loss.detach()))
@@ -115,8 +115,9 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
             times.append(time.perf_counter() - start)
             rec = metrics.stop(losses[-1], **counted)
             records.append(dataclasses.asdict(rec))
-            if peak is not None:
-                measured = (k, peak)
+            if peak is not None:   # (the peak, and on a CPU what was live at it, by creating op)
+                measured = (k, peak[0])
+                live_at_peak = by_op(peak[1])
             what = "loss" if job["train"] else "|output|"
             say(f"[rank 0] step {start_step + k + 1}/{start_step + job['steps']}: {what} {losses[-1]:.6f}  "
                 f"({1000 * times[-1]:.1f} ms){step_suffix(rec)}", flush=True)
@@ -136,7 +137,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
                 "peak_bytes": None if job["options"].execution == "eager" else prog.peak_bytes,
-                "measured_peak": measured,
+                "measured_peak": measured, "live_at_peak": live_at_peak,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
                 "start_step": start_step, "switched": switched, "steps_here": steps_here, **_resumed(resumed),
                 "metrics": records, "mfu_of": metrics.describe(), "expert_rows": dict(cm.comm.stats.expert_rows),

@@ -178,6 +178,11 @@ def report_memory_and_files(console: Any, cfg: Any, r0: dict[str, Any]) -> None:
             k, peak = r0["measured_peak"]
             line += f", measured {peak / 1024:,.1f} KiB (step {start_step + k + 1}, {_measured_by()})"
         console.print(line)
+        rows = r0.get("live_at_peak") or []
+        if rows:   # (a CPU run: torch.profiler's memory timeline)
+            shown = ", ".join(f"{op} {n}x {b / 1024:,.1f} KiB" for op, n, b in rows[:6])
+            more = f", {len(rows) - 6} more ops" if len(rows) > 6 else ""
+            console.print(f"  live at the measured peak, by the op that made them: {shown}{more}")
     for what, where in (("IR after every pass", cfg.dump_ir), ("generated code of every rank", cfg.dump_codegen),
                         ("rank 0's op-by-op trace of the last step", cfg.eager_trace)):
         if where:
