@@ -50,8 +50,15 @@ def memory_timeline_deltas(prof: Any) -> list[tuple[int, int]]:
     """(time ns, +bytes allocated / −bytes freed) of every allocation a finished
     ``torch.profiler.profile(profile_memory=True)`` recorded, in time order (the profiler's
     raw ``[memory]`` events; frees of tensors older than the profile count as negative)."""
-    events = prof.profiler.kineto_results.events()
-    return sorted(((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"), key=lambda r: r[0])
+    out = []
+    for e in prof.profiler.kineto_results.events():
+        try:
+            memory = e.name() == "[memory]"
+        except UnicodeDecodeError:   # (an event name torch cannot decode: not a memory event)
+            continue
+        if memory:
+            out.append((e.start_ns(), e.nbytes()))
+    return sorted(out, key=lambda r: r[0])
 
 
 @dataclass(frozen=True)
@@ -79,12 +86,27 @@ def peak_tensors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         out = fn(*args, **kwargs)
     peak = _timeline_peak(prof)
-    try:
-        timeline = memory_timeline(prof)
-    except Exception:  # noqa: BLE001  (torch's analysis refuses some graphs, e.g. "version mismatch": no list then)
+    try:   # (a diagnostic: torch's analysis refuses some graphs, e.g. "version mismatch": no list then)
+        return out, peak, _live_at_peak(memory_timeline(prof), _op_spans(prof))
+    except Exception:  # noqa: BLE001
         return out, peak, []
-    ops = sorted(((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
-                  if e.name() != "[memory]" and e.device_type().name == "CPU"), key=lambda o: o[0])
+
+
+def _op_spans(prof: Any) -> list[tuple[int, int, str]]:
+    """(start ns, end ns, name) of the CPU ops a profile recorded, by start."""
+    ops = []
+    for e in prof.profiler.kineto_results.events():
+        try:
+            name = e.name()
+        except UnicodeDecodeError:   # (an event name torch cannot decode: not an op of ours)
+            continue
+        if name != "[memory]" and e.device_type().name == "CPU":
+            ops.append((e.start_ns(), e.end_ns(), name))
+    return sorted(ops, key=lambda o: o[0])
+
+
+def _live_at_peak(timeline: list[tuple[int, str, Any, int, str]], ops: list[tuple[int, int, str]]
+                  ) -> list[LiveTensor]:
     starts = [o[0] for o in ops]
 
     def creator(t: int) -> str:
@@ -96,7 +118,7 @@ def peak_tensors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
         return ""
 
     live: dict[Any, tuple[int, str, int]] = {}
-    best: list[LiveTensor] = []
+    best: list[tuple[int, str, int]] = []
     level = top = 0
     for t, action, key, size, category in timeline:
         if action == "CREATE":
@@ -109,8 +131,8 @@ def peak_tensors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
             live[key] = (live[key][0], category, live[key][2])
         if action in ("CREATE", "DESTROY") and level > top:
             top = level
-            best = [LiveTensor(n, c, creator(at)) for n, c, at in live.values()]
-    return out, peak, sorted(best, key=lambda x: -x.nbytes)
+            best = list(live.values())
+    return sorted((LiveTensor(n, c, creator(at)) for n, c, at in best), key=lambda x: -x.nbytes)
 
 
 def measure_peak_live(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, tuple[int, list[LiveTensor]]]:
