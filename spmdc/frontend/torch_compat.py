@@ -44,7 +44,6 @@ __all__ = [
     "decompose_joint",
     "wrapped_aot_export_function",
     "install_node_locations",
-    "memory_timeline",
 ]
 
 SUPPORTED_TORCH: tuple[int, int] = (2, 13)  # any 2.13.x (pyproject pins torch==2.13.0)
@@ -353,18 +352,3 @@ def install_node_locations(importer: Any, locate: Callable[[Any, Any], Any]) -> 
                                     py_attr_tracker=importer._py_attr_tracker)
     cache.spmdc_locate = locate
     importer._cc = cache
-
-
-
-def memory_timeline(prof: Any) -> list[tuple[int, str, Any, int, str]]:
-    """The memory timeline torch.profiler's memory profiler builds from a finished
-    ``profile(profile_memory=True, record_shapes=True, with_stack=True)``: ``(time ns, action,
-    tensor key, bytes, category)`` in time order; action ``PREEXISTING`` / ``CREATE`` /
-    ``INCREMENT_VERSION`` / ``DESTROY``, category ``parameter``, ``gradient``, ``activation``,
-    ``temporary``, ``optimizer_state``, ``input``, ``autograd_detail`` or ``unknown``."""
-    mp = prof._memory_profile()
-    out = []
-    for t, action, (key, version), size in mp.timeline:
-        cat = mp._categories.get(key, version)
-        out.append((int(t), action.name, key, int(size), cat.name.lower() if cat is not None else "unknown"))
-    return out

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["LiveTensor", "by_op", "measure_peak", "measure_peak_live", "peak_tensors"]
+__all__ = ["LiveTensor", "by_op", "measure_peak", "measure_peak_live", "memory_timeline", "peak_tensors"]
 
 
 def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
@@ -81,8 +81,6 @@ def peak_tensors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from spmdc.frontend.torch_compat import memory_timeline
-
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         out = fn(*args, **kwargs)
     peak = _timeline_peak(prof)
@@ -90,6 +88,20 @@ def peak_tensors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
         return out, peak, _live_at_peak(memory_timeline(prof), _op_spans(prof))
     except Exception:  # noqa: BLE001
         return out, peak, []
+
+
+def memory_timeline(prof: Any) -> list[tuple[int, str, Any, int, str]]:
+    """The memory timeline torch.profiler's memory profiler (a private API, torch 2.13) builds from a
+    finished ``profile(profile_memory=True, record_shapes=True, with_stack=True)``: ``(time ns,
+    action, tensor key, bytes, category)`` in time order; action ``PREEXISTING`` / ``CREATE`` /
+    ``INCREMENT_VERSION`` / ``DESTROY``, category ``parameter``, ``gradient``, ``activation``,
+    ``temporary``, ``optimizer_state``, ``input``, ``autograd_detail`` or ``unknown``."""
+    mp = prof._memory_profile()
+    out = []
+    for t, action, (key, version), size in mp.timeline:
+        cat = mp._categories.get(key, version)
+        out.append((int(t), action.name, key, int(size), cat.name.lower() if cat is not None else "unknown"))
+    return out
 
 
 def _op_spans(prof: Any) -> list[tuple[int, int, str]]:
