@@ -78,7 +78,7 @@ DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
 )}
 ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}
 _FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough"}
-_MAY_BE_ZERO = {"scatter_staging"}
+_MAY_BE_ZERO = {"scatter_staging", "overlap"}   # (gloo ranks sharing cores may hide none)
 
 
 def device_profile(name: str, overrides: str | dict[str, float] | None = None) -> DeviceProfile:
