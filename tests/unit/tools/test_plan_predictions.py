@@ -130,6 +130,10 @@ def test_device_profiles_and_their_links():
         device_profile("h100", "inter_gbp=3")
     with pytest.raises(ValueError, match="must be > 0"):
         device_profile("h100", {"hbm_gbps": 0})
+    # a share or a backend's copy may be none (gloo ranks sharing their cores can hide no transfer)
+    assert device_profile("cpu", {"overlap": 0, "scatter_staging": 0}).overlap == 0.0
+    with pytest.raises(ValueError, match="'overlap' must be >= 0"):
+        device_profile("cpu", {"overlap": -0.5})
 
 
 def test_a_llama3_shaped_meta_model_is_predicted_without_memory():
