@@ -10,14 +10,13 @@ free, in time order), summed::
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["LiveTensor", "by_op", "measure_peak", "measure_peak_live", "memory_timeline", "peak_tensors"]
+__all__ = ["LiveTensor", "by_op", "measure_peak", "measure_peak_live", "peak_tensors"]
 
 
 def measure_peak(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
@@ -66,85 +65,71 @@ class LiveTensor:
     """A tensor live at the measured peak, created during the call."""
 
     nbytes: int
-    category: str   # torch's memory profiler's: parameter, gradient, activation, temporary, optimizer_state, ...
-    op: str         # the innermost op that created it ("aten::mm"; "" when none was running)
+    op: str   # the innermost op that created it, allocator calls skipped ("aten::mm"; "" when none)
+
+
+_ALLOCATORS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+                         "aten::new_empty_strided", "aten::resize_", "aten::zeros", "aten::new_zeros"})
 
 
 def peak_tensors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int, list[LiveTensor]]:
     """``fn(*args, **kwargs)``, its peak as :func:`measure_peak` measures it on a CPU, and the tensors
-    created during the call that were live at that peak, largest first (torch.profiler's memory
-    profiler names their category; the op that created each is the innermost op running then; when
-    torch's analysis of the profile fails, as it does on some programs, the list is empty)::
+    created during the call that were live at that peak, largest first, each named by the op that
+    made it (the allocation's innermost enclosing op that is not a bare allocator: the ``aten::cat``
+    whose ``aten::empty`` made the buffer)::
 
         out, peak, live = peak_tensors(cm.step, x, y)
         sum(t.nbytes for t in live)   # <= peak (frees of tensors older than the call lower it)
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn(*args, **kwargs)
-    peak = _timeline_peak(prof)
-    try:   # (a diagnostic: torch's analysis refuses some graphs, e.g. "version mismatch": no list then)
-        return out, peak, _live_at_peak(memory_timeline(prof), _op_spans(prof))
-    except Exception:  # noqa: BLE001
-        return out, peak, []
+    return out, _timeline_peak(prof), _live_at_peak(_allocations(prof))
 
 
-def memory_timeline(prof: Any) -> list[tuple[int, str, Any, int, str]]:
-    """The memory timeline torch.profiler's memory profiler (a private API, torch 2.13) builds from a
-    finished ``profile(profile_memory=True, record_shapes=True, with_stack=True)``: ``(time ns,
-    action, tensor key, bytes, category)`` in time order; action ``PREEXISTING`` / ``CREATE`` /
-    ``INCREMENT_VERSION`` / ``DESTROY``, category ``parameter``, ``gradient``, ``activation``,
-    ``temporary``, ``optimizer_state``, ``input``, ``autograd_detail`` or ``unknown``."""
-    mp = prof._memory_profile()
-    out = []
-    for t, action, (key, version), size in mp.timeline:
-        cat = mp._categories.get(key, version)
-        out.append((int(t), action.name, key, int(size), cat.name.lower() if cat is not None else "unknown"))
-    return out
+def _allocations(prof: Any) -> list[tuple[int, int, int, str]]:
+    """``(time ns, address, +bytes / -bytes, creating op)`` of every allocation and free a finished
+    ``profile(profile_memory=True)`` recorded (its event tree), in time order."""
+    from torch._C._profiler import _EventType
 
-
-def _op_spans(prof: Any) -> list[tuple[int, int, str]]:
-    """(start ns, end ns, name) of the CPU ops a profile recorded, by start."""
-    ops = []
-    for e in prof.profiler.kineto_results.events():
-        try:
-            name = e.name()
-        except UnicodeDecodeError:   # (an event name torch cannot decode: not an op of ours)
+    out: list[tuple[int, int, int, str]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag != _EventType.Allocation:
             continue
-        if name != "[memory]" and e.device_type().name == "CPU":
-            ops.append((e.start_ns(), e.end_ns(), name))
-    return sorted(ops, key=lambda o: o[0])
+        fields = node.extra_fields
+        if fields.device.type != "cpu":
+            continue
+        op, parent = "", node.parent
+        while parent is not None:
+            if parent.tag == _EventType.TorchOp:
+                op = op or parent.name
+                if parent.name not in _ALLOCATORS:
+                    op = parent.name
+                    break
+            parent = parent.parent
+        out.append((int(node.start_time_ns), int(fields.ptr), int(fields.alloc_size), op))
+    return sorted(out, key=lambda r: r[0])
 
 
-def _live_at_peak(timeline: list[tuple[int, str, Any, int, str]], ops: list[tuple[int, int, str]]
-                  ) -> list[LiveTensor]:
-    starts = [o[0] for o in ops]
-
-    def creator(t: int) -> str:
-        i = bisect.bisect_right(starts, t) - 1
-        while i >= 0:   # the latest-starting op still running at t: the innermost
-            if ops[i][1] >= t:
-                return ops[i][2]
-            i -= 1
-        return ""
-
-    live: dict[Any, tuple[int, str, int]] = {}
-    best: list[tuple[int, str, int]] = []
+def _live_at_peak(allocations: list[tuple[int, int, int, str]]) -> list[LiveTensor]:
+    """The allocations live when the running total of ``allocations`` was highest."""
+    live: dict[int, tuple[int, str]] = {}
+    best: list[tuple[int, str]] = []
     level = top = 0
-    for t, action, key, size, category in timeline:
-        if action == "CREATE":
-            live[key] = (size, category, t)
-            level += size
-        elif action == "DESTROY":
-            live.pop(key, None)
-            level -= size
-        elif action == "INCREMENT_VERSION" and key in live:
-            live[key] = (live[key][0], category, live[key][2])
-        if action in ("CREATE", "DESTROY") and level > top:
+    for _, ptr, size, op in allocations:
+        level += size
+        if size > 0:
+            live[ptr] = (size, op)
+        else:
+            live.pop(ptr, None)
+        if level > top:
             top = level
             best = list(live.values())
-    return sorted((LiveTensor(n, c, creator(at)) for n, c, at in best), key=lambda x: -x.nbytes)
+    return sorted((LiveTensor(n, op) for n, op in best), key=lambda x: -x.nbytes)
 
 
 def measure_peak_live(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, tuple[int, list[LiveTensor]]]:
