@@ -44,10 +44,11 @@ from typing import Any
 
 from spmdc.codegen.names import Namer, py_name
 from spmdc.dialects.pyexpr import literal
+from spmdc.dialects.tensor.elementwise import inplace_operand
 from spmdc.ir.core import Block, Operation, Value
 from spmdc.ir.symbols import lookup_symbol
 
-EMITTER_VERSION = "7"
+EMITTER_VERSION = "8"
 TARGETS = ("torch", "triton")
 _MODULE_NAMES = frozenset({"torch", "ENTRY", "args", "comm", "triton", "tl", "spmdc_ops", "spmdc_attn"})
 
@@ -224,6 +225,9 @@ class PythonEmitter:
         triton_call = getattr(op, "triton_call", None) if self.target == "triton" else None
         if triton_call is not None:   # a Triton kernel library call (flash attention)
             return triton_call(ins)
+        written = inplace_operand(op)   # (spmdc.passes.in_place: the result goes into a dying operand)
+        if written is not None:
+            return op.inplace_expr(ins, written)  # type: ignore[attr-defined]
         torch_expr = getattr(op, "torch_expr", None)
         expr = torch_expr(ins) if torch_expr is not None else None
         if expr is not None:

@@ -94,6 +94,9 @@ class CompileOptions:
         "--memory-cap", type=byte_size, metavar="SIZE")
     fuse_collectives: bool = _opt(
         True, "per-rank rewrites that defer and merge reductions (fuse-collectives)", "--fuse-collectives")
+    in_place: bool = _opt(
+        True, "elementwise ops write their result into an operand that dies at them (in-place): a lower peak",
+        "--in-place")
     mixed_precision: Any = _opt(
         None, "cast each parameter's shard to bf16/fp16 before it is gathered and compute in it; gradients reduced "
         "and parameters, optimizer state kept in float32 (FSDP2's MixedPrecisionPolicy; default none)",
@@ -162,8 +165,8 @@ class CompileOptions:
         def bad(name: str, why: str) -> OptionError:
             return OptionError(f"option {name}={getattr(self, name)!r}: {why}")
 
-        for name in ("bucket", "overlap", "fuse_collectives", "check_inputs", "compile_cache", "eager_hints",
-                     "eager_trace", "verify_each", "share_programs"):
+        for name in ("bucket", "overlap", "fuse_collectives", "in_place", "check_inputs", "compile_cache",
+                     "eager_hints", "eager_trace", "verify_each", "share_programs"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "expected True or False")
         if isinstance(self.pp_schedule, str):   # (one name: interleaved, Interleaved1F1B -> interleaved1f1b)
@@ -240,7 +243,8 @@ class CompileOptions:
         """The pass pipeline's options for rank ``rank``'s program (:mod:`spmdc.compiler.pass_pipeline`)."""
         return PipelineOptions(rank=rank, bucket=self.bucket, overlap=self.overlap, memory_cap=self.memory_cap,
                                target=target or self.resolved_target(), rng=self.rng, fuse=self.fuse_collectives,
-                               suspend=self.vjp_pause or (), capacity_factor=float(self.moe_capacity_factor or 0.0))
+                               suspend=self.vjp_pause or (), capacity_factor=float(self.moe_capacity_factor or 0.0),
+                               in_place=self.in_place)
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from the defaults (for reports and dumps)."""

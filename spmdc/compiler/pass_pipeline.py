@@ -15,6 +15,8 @@
     suspend    suspend-for-backward{first=F count=N}         (cm(x)'s vjp program, saved activations)
                                                              pause before the backward
     kernels    fuse-kernels,dce                              (target=triton) Triton regions
+    inplace    in-place                                      (in_place=True) elementwise ops
+                                                             write into an operand dying at them
 
 The first stages run once on the global program; the rest on each rank's copy. The plan
 is not a pass (it takes a Python :class:`~spmdc.sharding.plan.Plan`); in an IR file it is
@@ -41,7 +43,8 @@ class PipelineOptions:
     ``fuse``: ``fuse-collectives`` (deferred and merged reductions) on each rank's program;
     ``suspend``: ``(first, count)`` of the inputs that resume a vjp program after its forward half
     (``spmd-pipeline{suspend=[1,1]}``; empty: none); ``capacity_factor``: expert slots of that many
-    times their even share of the routed rows, the rest dropped (0: dropless)."""
+    times their even share of the routed rows, the rest dropped (0: dropless); ``in_place``: elementwise
+    ops write into an operand that dies at them (``in-place``)."""
 
     rank: int = 0
     bucket: bool = False
@@ -52,6 +55,7 @@ class PipelineOptions:
     fuse: bool = True
     suspend: tuple[int, ...] = ()
     capacity_factor: float = 0.0
+    in_place: bool = True
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -88,12 +92,16 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
     if options.bucket:
         out.append(Stage("bucketing", "bucket-collectives", per_rank=True))
     if options.overlap:
-        out.append(Stage("schedule", f"schedule-collectives{{memory-cap={options.memory_cap}}}", per_rank=True))
+        keep = "" if options.memory_cap else " keep-peak=true"
+        out.append(Stage("schedule", f"schedule-collectives{{memory-cap={options.memory_cap}{keep}}}",
+                         per_rank=True))
     if options.suspend:   # (before fuse-kernels: no region spans the suspension, a barrier to it)
         first, count = options.suspend
         out.append(Stage("suspend", f"suspend-for-backward{{first={first} count={count}}}", per_rank=True))
     if options.target == "triton":
         out.append(Stage("kernels", "fuse-kernels,dce", per_rank=True))
+    if options.in_place:
+        out.append(Stage("inplace", "in-place", per_rank=True))
     return out
 
 
@@ -104,7 +112,8 @@ def pipeline_text(options: PipelineOptions, per_rank: bool | None = None) -> str
 
 SPMD_PIPELINE = NamedPipeline(
     "spmd-pipeline",
-    "the whole compiler on a planned module: prepare, global, rank, bucketing, schedule, suspend, kernels",
+    "the whole compiler on a planned module: prepare, global, rank, bucketing, schedule, suspend, kernels, "
+    "inplace",
     PipelineOptions, pipeline_text)
 
 

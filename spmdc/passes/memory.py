@@ -53,6 +53,7 @@ def lifetimes(ops: list[Operation], bases: dict[Value, Value] | None = None) -> 
     new tensors, but for an all-reduce's (not ``avg``): the buffer it reduced in place, the
     handle's (views of it). ``bases``, when given, is filled with each view's allocation."""
     from spmdc.dialects.comm.async_ops import WaitOp, collective_kind
+    from spmdc.dialects.tensor.elementwise import inplace_operand
 
     base: dict[Value, Value] = bases if bases is not None else {}   # a view's value -> the allocation it reads
     life: dict[Value, list[int]] = {}
@@ -67,9 +68,12 @@ def lifetimes(ops: list[Operation], bases: dict[Value, Value] | None = None) -> 
                 life[b][1] = max(life[b][1], i)
         in_place = start is not None and collective_kind(start) in ("comm.all_reduce", "comm.all_reduce_bucket") \
             and start.attr_value("op") != "avg"
+        written = inplace_operand(op)   # (an elementwise op writing into a dying operand: no allocation)
         for r in op.results:
             if in_place:
                 base[r] = op.operand(0)
+            elif written is not None:
+                base[r] = base.get(op.operand(written), op.operand(written))
             elif op.has_trait("View") and op.operands:
                 base[r] = base.get(op.operand(0), op.operand(0))
             elif isinstance(r.type, (TensorType, HandleType)):

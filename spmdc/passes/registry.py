@@ -40,6 +40,7 @@ PASS_MODULES: dict[str, str] = {
     "fuse-kernels": "spmdc.passes.fuse_kernels",
     "cross-group": "spmdc.passes.cross_group",
     "pipeline-schedule": "spmdc.passes.pipeline_schedule",
+    "in-place": "spmdc.passes.in_place",
 }
 
 

@@ -16,6 +16,7 @@ neg, casts) say where a pending sum may pass through.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -38,6 +39,14 @@ from spmdc.ir.types import TensorType
 ROUNDING_MODES = ("trunc", "floor")
 
 
+# torch functions taking ``out=`` that compute elementwise, so an operand may be their output
+OUT_FUNCTIONS = frozenset({
+    "add", "sub", "mul", "div", "neg", "exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+    "tanh", "sigmoid", "sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh",
+    "erf", "abs", "sign", "ceil", "floor", "trunc", "round", "maximum", "minimum", "fmod", "remainder", "where"})
+_CALL = re.compile(r"^torch\.(\w+)\((\{\d\}(?:, \{\d\})*)\)$")
+
+
 class ElementwiseOp(TensorOp):
     """Base: one result computed point by point from broadcast operands."""
 
@@ -45,6 +54,18 @@ class ElementwiseOp(TensorOp):
     kernel = "elementwise"
     partial_all: ClassVar[bool] = False
     partial_one: ClassVar[tuple[int, ...]] = ()
+
+    def verify_(self) -> None:
+        inplace_operand(self)
+
+    def inplace_expr(self, ins: Sequence[str], k: int) -> str | None:
+        """The op's torch expression writing its result into operand ``k``'s tensor (``out=``), or
+        None when its torch form has no such variant: what an ``inplace = k`` attribute emits
+        (:mod:`spmdc.passes.in_place`). ``torch.mul(a, b)`` → ``torch.mul(a, b, out=a)``."""
+        m = _CALL.match(type(self).torch or "")
+        if m is None or m.group(1) not in OUT_FUNCTIONS:
+            return None
+        return f"torch.{m.group(1)}({m.group(2).format(*ins)}, out={ins[k]})"
 
     def sharding_rule(self) -> OpShardingRule:
         return elementwise_rule([v.type for v in self.operands], self.result.type,  # type: ignore[misc]
@@ -138,6 +159,11 @@ class DivOp(BinaryOp):
         linear = self.result.tensor_type.is_float and self.rounding_mode is None
         return elementwise_rule([v.type for v in self.operands], self.result.type,  # type: ignore[misc]
                                 partial_one=(0,) if linear else ())
+
+    def inplace_expr(self, ins: Sequence[str], k: int) -> str | None:
+        if self.rounding_mode is None and self.result.tensor_type.is_float:
+            return f"torch.div({ins[0]}, {ins[1]}, out={ins[k]})"
+        return None
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         mode = self.rounding_mode
@@ -365,3 +391,27 @@ class CastOp(ElementwiseOp):
 
 OPS = [AddOp, SubOp, MulOp, DivOp, FmodOp, RemainderOp, MaximumOp, MinimumOp, NegOp, ExpOp, Expm1Op, LogOp,
        Log2Op, Log10Op, SqrtOp, RsqrtOp, TanhOp, CeilOp, FloorOp, TruncOp, RoundOp, ReluOp, CastOp]
+
+
+def inplace_operand(op: object) -> int | None:
+    """The operand an ``inplace = k`` op writes its result into (:mod:`spmdc.passes.in_place`);
+    None without the attribute. A wrong one (not an elementwise op with an ``out=`` form, ``k``
+    out of range, operand ``k`` not of the result's type) is an error naming the op."""
+    from spmdc.ir.attributes import IntegerAttr
+    from spmdc.ir.core import Operation
+
+    assert isinstance(op, Operation)
+    attr = op.attributes.get("inplace")
+    if attr is None:
+        return None
+    if not isinstance(attr, IntegerAttr) or not isinstance(op, ElementwiseOp):
+        raise op.emit_error(f"attribute 'inplace' must be an operand index on an elementwise op, got {attr}")
+    k = int(attr.value)
+    if not 0 <= k < len(op.operands):
+        raise op.emit_error(f"attribute 'inplace' = {k}: the op has {len(op.operands)} operand(s)")
+    if op.operand(k).type != op.results[0].type:
+        raise op.emit_error(f"attribute 'inplace' = {k}: operand #{k} is {op.operand(k).type}, the result "
+                            f"{op.results[0].type}; only an operand of the result's type can hold it")
+    if op.inplace_expr([f"_{j}" for j in range(len(op.operands))], k) is None:
+        raise op.emit_error("attribute 'inplace': this op has no torch form writing into an operand")
+    return k
