@@ -36,6 +36,7 @@ BUFFER_UPDATE_ATTR = "spmdc.buffer_update"  # the new value of buffer <fqn> (Bat
 # -- functions -------------------------------------------------------------------------------------
 TRAIN_STEP_ATTR = "spmdc.train_step"      # the function is a training step (forward + backward): UnitAttr
 RANK_ATTR = "spmdc.rank"                  # the function is one rank's program (after partition): IntegerAttr
+UNEVEN_ATTR = "spmdc.uneven"              # a rank program whose local shapes differ between ranks: UnitAttr
 STAGE_ATTR = "spmdc.stage"                # a pipeline rank function's stage: IntegerAttr
 STAGES_ATTR = "spmdc.stages"              # an interleaved rank function's stages: ArrayAttr of IntegerAttr
 SCHEDULE_ATTR = "spmdc.schedule"          # a pipeline rank function's schedule (gpipe, 1f1b): StringAttr
@@ -57,6 +58,6 @@ USER_INDEX_ATTR = "spmdc.user_index"      # the user input's position
 CAPTURE_LOC = "spmdc.capture"
 
 ATTR_NAMES = (PARAM_ATTR, BUFFER_ATTR, TIED_ATTR, BUCKET_ATTR, LOSS_ATTR, GRAD_OF_ATTR, GRAD_OF_INPUT_ATTR,
-              GRAD_NORM_ATTR, BUFFER_UPDATE_ATTR, TRAIN_STEP_ATTR, RANK_ATTR, STAGE_ATTR, STAGES_ATTR,
+              GRAD_NORM_ATTR, BUFFER_UPDATE_ATTR, TRAIN_STEP_ATTR, RANK_ATTR, UNEVEN_ATTR, STAGE_ATTR, STAGES_ATTR,
               SCHEDULE_ATTR, GROUP_ATTR, GROUP_INDEX_ATTR, BUCKETS_ATTR, RECOMPUTE_ATTR, LATE_ATTR, KIND_ATTR,
               NAME_ATTR, FQN_ATTR, USER_INDEX_ATTR, CAPTURE_LOC)

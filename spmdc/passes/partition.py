@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spmdc.dialects.attrs import RANK_ATTR
+from spmdc.dialects.attrs import RANK_ATTR, UNEVEN_ATTR
 from spmdc.dialects.comm.experts import ExpertCombineOp as CommExpertCombineOp
 from spmdc.dialects.comm.experts import ExpertDispatchOp as CommExpertDispatchOp
 from spmdc.dialects.func import FuncOp
@@ -40,7 +40,7 @@ from spmdc.dialects.tensor import (
     RandomOp,
     SliceOp,
 )
-from spmdc.ir.attributes import ArrayAttr, BoolAttr, DenseAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from spmdc.ir.attributes import ArrayAttr, BoolAttr, DenseAttr, IntegerAttr, StringAttr, SymbolRefAttr, UnitAttr
 from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder, Rewriter
 from spmdc.ir.types import FunctionType, TensorType
@@ -85,9 +85,16 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         r //= n
     coords = tuple(reversed(coords))
 
+    first, last = tuple(0 for _ in shape), tuple(n - 1 for n in shape)
+    uneven = False
+
     def local(ty: object, layout) -> object:
+        nonlocal uneven
         if not isinstance(ty, TensorType) or layout is None:
             return ty
+        if not uneven:   # (torch.chunk pieces shrink with the coordinate: the first and last bound them)
+            uneven = local_shape(ty.shape, tuple(layout), shape, first) != local_shape(ty.shape, tuple(layout), shape,
+                                                                                        last)
         return ty.with_shape(local_shape(ty.shape, tuple(layout), shape, coords))
 
     rewriter = Rewriter()
@@ -143,6 +150,8 @@ def partition_function(module: Operation, func: FuncOp, rank: int) -> None:
         results.append(v.type)
     func.set_function_type(FunctionType(tuple(a.type for a in func.args), tuple(results)))
     func.attributes[RANK_ATTR] = IntegerAttr(rank)
+    if uneven:
+        func.attributes[UNEVEN_ATTR] = UnitAttr()
 
 
 def _first_source(op: Operation, shape, coords) -> int:

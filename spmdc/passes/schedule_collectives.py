@@ -12,7 +12,11 @@ Collectives form *lanes*: gathers, reduce-scatters and all-reduces, per mesh and
    computed (the all-gather of block i+1 is issued right after block i's gather is waited,
    so it runs while block i computes; in the backward, the re-gathers in reverse block order
    likewise), unless that would lift the program's estimated peak memory
-   (:mod:`spmdc.passes.memory`) above ``memory-cap`` bytes (0: no cap).
+   (:mod:`spmdc.passes.memory`) above ``memory-cap`` bytes (0: no cap). Without a cap,
+   ``keep-peak`` bounds the rise by the peak the program has with every start where it was:
+   a prefetch never makes the peak higher (the backward's first re-gather is not issued during
+   the loss, where the activations peak). Its decisions are taken from estimates that are the
+   same on every rank unless the ranks' shapes differ (``spmdc.uneven``): there it is off.
 
 No op moves across a value it depends on, and starts keep their relative order within a
 lane. Ranks of one process group must issue its collectives in one order: every decision
@@ -42,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spmdc.dialects.attrs import RANK_ATTR
+from spmdc.dialects.attrs import RANK_ATTR, UNEVEN_ATTR
 from spmdc.dialects.comm import START_OPS, CollectiveOp, StartOp, WaitOp
 from spmdc.dialects.func import FuncOp
 from spmdc.ir.core import Block, Operation
@@ -81,8 +85,9 @@ def lane(start: StartOp) -> tuple:
     return (_LANE[start.SYNC.name], start.symbol_ref("mesh"), start.axes)
 
 
-def schedule_block(block: Block, memory_cap: int = 0) -> list[tuple[StartOp, WaitOp]]:
-    """Split and reorder ``block``'s collectives (see the module docstring); the pairs made."""
+def schedule_block(block: Block, memory_cap: int = 0, keep_peak: bool = False) -> list[tuple[StartOp, WaitOp]]:
+    """Split and reorder ``block``'s collectives (see the module docstring); the pairs made.
+    ``keep_peak`` (no cap given): starts rise only as far as the estimated peak allows."""
     pairs = split_async(block)
     if not pairs:
         return pairs
@@ -97,7 +102,7 @@ def schedule_block(block: Block, memory_cap: int = 0) -> list[tuple[StartOp, Wai
     if not memory_cap:
         order = _Order(ops)
         _sink(order, pairs, nxt, block)
-        _rise(order, pairs, prev, block)
+        _rise(order, pairs, prev, block, keep_peak)
         ops[:] = order.in_order()
         return pairs
     for _, wait in reversed(pairs):
@@ -212,9 +217,13 @@ def _sink(order: _Order, pairs: list[tuple[StartOp, WaitOp]], nxt: dict[int, Sta
 
 
 def _rise(order: _Order, pairs: list[tuple[StartOp, WaitOp]], prev: dict[int, WaitOp | None],
-          block: Block) -> None:
+          block: Block, keep_peak: bool = False) -> None:
     """Step 2 (no memory cap): each start moves up to just after the last of its operands'
-    definitions in ``block`` and its lane's previous wait (or to the block's top)."""
+    definitions in ``block`` and its lane's previous wait (or to the block's top). ``keep_peak``:
+    no further than its receive buffers fit under the peak the program has with every start
+    where it was (after step 1): prefetching never lifts the peak. The live bytes are those of
+    that order, raised by each start that moves over the ops it moves above."""
+    guard = _PeakGuard(order.in_order()) if keep_peak else None
     for start, _ in pairs:
         anchors = [d for v in start.operands if (d := v.defining_op()) is not None and d.parent is block]
         if prev[id(start)] is not None:
@@ -223,7 +232,41 @@ def _rise(order: _Order, pairs: list[tuple[StartOp, WaitOp]], prev: dict[int, Wa
         before = order.prev[id(start)]
         if before is None or (anchor is not None and order.key[id(anchor)] >= order.key[id(before)]):
             continue   # already right after it
+        if guard is not None:
+            anchor = guard.highest(start, anchor)
+            if anchor is before:
+                continue
         order.move_after(start, anchor)
+
+
+class _PeakGuard:
+    """Live bytes after each op of the order before step 2 (indices fixed there): how high a start
+    may rise without lifting their peak."""
+
+    def __init__(self, ops: list[Operation]) -> None:
+        self.ops = list(ops)
+        self.pos = {id(op): k for k, op in enumerate(self.ops)}
+        prof = profile(self.ops)
+        self.live = list(prof.live)
+        self.cap = prof.peak
+        self.moved: set[int] = set()
+
+    def highest(self, start: StartOp, anchor: Operation | None) -> Operation | None:
+        """The op ``start`` may follow: at or below ``anchor`` (None: the top), as high as its
+        buffers fit under the cap; records the move."""
+        i = self.pos[id(start)]
+        floor = self.pos[id(anchor)] + 1 if anchor is not None else 0
+        nbytes = start.result.type.num_bytes   # type: ignore[attr-defined]
+        k = i
+        while k > floor and self.live[k - 1] + nbytes <= self.cap:
+            k -= 1
+        for j in range(k, i):
+            self.live[j] += nbytes
+        self.moved.add(id(start))
+        j = k - 1
+        while j >= 0 and id(self.ops[j]) in self.moved:   # (an op still in its place)
+            j -= 1
+        return self.ops[j] if j >= 0 else None
 
 
 @dataclass
@@ -232,6 +275,7 @@ class ScheduleCollectives(ModulePass):
 
     name: ClassVar[str] = "schedule-collectives"
     memory_cap: int = 0
+    keep_peak: bool = False
 
     def __post_init__(self) -> None:
         if self.memory_cap < 0:
@@ -240,7 +284,9 @@ class ScheduleCollectives(ModulePass):
     def run(self, module: Operation) -> None:
         for op in module.body.ops:
             if isinstance(op, FuncOp) and RANK_ATTR in op.attributes:
-                schedule_block(op.body, self.memory_cap)
+                # (ranks of uneven shapes estimate different peaks: their decisions could order one
+                # process group's collectives differently, so they rise as far as they can)
+                schedule_block(op.body, self.memory_cap, self.keep_peak and UNEVEN_ATTR not in op.attributes)
 
 
 PASS = ScheduleCollectives

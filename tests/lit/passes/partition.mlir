@@ -7,7 +7,7 @@ shard.mesh @mesh = <["dp" = 2, "tp" = 2]>
 // CHECK-LABEL: func.func @local_shapes
 // CHECK-SAME: %x: tensor<3x8xf32> {shard.sharding = #shard<@mesh, [S(0), R]>}
 // CHECK-SAME: %w: tensor<8x2xf32> {shard.sharding = #shard<@mesh, [R, S(1)]>}
-// CHECK-SAME: attributes {spmdc.rank = 1}
+// CHECK-SAME: attributes {spmdc.rank = 1, spmdc.uneven}
 // CHECK: tensor.matmul %x, %w : (tensor<3x8xf32>, tensor<8x2xf32>) -> tensor<3x2xf32>
 // CHECK-NOT: shard.sharding = [
 // CHECK: func.return
