@@ -46,6 +46,17 @@ def _call(item: Any) -> tuple[str, Any]:
             return "error", RuntimeError(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
 
 
+def _child_init() -> None:
+    """In a forked worker: torch's CPU ops on one thread. The parent's OpenMP thread pool does not
+    survive the fork, and the first parallel region in the child waits on it for ever (seen: an
+    Adam step measured in a worker hung)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], jobs: int) -> list[Any]:
     """``[fn(x) for x in items]``, computed by up to ``jobs`` forked workers (see the module doc)."""
     global _TASK
@@ -54,7 +65,7 @@ def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], jobs: int) -> lis
         return [fn(x) for x in items]   # (_TASK set: already in a worker, or nested: run here)
     _TASK = fn
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(items)), initializer=_child_init) as pool:
             outcomes = pool.map(_call, items, chunksize=1)
     finally:
         _TASK = None

@@ -55,3 +55,33 @@ def test_stages_in_workers_predict_what_they_predict_one_after_the_other():
     assert [(r.group, r.ranks, r.ops) for r in here.roles] == [(r.group, r.ranks, r.ops) for r in forked.roles]
     assert [r.prediction for r in here.roles] == [r.prediction for r in forked.roles]
     assert len(here.roles) == 2
+
+
+_AFTER_PARALLEL_OPS = """
+import torch
+from spmdc.api.forked import forked_map
+torch.set_num_threads(2)
+x = torch.ones(1 << 22)
+for _ in range(3):
+    x.mul_(1.0).add_(0.0)          # the parent's OpenMP pool is running now
+p = torch.nn.Parameter(torch.zeros(1 << 20))
+p.grad = torch.ones_like(p)
+opt = torch.optim.Adam([p])
+
+def step(_):
+    opt.step()                     # parallel elementwise ops in the forked worker
+    return float(p.detach().sum())
+
+print(forked_map(step, [0, 1], jobs=2))
+"""
+
+
+def test_a_worker_runs_torch_ops_after_the_parent_ran_parallel_ones():
+    """A forked worker's first parallel region once waited for ever on the parent's OpenMP pool
+    (an Adam step measured by the pipeline dry run's memory prediction)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _AFTER_PARALLEL_OPS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("[") and "-" in done.stdout   # two sums of a stepped parameter
