@@ -239,6 +239,16 @@ def _rise(order: _Order, pairs: list[tuple[StartOp, WaitOp]], prev: dict[int, Wa
         order.move_after(start, anchor)
 
 
+def in_flight_bytes(start: StartOp) -> int:
+    """What a started collective holds until its wait: its receive buffer (the handle's bytes) and,
+    for a gather, the pack of its operands and the backend's own transfer buffer (gloo receives into
+    one of its own and copies out; the runtime then unpacks: :mod:`spmdc.runtime.collectives`)."""
+    handle = start.result.type.num_bytes   # type: ignore[attr-defined]
+    if _LANE[start.SYNC.name] != "gather":
+        return handle
+    return 2 * handle + sum(getattr(v.type, "num_bytes", 0) for v in start.operands)
+
+
 class _PeakGuard:
     """Live bytes after each op of the order before step 2 (indices fixed there): how high a start
     may rise without lifting their peak."""
@@ -256,7 +266,7 @@ class _PeakGuard:
         buffers fit under the cap; records the move."""
         i = self.pos[id(start)]
         floor = self.pos[id(anchor)] + 1 if anchor is not None else 0
-        nbytes = start.result.type.num_bytes   # type: ignore[attr-defined]
+        nbytes = in_flight_bytes(start)
         k = i
         while k > floor and self.live[k - 1] + nbytes <= self.cap:
             k -= 1
