@@ -1,6 +1,7 @@
 // RUN: %spmdc-opt %s -p schedule-collectives | FileCheck %s
 // RUN: %spmdc-opt %s -p bucket-collectives,schedule-collectives | FileCheck %s --check-prefix=INDUCTOR
 // RUN: %spmdc-opt %s -p 'schedule-collectives{memory-cap=1}' | FileCheck %s --check-prefix=CAP
+// RUN: %spmdc-opt %s -p 'schedule-collectives{keep-peak=true}' | FileCheck %s --check-prefix=KEEP
 
 shard.mesh @mesh = <["dp" = 2]>
 
@@ -39,6 +40,28 @@ func.func @prefetch(%w0: tensor<4x8xf32> {spmdc.param = "h.0.w"}, %w1: tensor<4x
 // CAP-NEXT: comm.wait
 func.func @capped(%w0: tensor<4x8xf32> {spmdc.param = "h.0.w"}, %w1: tensor<4x8xf32> {spmdc.param = "h.1.w"},
                   %x: tensor<8x8xf32>, %xx: tensor<64x64xf32>) -> (tensor<8x8xf32>, tensor<f32>) attributes {spmdc.rank = 0} {
+  %a = comm.all_gather %w0 {axis = "dp", dim = 0, mesh = @mesh} : (tensor<4x8xf32>) -> tensor<8x8xf32>
+  %y = tensor.matmul %x, %a : tensor<8x8xf32> loc("h.0.fc/aten.mm")
+  %big = tensor.exp %xx : tensor<64x64xf32> loc("h.0.act/aten.exp")
+  %s = tensor.sum %big {dims = [0, 1], keepdim = false} : (tensor<64x64xf32>) -> tensor<f32> loc("h.0.act/aten.sum")
+  %b = comm.all_gather %w1 {axis = "dp", dim = 0, mesh = @mesh} : (tensor<4x8xf32>) -> tensor<8x8xf32>
+  %z = tensor.matmul %y, %b : tensor<8x8xf32> loc("h.1.fc/aten.mm")
+  func.return %z, %s : tensor<8x8xf32>, tensor<f32>
+}
+
+// keep-peak (the compiler's default without a cap): the same decision with no cap given, from
+// the program's own peak; ranks of different local shapes (spmdc.uneven) could decide
+// differently, so there the start rises as far as it can.
+// KEEP-LABEL: func.func @capped(
+// KEEP:      tensor.sum
+// KEEP-NEXT: comm.all_gather_start %w1
+// KEEP-NEXT: comm.wait
+// KEEP-LABEL: func.func @capped_uneven
+// KEEP:      comm.wait
+// KEEP-NEXT: comm.all_gather_start %w1
+// KEEP-NEXT: tensor.matmul %x
+func.func @capped_uneven(%w0: tensor<4x8xf32> {spmdc.param = "h.0.w"}, %w1: tensor<4x8xf32> {spmdc.param = "h.1.w"},
+                  %x: tensor<8x8xf32>, %xx: tensor<64x64xf32>) -> (tensor<8x8xf32>, tensor<f32>) attributes {spmdc.rank = 0, spmdc.uneven} {
   %a = comm.all_gather %w0 {axis = "dp", dim = 0, mesh = @mesh} : (tensor<4x8xf32>) -> tensor<8x8xf32>
   %y = tensor.matmul %x, %a : tensor<8x8xf32> loc("h.0.fc/aten.mm")
   %big = tensor.exp %xx : tensor<64x64xf32> loc("h.0.act/aten.exp")
