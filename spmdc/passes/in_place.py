@@ -15,7 +15,7 @@ Before::
 After::
 
     %2 = tensor.mul %0, %1 : tensor<64x64xf32>
-    %3 = tensor.tanh %2 {inplace = 0 : i64} : tensor<64x64xf32>
+    %3 = tensor.tanh %2 {inplace = 0} : tensor<64x64xf32>
     func.return %3 : tensor<64x64xf32>
 
 (generated: ``tanh = torch.tanh(mul, out=mul)``). Operand ``k`` qualifies when
@@ -27,9 +27,10 @@ After::
   (a parameter, an input), a view, a collective's result (which may be a view of an argument)
   or a cast (``.to`` returns its input itself when the type already matches);
 * this op is the last use of that buffer and of every view of it (:func:`spmdc.passes.memory.lifetimes`:
-  uses inside nested regions and a started collective's operands until its wait count), and no
-  other operand of the op reads the same buffer through a view (a transpose of it would be read
-  while it is written).
+  a started collective's operands count until its wait); every user of the buffer is in this
+  block and is this op, a view, an op returning a new tensor or a collective's start (no alias of
+  it escapes); no other operand of the op reads the same buffer through a view (a transpose of it
+  would be read while it is written).
 
 Ops inside ``kernel.fused`` regions are left alone (a Triton kernel allocates its own outputs).
 """
