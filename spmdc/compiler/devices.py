@@ -14,8 +14,9 @@ after it is at most ``node_size``: ranks are numbered row-major, the last axis i
 
 The figures are data-sheet numbers (bandwidths per direction); ``cpu`` is a rough guess for the
 gloo ranks of a test machine, marked as such. ``scatter_staging``: memory the collective backend
-holds of its own while a reduce-scatter runs, per operand byte: none for NCCL, a copy of the input
-for gloo (1 in ``cpu``; ``spmdc.tools.calibrate`` measures it).
+holds of its own while the runtime's reduce-scatter runs, per operand byte: none for NCCL, none for
+gloo either since the runtime all-reduces its own packed buffer in place there (gloo's
+``reduce_scatter_tensor`` would copy its input: 1); ``spmdc.tools.calibrate`` measures it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class DeviceProfile:
     launch_us: float = 4.0    # per kernel launch / op dispatch
     overlap: float = 1.0      # the share of a collective's time hidden behind compute when scheduled so
     dtensor_op_us: float = 30.0   # host time of one op on a DTensor (the optimizer's update on the parameters)
-    scatter_staging: float = 0.0  # the backend's own buffer while a reduce-scatter runs, per operand byte (gloo: 1)
+    scatter_staging: float = 0.0  # the backend's own buffer while a reduce-scatter runs, per operand byte
     rough: bool = False       # a guess, not data-sheet figures
 
     def axis_bandwidth(self, mesh: Any, axes: tuple[str, ...] | list[str] | str) -> float:
@@ -73,7 +74,7 @@ DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
     DeviceProfile("a100-40gb", 312e12, 1555, 40, 300, 25),
     DeviceProfile("mi300x", 1307e12, 5300, 192, 448, 50),
     DeviceProfile("l4", 121e12, 300, 24, 32, 12.5),
-    DeviceProfile("cpu", 5e10, 10, 24, 2, 1, node_size=4, latency_us=300.0, launch_us=100.0, scatter_staging=1.0,
+    DeviceProfile("cpu", 5e10, 10, 24, 2, 1, node_size=4, latency_us=300.0, launch_us=100.0, scatter_staging=0.0,
                   rough=True),
 )}
 ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}

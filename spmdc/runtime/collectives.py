@@ -239,7 +239,7 @@ class Collectives:
 
         def finish() -> list[torch.Tensor]:
             per_rank = buf.view(n, longest)
-            pieces: list[list[torch.Tensor]] = [[] for _ in xs]
+            pieces: list[list[torch.Tensor]] = [[] for _ in dims]
             for r in range(n):
                 offset = 0
                 for i, (z, rest, k) in enumerate(zip(per, rests, row)):
@@ -272,21 +272,24 @@ class Collectives:
             flat.extend(run)
             if length < longest:
                 flat.append(moved[0].new_zeros(longest - length))
-        buf = torch.cat(flat).contiguous()
-        out_flat = buf.new_empty((longest,))
-        work = dist.reduce_scatter_tensor(out_flat, buf, op=_REDUCE[op], group=self.group(axis), async_op=True)
+        buf = torch.cat(flat)
+        work, reduced = self._scatter_packed(buf, op, axis)
         waiter = self._waiter("reduce_scatter", axis)
+        rests = [tuple(xt.shape[1:]) for xt in moved]
+        del moved, runs, flat   # (the members are packed: the closure below must not keep them alive)
 
         def finish() -> list[torch.Tensor]:
-            got = out_flat / n if op == "avg" else out_flat
+            got = reduced() / n if op == "avg" else reduced()
             out, offset = [], 0
-            for xt, z, d in zip(moved, per, dims):
-                rest = tuple(xt.shape[1:])
+            for rest, z, d in zip(rests, per, dims):
                 numel = z[me] * int(torch.Size(rest).numel())
                 out.append(got[offset:offset + numel].view((z[me],) + rest).movedim(0, d).contiguous())
                 offset += numel
             return out
         return Pending([work, buf], finish, waiter)
+
+    def _scatter_packed(self, buf: torch.Tensor, op: str, axis: str) -> tuple[Any, Callable[[], torch.Tensor]]:
+        return scatter_packed(buf, op, self.group(axis), self.size(axis), self.coord(axis))
 
     def all_reduce_bucket(self, xs: list[torch.Tensor], axes: list[str], op: str) -> list[torch.Tensor]:
         return self.all_reduce_bucket_start(xs, axes, op).wait()
@@ -373,12 +376,11 @@ class Collectives:
             if s < pad:
                 p = torch.cat([p, p.new_zeros((pad - s,) + tuple(p.shape[1:]))])
             pieces.append(p)
-        buf = torch.cat(pieces).contiguous()
-        out = buf.new_empty((pad,) + tuple(buf.shape[1:]))
-        work = dist.reduce_scatter_tensor(out, buf, op=_REDUCE[op], group=self.group(axis), async_op=True)
+        buf = torch.cat(pieces)
+        work, reduced = self._scatter_packed(buf, op, axis)
 
         def finish() -> torch.Tensor:
-            mine = out[:sizes[self.coord(axis)]]
+            mine = reduced()[:sizes[self.coord(axis)]]
             if op == "avg":
                 mine = mine / n
             return mine.movedim(0, dim).contiguous()
@@ -480,6 +482,20 @@ class Collectives:
                                       group=self.group(axis), async_op=True)
         self._waiter("all_to_all_v", axis)(work)
         return out
+
+def scatter_packed(buf: torch.Tensor, op: str, group: Any, n: int, me: int) -> tuple[Any, Callable[[], torch.Tensor]]:
+    """Start reducing ``buf`` (rank-major: ``n`` equal pieces along dim 0, one per rank; a buffer of
+    the caller's own) over ``group``, where this rank is ``me``; returns the work and a function
+    giving this rank's reduced piece once it is waited. On gloo, whose ``reduce_scatter_tensor``
+    all-reduces a copy of its input, the buffer is all-reduced in place (the same exchange, no
+    copy); on other backends it is reduce-scattered into a buffer of one piece."""
+    if dist.get_backend(group) == "gloo":
+        work = dist.all_reduce(buf, op=_REDUCE[op], group=group, async_op=True)
+        return work, lambda: buf.view((n, -1) + tuple(buf.shape[1:]))[me].clone()   # (not a view: buf dies)
+    out = buf.new_empty((buf.shape[0] // n,) + tuple(buf.shape[1:]))
+    work = dist.reduce_scatter_tensor(out, buf, op=_REDUCE[op], group=group, async_op=True)
+    return work, lambda: out
+
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all", "all_gather_bucket",
                "reduce_scatter_bucket", "all_reduce_bucket")

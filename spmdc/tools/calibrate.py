@@ -20,9 +20,10 @@ ranks' contention for the cores is in the figures):
 * ``flops``: a 256×256×256 float32 matmul; ``hbm_gbps``: a 32 MiB copy (read and write);
 * ``overlap``: how much of the big all-reduce hides behind as many matmuls as take as long, run
   together (1: all of it, 0: none; gloo ranks sharing their cores hide little);
-* ``scatter_staging``: the memory the backend allocates of its own while a reduce-scatter of 64 KiB
-  per rank runs, per operand byte (its measured peak above what was live,
-  :func:`~spmdc.runtime.memory.measure_peak`; gloo: 1, a copy of the input).
+* ``scatter_staging``: the memory the backend allocates of its own while the runtime reduce-scatters
+  64 KiB per rank (:func:`~spmdc.runtime.collectives.scatter_packed`), per operand byte (its
+  measured peak above what was live and the result, :func:`~spmdc.runtime.memory.measure_peak`;
+  0 on gloo, which the runtime all-reduces in place, and on NCCL).
 
 Each figure is the median over its repetitions, then over the ranks. Used by
 ``bench/plan_accuracy.py`` (predictions on a calibrated ``cpu`` profile against measured runs).
@@ -135,16 +136,24 @@ def measure_device(reps: int = 20) -> dict[str, float]:
 
 
 def _scatter_staging(dist: Any, dev: Any, n: int) -> float:
-    """Bytes the backend allocates of its own while a reduce-scatter runs, per operand byte, rounded to
-    a quarter (gloo reduces a copy of its input: 1; NCCL: 0)."""
+    """Bytes the backend allocates of its own while spmdc's runtime reduce-scatters a packed bucket
+    (:func:`spmdc.runtime.collectives.scatter_packed`), per byte of the bucket, rounded to a quarter
+    (0 on gloo, reduced in place, and on NCCL)."""
     import torch
 
+    from spmdc.runtime.collectives import scatter_packed
     from spmdc.runtime.memory import measure_peak
 
-    part = torch.ones(1 << 14, device=dev)   # 64 KiB per rank
-    whole = torch.ones(n * part.numel(), device=dev)
-    _, scattered = measure_peak(lambda: dist.reduce_scatter_tensor(part, whole))
-    return round(4 * scattered / (whole.numel() * whole.element_size())) / 4
+    whole = torch.ones(n * (1 << 14), device=dev)   # 64 KiB per rank
+
+    def scatter() -> torch.Tensor:
+        work, mine = scatter_packed(whole, "sum", dist.group.WORLD, n, dist.get_rank())
+        work.wait()
+        return mine()
+
+    _, peak = measure_peak(scatter)
+    piece = whole.numel() // n * whole.element_size()   # (this rank's piece is the result, not staging)
+    return max(0.0, round(4 * (peak - piece) / (whole.numel() * whole.element_size())) / 4)
 
 
 def calibrated_profile(base: str, figures: dict[str, float]) -> Any:
