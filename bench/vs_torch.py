@@ -16,7 +16,9 @@ both see the same machine load:
 
 Memory: spmdc's static estimate of the step's peak (beyond parameters and inputs), and the
 measured peak of one step on each side (:func:`spmdc.runtime.memory.measure_peak`: what the
-step allocates above what was live when it began, from torch.profiler's memory events).
+step allocates above what was live when it began, from torch.profiler's memory events), rank 0's,
+the lower of three alternating measurements per side (when gloo's worker threads allocate their
+transfer buffers moves single measurements by ~10 %).
 
 A step is forward + backward (loss and every gradient; no optimizer update) — exactly what
 spmdc's compiled training step computes. Time: per iteration the slowest rank's time (after a
@@ -273,11 +275,16 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                 with cdm:
                     torch_step()
                 cdm_counts = {str(k): v for k, v in cdm.get_comm_counts().items()}
-            # measured peak memory of one step on each side (outside the timed iterations)
-            dist.barrier()
-            _, mem_spmdc = measure_peak(spmdc_step)
-            dist.barrier()
-            _, mem_torch = measure_peak(torch_step)
+            # measured peak memory of one step on each side (outside the timed iterations): the lower
+            # of 3 alternating measurements each (gloo's own buffers make single ones vary by ~10 %)
+            mem_spmdc = mem_torch = None
+            for _ in range(3):
+                dist.barrier()
+                _, m = measure_peak(spmdc_step)
+                mem_spmdc = m if mem_spmdc is None else min(mem_spmdc, m)
+                dist.barrier()
+                _, m = measure_peak(torch_step)
+                mem_torch = m if mem_torch is None else min(mem_torch, m)
 
             # results: spmdc loss/gradients as full tensors, PyTorch's likewise
             spmdc_res = dict(zip(step.result_kinds, runner.full_results(outs)))

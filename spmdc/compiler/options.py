@@ -97,6 +97,9 @@ class CompileOptions:
     in_place: bool = _opt(
         True, "elementwise ops write their result into an operand that dies at them (in-place): a lower peak",
         "--in-place")
+    remat: bool = _opt(
+        True, "recompute elementwise values that are alive at the step's peak where the backward reads them again "
+        "(remat; bitwise the same results, a lower peak for one more elementwise op each)", "--remat")
     mixed_precision: Any = _opt(
         None, "cast each parameter's shard to bf16/fp16 before it is gathered and compute in it; gradients reduced "
         "and parameters, optimizer state kept in float32 (FSDP2's MixedPrecisionPolicy; default none)",
@@ -165,7 +168,7 @@ class CompileOptions:
         def bad(name: str, why: str) -> OptionError:
             return OptionError(f"option {name}={getattr(self, name)!r}: {why}")
 
-        for name in ("bucket", "overlap", "fuse_collectives", "in_place", "check_inputs", "compile_cache",
+        for name in ("bucket", "overlap", "fuse_collectives", "in_place", "remat", "check_inputs", "compile_cache",
                      "eager_hints", "eager_trace", "verify_each", "share_programs"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "expected True or False")
@@ -244,7 +247,7 @@ class CompileOptions:
         return PipelineOptions(rank=rank, bucket=self.bucket, overlap=self.overlap, memory_cap=self.memory_cap,
                                target=target or self.resolved_target(), rng=self.rng, fuse=self.fuse_collectives,
                                suspend=self.vjp_pause or (), capacity_factor=float(self.moe_capacity_factor or 0.0),
-                               in_place=self.in_place)
+                               in_place=self.in_place, remat=self.remat)
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from the defaults (for reports and dumps)."""

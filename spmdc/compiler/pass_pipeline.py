@@ -10,6 +10,8 @@
     rank       partition{rank=r},fuse-collectives,           one rank's program: local shapes,
                cse,dce,canonicalize                          fewer collectives
     bucketing  bucket-collectives                            (bucket=True) one AG/RS per block
+    remat      remat                                         (remat=True) elementwise values alive
+                                                             at the peak recomputed where reread
     schedule   schedule-collectives{memory-cap=N}            (overlap=True) async start/wait,
                                                              prefetch under a memory cap
     suspend    suspend-for-backward{first=F count=N}         (cm(x)'s vjp program, saved activations)
@@ -44,7 +46,8 @@ class PipelineOptions:
     ``suspend``: ``(first, count)`` of the inputs that resume a vjp program after its forward half
     (``spmd-pipeline{suspend=[1,1]}``; empty: none); ``capacity_factor``: expert slots of that many
     times their even share of the routed rows, the rest dropped (0: dropless); ``in_place``: elementwise
-    ops write into an operand that dies at them (``in-place``)."""
+    ops write into an operand that dies at them (``in-place``); ``remat``: elementwise values alive at
+    the peak unread are recomputed where they are read again (``remat``)."""
 
     rank: int = 0
     bucket: bool = False
@@ -56,6 +59,7 @@ class PipelineOptions:
     suspend: tuple[int, ...] = ()
     capacity_factor: float = 0.0
     in_place: bool = True
+    remat: bool = True
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -91,6 +95,8 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
     ]
     if options.bucket:
         out.append(Stage("bucketing", "bucket-collectives", per_rank=True))
+    if options.remat:   # (before scheduling: prefetches are kept under the lowered peak)
+        out.append(Stage("remat", "remat", per_rank=True))
     if options.overlap:
         keep = "" if options.memory_cap else " keep-peak=true"
         out.append(Stage("schedule", f"schedule-collectives{{memory-cap={options.memory_cap}{keep}}}",
@@ -112,8 +118,8 @@ def pipeline_text(options: PipelineOptions, per_rank: bool | None = None) -> str
 
 SPMD_PIPELINE = NamedPipeline(
     "spmd-pipeline",
-    "the whole compiler on a planned module: prepare, global, rank, bucketing, schedule, suspend, kernels, "
-    "inplace",
+    "the whole compiler on a planned module: prepare, global, rank, bucketing, remat, schedule, suspend, "
+    "kernels, inplace",
     PipelineOptions, pipeline_text)
 
 

@@ -41,6 +41,7 @@ PASS_MODULES: dict[str, str] = {
     "cross-group": "spmdc.passes.cross_group",
     "pipeline-schedule": "spmdc.passes.pipeline_schedule",
     "in-place": "spmdc.passes.in_place",
+    "remat": "spmdc.passes.remat",
 }
 
 

@@ -6,7 +6,7 @@
 // reported before the input is read, naming the pipeline.
 
 // A misspelt option; the message lists the real ones.
-// UNKNOWN-OPTION: spmdc-opt: error: pipeline 'spmd-pipeline' has no option 'rnk' (options: rank, bucket, overlap, memory-cap, target, rng, fuse, suspend, capacity-factor, in-place)
+// UNKNOWN-OPTION: spmdc-opt: error: pipeline 'spmd-pipeline' has no option 'rnk' (options: rank, bucket, overlap, memory-cap, target, rng, fuse, suspend, capacity-factor, in-place, remat)
 // UNKNOWN-OPTION-NOT: module
 
 // The codegen target is torch or triton (cuda is a device, not a target).

@@ -1,12 +1,13 @@
-"""Rank program of tests/unit/compiler/test_in_place.py: gpt2-tiny's fsdp training step compiled
-with and without ``in-place``, run on the same arguments."""
+"""Rank program of tests/unit/compiler/test_in_place.py and test_remat.py: gpt2-tiny's fsdp training
+step compiled with and without a pass (its compile option: ``in_place``, ``remat``), run on the same
+arguments."""
 
 from __future__ import annotations
 
 import warnings
 
 
-def same_step_both_ways() -> dict:
+def same_step_both_ways(option: str = "in_place") -> dict:
     warnings.filterwarnings("ignore")
     import torch
     import torch.distributed as dist
@@ -26,18 +27,18 @@ def same_step_both_ways() -> dict:
         model, ((x,), (y,)), loss_fn = gpt2_tiny.factory(batch=4, seq=32, vocab_size=256, block_size=32, d_model=64,
                                                           n_head=4, n_layer=2)
         dmesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
-        for in_place in (True, False):
+        for on in (True, False):
             step = compile_step(model, (x,), mesh=Mesh({"dp": 2}), plan="fsdp", train=True, loss_fn=loss_fn,
-                                loss_inputs=(y,), in_place=in_place)
+                                loss_inputs=(y,), **{option: on})
             prog = compile_rank(step, rank)
             comm = Collectives(dmesh)
             args = RankRunner(prog, comm).local_arguments(step.arguments)
             before = [a.clone() for a in args]
             with torch.no_grad():
                 res, peak = measure_peak(prog.fn, args, CountingComm(comm))
-            out[in_place] = dict(results=res, estimate=prog.peak_bytes, measured=peak,
-                                 writes=prog.source.count(", out="), counts=dict(comm.stats.counts),
-                                 args_kept=all(torch.equal(a, b) for a, b in zip(args, before)))
+            out[on] = dict(results=res, estimate=prog.peak_bytes, measured=peak, writes=prog.source.count(", out="),
+                           lines=prog.source.count("\n"), counts=dict(comm.stats.counts),
+                           args_kept=all(torch.equal(a, b) for a, b in zip(args, before)))
     finally:
         dist.destroy_process_group()
     return out
