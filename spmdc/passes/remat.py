@@ -26,19 +26,19 @@ After::
     %y = tensor.matmul %g, %w1 : ...              // %g dies here
     %big = tensor.matmul %y, %w2 : ...
     ...
-    %g_0 = tensor.gelu %a : tensor<16x1024xf32>   // recomputed
-    %dw = tensor.matmul %dyT, %g_0 : ...
+    %g_1 = tensor.gelu %a : tensor<16x1024xf32>   // recomputed
+    %dw = tensor.matmul %dyT, %g_1 : ...
     %d = tensor.mul %a, %c : ...
 
 A value qualifies when its op is an elementwise op (``tensor`` dialect, no random numbers, not
-already written in place), every user of it and of its views is an op of the same block, no view of
-it is read after the peak, none of its uses before the peak is still in flight at it (a started
-collective), and each operand of its op is a ``tensor.constant`` (cloned with it) or a value whose
+already written in place), every user of it and of its views is an op of the same block (a view
+made before the peak and read after it is cloned after the op), none of its uses before the peak is
+still in flight at it (a started collective), and each operand of its op is a ``tensor.constant`` (cloned with it) or a value whose
 buffer is read at or after the value's next use anyway, produced by no collective and read by none
 (an all-reduce may reduce its operand in place). The largest such value alive at the peak is
-recomputed, then the peak is found again, until no value at it qualifies. Functions whose ops
-already write in place (``inplace``) are left alone: a buffer written there is not the value it
-held.
+recomputed, with every other one there at once but for one feeding another's op; then the peak is
+found again, until no value at it qualifies. Functions whose ops already write in place
+(``inplace``) are left alone: a buffer written there is not the value it held.
 """
 
 from __future__ import annotations
@@ -153,28 +153,34 @@ def rematerialize(block: object, limit: int = 100_000) -> int:
         for w, b in bases.items():
             if w is not b:
                 views.setdefault(b, []).append(w)
-        best: tuple[int, Value, int, list[Operation], list[Operation]] | None = None
-        for v, (b, e) in life.items():
-            if not b < peak < e:
+        # every value at the peak that qualifies, largest first, but none feeding another's op (its
+        # uses would change under it): each lowers the peak, none raises anything elsewhere
+        found = []
+        for v, (b, e) in sorted(life.items(), key=lambda kv: -kv[0].type.num_bytes):   # type: ignore[attr-defined]
+            if b < peak < e and (got := _candidate(v, peak, index, views, bases, last, block)) is not None:
+                found.append((v, *got))
+        chosen: list[tuple[Value, int, list[Operation], list[Operation]]] = []
+        taken: set[Value] = set()
+        fed: set[Value] = set()   # (operands of the chosen ops)
+        for v, first, consts, redo in found:
+            feeds = {bases.get(a, a) for a in v.defining_op().operands}
+            if v in fed or feeds & taken:
                 continue
-            size = v.type.num_bytes   # type: ignore[attr-defined]
-            if best is not None and size <= best[0]:
-                continue
-            found = _candidate(v, peak, index, views, bases, last, block)
-            if found is not None:
-                best = (size, v, *found)
-        if best is None:
+            chosen.append((v, first, consts, redo))
+            taken.add(v)
+            fed |= feeds
+        if not chosen:
             return done
-        _, v, first, consts, redo = best
-        anchor = ops[first]
-        mapping: dict[Value, Value] = {}
-        for op in consts + [v.defining_op()] + redo:
-            block.insert_before(anchor, op.clone(mapping))   # type: ignore[attr-defined]
-        for old in [v] + [op.results[0] for op in redo]:
-            for use in list(old.uses):
-                if use.owner in index and index[use.owner] > peak:
-                    use.owner.set_operand(use.index, mapping[old])
-        done += 1
+        for v, first, consts, redo in chosen[:limit - done]:
+            anchor = ops[first]
+            mapping: dict[Value, Value] = {}
+            for op in consts + [v.defining_op()] + redo:
+                block.insert_before(anchor, op.clone(mapping))   # type: ignore[attr-defined]
+            for old in [v] + [op.results[0] for op in redo]:
+                for use in list(old.uses):
+                    if use.owner in index and index[use.owner] > peak:
+                        use.owner.set_operand(use.index, mapping[old])
+            done += 1
     return done
 
 
