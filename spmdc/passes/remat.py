@@ -35,9 +35,9 @@ already written in place), every user of it and of its views is an op of the sam
 made before the peak and read after it is cloned after the op), none of its uses before the peak is
 still in flight at it (a started collective), and each operand of its op is a ``tensor.constant``
 (cloned with it) or a value whose buffer is read at or after the value's next use anyway, produced
-by no collective and read by none (an all-reduce may reduce its operand in place). The largest such value alive at the peak is
-recomputed, with every other one there at once but for one feeding another's op; then the peak is
-found again, until no value at it qualifies. Functions whose ops already write in place
+by no collective and read by none (an all-reduce may reduce its operand in place). The largest
+such value alive at the peak is recomputed, with every other one there at once but for one feeding
+another's op; then the peak is found again, until no value at it qualifies. Functions whose ops already write in place
 (``inplace``) are left alone: a buffer written there is not the value it held.
 """
 
