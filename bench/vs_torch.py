@@ -18,7 +18,9 @@ Memory: spmdc's static estimate of the step's peak (beyond parameters and inputs
 measured peak of one step on each side (:func:`spmdc.runtime.memory.measure_peak`: what the
 step allocates above what was live when it began, from torch.profiler's memory events), rank 0's,
 the lower of three alternating measurements per side (when gloo's worker threads allocate their
-transfer buffers moves single measurements by ~10 %).
+transfer buffers moves single measurements by ~10 %). Neither side holds the previous step's
+gradients when its measured step begins (PyTorch's ``zero_grad(set_to_none=True)`` would free them
+inside the step and hide as many bytes of its new ones).
 
 A step is forward + backward (loss and every gradient; no optimizer update) — exactly what
 spmdc's compiled training step computes. Time: per iteration the slowest rank's time (after a
@@ -276,14 +278,17 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                     torch_step()
                 cdm_counts = {str(k): v for k, v in cdm.get_comm_counts().items()}
             # measured peak memory of one step on each side (outside the timed iterations): the lower
-            # of 3 alternating measurements each (gloo's own buffers make single ones vary by ~10 %)
+            # of 3 alternating measurements each (gloo's own buffers make single ones vary by ~10 %).
+            # Neither side holds the previous step's gradients when it begins (PyTorch's would be
+            # freed inside the step by zero_grad, hiding its new ones from the peak above the start)
             mem_spmdc = mem_torch = None
             for _ in range(3):
+                model.zero_grad(set_to_none=True)
                 dist.barrier()
-                _, m = measure_peak(spmdc_step)
+                m = measure_peak(spmdc_step)[1]
                 mem_spmdc = m if mem_spmdc is None else min(mem_spmdc, m)
                 dist.barrier()
-                _, m = measure_peak(torch_step)
+                m = measure_peak(torch_step)[1]
                 mem_torch = m if mem_torch is None else min(mem_torch, m)
 
             # results: spmdc loss/gradients as full tensors, PyTorch's likewise

@@ -18,7 +18,9 @@ Collectives form *lanes*: gathers, reduce-scatters and all-reduces, per mesh and
    the loss, where the activations peak). Its decisions are taken from estimates that are the
    same on every rank unless the ranks' shapes differ (``spmdc.uneven``): there it is off.
 
-No op moves across a value it depends on, and starts keep their relative order within a
+A view read only by a start moves up first, to just after what it views (it computes nothing),
+so that the start can rise as far as its data is ready. No op moves across a value it depends
+on, and starts keep their relative order within a
 lane. Ranks of one process group must issue its collectives in one order: every decision
 above depends only on the program's structure, which is the same on every rank; the memory
 cap is not (a rank's shards may be smaller), so under a cap a start also never rises above
@@ -91,6 +93,7 @@ def schedule_block(block: Block, memory_cap: int = 0, keep_peak: bool = False) -
     pairs = split_async(block)
     if not pairs:
         return pairs
+    _hoist_views(block, pairs)
     ops = block.ops
     by_lane: dict[tuple, list[tuple[StartOp, WaitOp]]] = {}
     for p in pairs:
@@ -143,6 +146,27 @@ def schedule_block(block: Block, memory_cap: int = 0, keep_peak: bool = False) -
             else:
                 base_peak = max(base_peak, peak)
     return pairs
+
+
+def _hoist_views(block: Block, pairs: list[tuple[StartOp, WaitOp]]) -> None:
+    """A chain of views read only by a start (a reshape of a gradient, made where autograd needed it)
+    moves up to just after the value it views: it computes and allocates nothing, and the start can
+    then rise as far as its data is ready (the input gradient's all-reduce overlaps the weight
+    gradient's matmul)."""
+    ops = block.ops
+    for start, _ in pairs:
+        for v in start.operands:
+            chain: list[Operation] = []
+            d = v.defining_op()
+            while (d is not None and d.parent is block and d.has_trait("View") and len(d.operands) == 1
+                   and len(d.results) == 1
+                   and all(u.owner is (chain[-1] if chain else start) for u in d.results[0].uses)):
+                chain.append(d)
+                d = d.operand(0).defining_op()
+            for view in reversed(chain):   # (the innermost first: each lands right after its operand)
+                ops.pop(block.index_of(view))
+                src = view.operand(0).defining_op()
+                ops.insert(block.index_of(src) + 1 if src is not None and src.parent is block else 0, view)
 
 
 class _Order:

@@ -141,3 +141,23 @@ func.func @two_feed_each_matmul(%w0: tensor<4x8xf32> {spmdc.param = "w0"}, %w1: 
   %n = tensor.matmul %c, %d : tensor<8x8xf32>
   func.return %m, %n : tensor<8x8xf32>, tensor<8x8xf32>
 }
+
+// Megatron backward: the input gradient's reshape was made after the weight gradient (where autograd
+// needed it); it moves up to its matmul, and the all-reduce starts there, overlapping the weight
+// gradient's matmul.
+// CHECK-LABEL: func.func @view_rises
+// CHECK:      %dx = tensor.matmul %dy, %w
+// CHECK-NEXT: %dx3 = tensor.reshape %dx
+// CHECK-NEXT: %[[H:.*]] = comm.all_reduce_start %dx3
+// CHECK-NEXT: %dyt = tensor.permute %dy
+// CHECK-NEXT: %dw = tensor.matmul %dyt, %x
+// CHECK-NEXT: comm.wait %[[H]]
+func.func @view_rises(%dy: tensor<8x4xf32>, %w: tensor<4x8xf32>, %x: tensor<8x8xf32>)
+    -> (tensor<2x4x8xf32>, tensor<4x8xf32>) attributes {spmdc.rank = 0} {
+  %dx = tensor.matmul %dy, %w : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+  %dyt = tensor.permute %dy {perm = [1, 0]} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  %dw = tensor.matmul %dyt, %x : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %dx3 = tensor.reshape %dx : (tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %r = comm.all_reduce %dx3 {axes = ["dp"], mesh = @mesh, op = "sum"} : tensor<2x4x8xf32>
+  func.return %r, %dw : tensor<2x4x8xf32>, tensor<4x8xf32>
+}
