@@ -15,7 +15,9 @@ Collectives form *lanes*: gathers, reduce-scatters and all-reduces, per mesh and
    (:mod:`spmdc.passes.memory`) above ``memory-cap`` bytes (0: no cap). Without a cap,
    ``keep-peak`` bounds the rise by the peak the program has with every start where it was:
    a prefetch never makes the peak higher (the backward's first re-gather is not issued during
-   the loss, where the activations peak). Its decisions are taken from estimates that are the
+   the loss, where the activations peak), nor does a wait that holds a pack while it sinks (a
+   reduce-scatter's operands stay alive to its wait: under a cap, or keep-peak, it sinks only as
+   far as they fit). Its decisions are taken from estimates that are the
    same on every rank unless the ranks' shapes differ (``spmdc.uneven``): there it is off.
 
 A view read only by a start moves up first, to just after what it views (it computes nothing),
@@ -104,11 +106,12 @@ def schedule_block(block: Block, memory_cap: int = 0, keep_peak: bool = False) -
     # 1. waits sink (in reverse program order, so a later wait has already moved)
     if not memory_cap:
         order = _Order(ops)
-        _sink(order, pairs, nxt, block)
+        _sink(order, pairs, nxt, block, _PeakGuard(order.in_order()) if keep_peak else None)
         _rise(order, pairs, prev, block, keep_peak)
         ops[:] = order.in_order()
         return pairs
-    for _, wait in reversed(pairs):
+    before_sink = profile(ops).peak
+    for start, wait in reversed(pairs):
         i = ops.index(wait)
         users = [ops.index(u.owner) for r in wait.results for u in r.uses if u.owner.parent is block]
         limit = min(users, default=len(ops) - 1)
@@ -118,6 +121,8 @@ def schedule_block(block: Block, memory_cap: int = 0, keep_peak: bool = False) -
         target = limit - 1
         if target > i:
             ops.insert(target, ops.pop(i))
+            if sink_bytes(start) > 0 and profile(ops).peak > max(memory_cap, before_sink):
+                ops.insert(i, ops.pop(target))   # (holding its buffers longer would pass the cap)
     # 2. starts rise, one in flight per lane, within the memory cap
     base_peak = profile(ops).peak
     group_of = {id(s): (s.symbol_ref("mesh"), s.axes) for s, _ in pairs}
@@ -226,17 +231,24 @@ class _Order:
         return out
 
 
-def _sink(order: _Order, pairs: list[tuple[StartOp, WaitOp]], nxt: dict[int, StartOp | None], block: Block) -> None:
+def _sink(order: _Order, pairs: list[tuple[StartOp, WaitOp]], nxt: dict[int, StartOp | None], block: Block,
+          guard: _PeakGuard | None = None) -> None:
     """Step 1 (no memory cap): each wait, last first, moves down to just before its first user in
-    ``block``, its lane's next start, or the terminator, whichever comes first."""
+    ``block``, its lane's next start, or the terminator, whichever comes first. ``guard`` (keep-peak):
+    a wait that holds more than it frees while it waits (a reduce-scatter's pack) moves no further
+    than that fits under the peak of the program as it was."""
     last = order.ops[-1]
-    for _, wait in reversed(pairs):
+    for start, wait in reversed(pairs):
         limits = [u.owner for r in wait.results for u in r.uses if u.owner.parent is block]
         if nxt[id(wait)] is not None:
             limits.append(nxt[id(wait)])
         limit = min(limits, key=lambda a: order.key[id(a)], default=last)
         if order.key[id(limit)] <= order.key[id(wait)] or order.prev[id(limit)] is wait:
             continue
+        if guard is not None and sink_bytes(start) > 0:
+            limit = guard.lowest(wait, limit, sink_bytes(start))
+            if order.prev[id(limit)] is wait or order.key[id(limit)] <= order.key[id(wait)]:
+                continue
         order.move_after(wait, order.prev[id(limit)])
 
 
@@ -273,6 +285,17 @@ def in_flight_bytes(start: StartOp) -> int:
     return 2 * handle + sum(getattr(v.type, "num_bytes", 0) for v in start.operands)
 
 
+def sink_bytes(start: StartOp) -> int:
+    """Bytes a collective holds longer when its wait moves down: its operands, which the estimate
+    keeps alive to the wait (a reduce-scatter's or all-reduce's pack), plus its results (at the wait
+    itself both are alive; elsewhere its receive buffer and its results just trade places). A
+    gather's operands are stored shards: none."""
+    if _LANE[start.SYNC.name] == "gather":
+        return 0
+    return (sum(getattr(v.type, "num_bytes", 0) for v in start.operands)
+            + start.result.type.num_bytes)   # type: ignore[attr-defined]
+
+
 class _PeakGuard:
     """Live bytes after each op of the order before step 2 (indices fixed there): how high a start
     may rise without lifting their peak."""
@@ -301,6 +324,22 @@ class _PeakGuard:
         while j >= 0 and id(self.ops[j]) in self.moved:   # (an op still in its place)
             j -= 1
         return self.ops[j] if j >= 0 else None
+
+    def lowest(self, wait: WaitOp, limit: Operation, nbytes: int) -> Operation:
+        """The op ``wait`` may precede: at or above ``limit``, as low as holding ``nbytes`` more
+        fits under the cap (ops moved by earlier calls skipped); records the added bytes."""
+        i = self.pos[id(wait)]
+        end = self.pos[id(limit)]
+        k = i
+        while k + 1 < end and self.live[k + 1] + nbytes <= self.cap:
+            k += 1
+        for j in range(i, k + 1):
+            self.live[j] += nbytes
+        self.moved.add(id(wait))
+        j = k + 1
+        while j < end and id(self.ops[j]) in self.moved:
+            j += 1
+        return self.ops[j] if j < end else limit
 
 
 @dataclass

@@ -7,8 +7,9 @@ collectives, bytes, stored state and peak, to set beside :func:`~spmdc.api.dry_r
 Each case compiles with :class:`~spmdc.api.entry.CompiledModule` (as ``spmdc run`` does), runs
 ``steps`` steps of ``cm.step`` (the first allocates the optimizer's state), and on the last one
 records the collectives issued; the peak above the memory live at a step's start
-(:func:`~spmdc.runtime.memory.measure_peak`) is the lower of the last two steps' (the profiler
-also sees the collective backend's own threads allocate, whose timing varies from step to step).
+(:func:`~spmdc.runtime.memory.measure_peak`) is the lowest of the last ``profiled`` steps' (two by
+default; the profiler also sees the collective backend's own threads allocate, whose timing varies
+from step to step).
 ``stored`` is the bytes of the rank's parameters and buffers, ``optimizer`` of its optimizer
 state; ``seconds`` the median step after the first.
 Used by ``tests/unit/tools/test_plan_predictions.py`` and ``bench/plan_accuracy.py``.
@@ -42,8 +43,10 @@ def state_bytes(cm: Any) -> tuple[int, int]:
     return stored, opt
 
 
-def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3, lr: float = 0.01) -> list[dict]:
-    """On every rank: each case's measured step (see the module doc)."""
+def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3, lr: float = 0.01,
+                  profiled: int = 2) -> list[dict]:
+    """On every rank: each case's measured step (see the module doc); the peak is the lowest of the
+    last ``profiled`` steps' (never the first step's: it allocates the optimizer's state)."""
     import torch
     import torch.distributed as dist
 
@@ -55,7 +58,7 @@ def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3,
     if own:
         dist.init_process_group("gloo")
     try:
-        return [_measure(case, steps, lr, CompiledModule, Optimizer, load_workload, measure_peak, torch)
+        return [_measure(case, steps, lr, CompiledModule, Optimizer, load_workload, measure_peak, torch, profiled)
                 for case in cases]
     finally:
         if own:
@@ -63,7 +66,7 @@ def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3,
 
 
 def _measure(case: tuple, steps: int, lr: float, CompiledModule: Any, Optimizer: Any, load_workload: Any,
-             measure_peak: Any, torch: Any) -> dict:
+             measure_peak: Any, torch: Any, profiled: int = 2) -> dict:
     out = []
     for workload, mesh, plan, optimizer, *kw in [case]:
         w = load_workload(workload, **(kw[0] if kw else {}))
@@ -73,7 +76,7 @@ def _measure(case: tuple, steps: int, lr: float, CompiledModule: Any, Optimizer:
                             optimizer=Optimizer(optimizer or "sgd", lr=lr))
         times, peaks = [], []
         for k in range(steps):
-            if k >= max(1, steps - 2):   # the last two steps (the first allocates the optimizer's state)
+            if k >= max(1, steps - profiled):   # the last steps (the first allocates the optimizer's state)
                 cm.comm.stats.counts.clear()
                 cm.comm.stats.bytes.clear()
                 _, top = measure_peak(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)

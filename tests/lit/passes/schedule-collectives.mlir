@@ -161,3 +161,22 @@ func.func @view_rises(%dy: tensor<8x4xf32>, %w: tensor<4x8xf32>, %x: tensor<8x8x
   %r = comm.all_reduce %dx3 {axes = ["dp"], mesh = @mesh, op = "sum"} : tensor<2x4x8xf32>
   func.return %r, %dw : tensor<2x4x8xf32>, tensor<4x8xf32>
 }
+
+// A reduce-scatter's wait sinks to its result's first use, holding its pack that long; under
+// keep-peak not over the program's peak (%big): it is waited before it.
+// CHECK-LABEL: func.func @pack_held
+// CHECK:      %big = tensor.matmul
+// CHECK:      %r = comm.wait
+// CHECK-NEXT: %u = tensor.neg %r
+// KEEP-LABEL: func.func @pack_held
+// KEEP:      %r = comm.wait
+// KEEP:      %big = tensor.matmul
+func.func @pack_held(%x: tensor<64x64xf32>, %p: tensor<256x8xf32>, %q: tensor<8x256xf32>)
+    -> (tensor<32x64xf32>, tensor<f32>) attributes {spmdc.rank = 0} {
+  %g = tensor.exp %x : tensor<64x64xf32>
+  %r = comm.reduce_scatter %g {axis = "dp", dim = 0, mesh = @mesh, op = "sum"} : (tensor<64x64xf32>) -> tensor<32x64xf32>
+  %big = tensor.matmul %p, %q : (tensor<256x8xf32>, tensor<8x256xf32>) -> tensor<256x256xf32>
+  %s = tensor.sum %big {dims = [0, 1], keepdim = false} : (tensor<256x256xf32>) -> tensor<f32>
+  %u = tensor.neg %r : tensor<32x64xf32>
+  func.return %u, %s : tensor<32x64xf32>, tensor<f32>
+}

@@ -134,8 +134,10 @@ def test_ddp_gradients_in_bucketed_all_reduces(four):
 
 
 def test_memory_cap_keeps_the_estimated_peak():
-    """Under a 1-byte cap no prefetch raises the estimated peak above the unscheduled split
-    program's; without a cap neither (``keep-peak``), and the gathers are still prefetched."""
+    """Under a 1-byte cap no prefetch (nor a wait held longer) raises the estimated peak above the
+    unscheduled split program's; without a cap neither (``keep-peak``), and the gathers are still
+    prefetched. Compared without ``in-place``, which runs after scheduling and finds its chains in
+    the order it is given (the scheduled program's peak moved 0.7 % with it)."""
     from spmdc.compiler import compile_step
     from spmdc.dialects.func import FuncOp
     from spmdc.passes.memory import peak_bytes
@@ -146,7 +148,7 @@ def test_memory_cap_keeps_the_estimated_peak():
 
     def rank0(**kw):
         return compile_step(copy.deepcopy(model), (x,), mesh=Mesh({"dp": 4}), plan="fsdp", train=True,
-                            loss_fn=loss_fn, loss_inputs=(y,), **kw).rank_module(0)
+                            loss_fn=loss_fn, loss_inputs=(y,), in_place=False, **kw).rank_module(0)
 
     split = rank0(overlap=False)
     for f in split.body.ops:
