@@ -49,8 +49,9 @@ def test_comm_table_counts_an_async_start_as_its_collective_and_not_the_wait():
     rows = {r["op"]: r["count"] for r in comm_table(module)}
     assert "comm.wait" not in rows and not any(k.endswith("_start") for k in rows)
     # @prefetch 2, @capped 2, @capped_uneven 2, @dependency 1, the two Inductor shapes 4 each; one
-    # function of 2 scatters
-    assert rows["comm.all_gather"] == 2 + 2 + 2 + 1 + 4 + 4 and rows["comm.reduce_scatter"] == 2
+    # function of 2 scatters and @pack_held's; @view_rises's all-reduce
+    assert rows["comm.all_gather"] == 2 + 2 + 2 + 1 + 4 + 4 and rows["comm.reduce_scatter"] == 2 + 1
+    assert rows["comm.all_reduce"] == 1
 
 
 def test_show_memory_names_the_peak_and_what_is_alive_there(tmp_path):
