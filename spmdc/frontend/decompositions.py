@@ -56,6 +56,9 @@ def default_decomposition_table() -> dict[Any, Callable]:
     # batch and channels shard, where the decompositions' gathers run replicated
     for name in NN_OPS:
         table.pop(getattr(torch.ops.aten, name).default, None)
+    # GELU's gradient stays one op (tensor.gelu_backward): decomposed, it materializes a dozen
+    # full-size temporaries (in float32 for a bf16 model) where eager PyTorch runs one kernel
+    table.pop(torch.ops.aten.gelu_backward.default, None)
     sdpa = torch.ops.aten.scaled_dot_product_attention.default
     math = torch_compat.core_aten_decompositions().get(sdpa) or torch_compat.registered_decomposition(sdpa)
     if math is not None:

@@ -127,6 +127,40 @@ class GeluOp(UnaryOp):
         return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
 
 
+class GeluBackwardOp(BinaryOp):
+    """GELU's derivative times the incoming gradient, one op (the decomposition would materialize
+    a dozen full-size temporaries, in float32 for a bf16 model); ``approximate`` as for GELU.
+
+    ``%dx = tensor.gelu_backward %dy, %x {approximate = "tanh"} : tensor<8x16xf32>``
+    """
+
+    name = "tensor.gelu_backward"
+    optional_attrs = {"approximate": StringAttr}
+
+    @classmethod
+    def infer_result_types(cls, operand_types, attrs):
+        str_attr(attrs, "approximate", ("none", "tanh"), default="none")
+        return super().infer_result_types(operand_types, attrs)
+
+    @property
+    def approximate(self) -> str:
+        return str(self.attr_value("approximate", "none"))
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        return f"torch.ops.aten.gelu_backward({ins[0]}, {ins[1]}, approximate={literal(self.approximate)})"
+
+    def triton_expr(self, ins: Sequence[str]) -> str | None:
+        def grad(v: list[str]) -> str:
+            g, x = v
+            if self.approximate == "tanh":
+                t = f"_tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x}))"
+                return (f"({g} * (0.5 * (1.0 + {t}) + 0.5 * {x} * (1.0 - {t} * {t}) * 0.7978845608028654 * "
+                        f"(1.0 + 0.134145 * {x} * {x})))")
+            return (f"({g} * (0.5 * (1.0 + tl.erf({x} * 0.7071067811865476)) + "
+                    f"{x} * 0.3989422804014327 * tl.exp(-0.5 * {x} * {x})))")
+        return in_f32(self.result.tensor_type, ins, grad)
+
+
 class PowOp(BinaryOp):
     """``a ** b`` with broadcasting (a rank-0 exponent is the common case).
 
@@ -349,5 +383,5 @@ class LeakyReluOp(UnaryOp):
         return in_f32(t, ins, lambda v: f"tl.where({v[0]} > 0, {v[0]}, {v[0]} * {slope})", f64=True)
 
 
-OPS = [SigmoidOp, SinOp, CosOp, ErfOp, Log1pOp, SiluOp, AbsOp, SignOp, GeluOp, PowOp, ClampOp,
+OPS = [SigmoidOp, SinOp, CosOp, ErfOp, Log1pOp, SiluOp, AbsOp, SignOp, GeluOp, GeluBackwardOp, PowOp, ClampOp,
        TanOp, SinhOp, CoshOp, AsinOp, AcosOp, AtanOp, AsinhOp, AcoshOp, AtanhOp, Atan2Op, EluOp, LeakyReluOp]

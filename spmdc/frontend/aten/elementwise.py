@@ -135,6 +135,13 @@ def _gelu(e: Emitter):
     return [e.create(T.GeluOp, [e.tensor(0)], attrs)]
 
 
+@handles(A + "gelu_backward")
+def _gelu_backward(e: Emitter):
+    approx = e.const(2, "none")
+    attrs = {} if approx == "none" else {"approximate": approx}
+    return [e.create(T.GeluBackwardOp, [e.tensor(0), e.tensor(1)], attrs)]
+
+
 _PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 
 

@@ -115,6 +115,17 @@ func.func @main(%x: tensor<{t(3, n)}>) -> tensor<{t(3, n)}> {{
     check(text, [x], kinds=["elementwise"])
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_backward(approximate):
+    text = f"""
+func.func @main(%g: tensor<{t(3, 33)}>, %x: tensor<{t(3, 33)}>) -> tensor<{t(3, 33)}> {{
+  %0 = tensor.gelu_backward %g, %x {{approximate = "{approximate}"}} : tensor<{t(3, 33)}>
+  func.return %0 : tensor<{t(3, 33)}>
+}}"""
+    x = torch.cat([randn(3, 30) * 3, torch.full((3, 3), 1e-3)], 1)
+    check(text, [randn(3, 33), x], kinds=["elementwise"])
+
+
 @pytest.mark.parametrize("scale", [1e-9, 1e-3, 3.0])
 def test_log1p_keeps_small_values_exact(scale):
     text = f"""

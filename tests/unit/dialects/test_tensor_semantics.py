@@ -87,6 +87,12 @@ CASES = [
     ("tensor.gelu", [T(2, 3)], {}, None, F.gelu, False),
     ("tensor.gelu", [T(2, 3)], {"approximate": "none"}, None, F.gelu, False),
     ("tensor.gelu", [T(2, 3)], {"approximate": "tanh"}, None, lambda a: F.gelu(a, approximate="tanh"), False),
+    # GELU's vjp, by autograd
+    ("tensor.gelu_backward", [T(2, 3), T(2, 3)], {}, None, lambda g, x: torch.func.vjp(F.gelu, x)[1](g)[0], False),
+    ("tensor.gelu_backward", [T(2, 3), T(2, 3)], {"approximate": "tanh"}, None,
+     lambda g, x: torch.func.vjp(lambda a: F.gelu(a, approximate="tanh"), x)[1](g)[0], False),
+    ("tensor.gelu_backward", [T(2, 3, elt="bf16"), T(2, 3, elt="bf16")], {}, None,
+     lambda g, x: torch.func.vjp(F.gelu, x)[1](g)[0], False),
     ("tensor.pow", [T(2, 3), T()], {}, None, torch.pow, True),
     ("tensor.pow", [T(2, 3), T(3)], {}, None, torch.pow, True),
     ("tensor.pow", [T(4, elt="i64"), T(elt="i64")], {}, None, torch.pow, True),

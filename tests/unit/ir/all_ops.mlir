@@ -78,7 +78,8 @@ module @all attributes {spmdc.version = 1} {
   }
   func.func @tensor_ops(%x: tensor<2x8xf32>, %e: tensor<f32>, %i: tensor<8xi64>, %w: tensor<64x32xf32>,
                         %ids: tensor<2x8xi64>, %t: tensor<2x1xi64>) -> (tensor<2x8xf32>, tensor<64x32xf32>) {
-    %0 = tensor.gelu %x {approximate = "tanh"} : tensor<2x8xf32>
+    %gl = tensor.gelu %x {approximate = "tanh"} : tensor<2x8xf32>
+    %0 = tensor.gelu_backward %gl, %x {approximate = "tanh"} : tensor<2x8xf32>
     %1 = tensor.sigmoid %0 : tensor<2x8xf32>
     %2 = tensor.sin %1 : tensor<2x8xf32>
     %3 = tensor.cos %2 : tensor<2x8xf32>
