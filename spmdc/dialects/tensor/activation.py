@@ -99,13 +99,9 @@ class SignOp(UnaryOp):
         return f"tl.where({x} > {zero}, {one}, tl.where({x} < {zero}, -{one}, {zero})).to({triton_type(t)})"
 
 
-class GeluOp(UnaryOp):
-    """GELU; ``approximate`` is ``"none"`` (erf, the default) or ``"tanh"``.
+class _GeluForm:
+    """GELU's ``approximate`` attribute: ``"none"`` (erf, the default) or ``"tanh"``."""
 
-    ``%r = tensor.gelu %a {approximate = "tanh"} : tensor<8x16xf32>``
-    """
-
-    name = "tensor.gelu"
     optional_attrs = {"approximate": StringAttr}
 
     @classmethod
@@ -116,6 +112,15 @@ class GeluOp(UnaryOp):
     @property
     def approximate(self) -> str:
         return str(self.attr_value("approximate", "none"))
+
+
+class GeluOp(_GeluForm, UnaryOp):
+    """GELU; ``approximate`` is ``"none"`` (erf, the default) or ``"tanh"``.
+
+    ``%r = tensor.gelu %a {approximate = "tanh"} : tensor<8x16xf32>``
+    """
+
+    name = "tensor.gelu"
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         return f"torch.nn.functional.gelu({ins[0]}, approximate={literal(self.approximate)})"
@@ -127,7 +132,7 @@ class GeluOp(UnaryOp):
         return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
 
 
-class GeluBackwardOp(BinaryOp):
+class GeluBackwardOp(_GeluForm, BinaryOp):
     """GELU's derivative times the incoming gradient, one op (the decomposition would materialize
     a dozen full-size temporaries, in float32 for a bf16 model); ``approximate`` as for GELU.
 
@@ -135,16 +140,6 @@ class GeluBackwardOp(BinaryOp):
     """
 
     name = "tensor.gelu_backward"
-    optional_attrs = {"approximate": StringAttr}
-
-    @classmethod
-    def infer_result_types(cls, operand_types, attrs):
-        str_attr(attrs, "approximate", ("none", "tanh"), default="none")
-        return super().infer_result_types(operand_types, attrs)
-
-    @property
-    def approximate(self) -> str:
-        return str(self.attr_value("approximate", "none"))
 
     def torch_expr(self, ins: Sequence[str]) -> str:
         return f"torch.ops.aten.gelu_backward({ins[0]}, {ins[1]}, approximate={literal(self.approximate)})"
