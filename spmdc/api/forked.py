@@ -47,10 +47,14 @@ def _call(item: Any) -> tuple[str, Any]:
 
 
 def _child_init() -> None:
-    """In a forked worker: torch's CPU ops on one thread. The parent's OpenMP thread pool does not
-    survive the fork, and the first parallel region in the child waits on it for ever (seen: an
-    Adam step measured in a worker hung)."""
+    """In a forked worker: torch's CPU ops on one thread (the parent's OpenMP thread pool does not
+    survive the fork, and the first parallel region in the child waits on it for ever: seen, an
+    Adam step measured in a worker hung), and SIGTERM ends it (a handler the parent installed, e.g.
+    torch.distributed.elastic's, would leave a worker blocked on the pool's queue alive for ever)."""
+    import signal
     import sys
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -64,10 +68,15 @@ def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], jobs: int) -> lis
     if jobs <= 1 or len(items) <= 1 or "fork" not in multiprocessing.get_all_start_methods() or _TASK is not None:
         return [fn(x) for x in items]   # (_TASK set: already in a worker, or nested: run here)
     _TASK = fn
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(items)), initializer=_child_init)
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(items)), initializer=_child_init) as pool:
-            outcomes = pool.map(_call, items, chunksize=1)
+        outcomes = pool.map(_call, items, chunksize=1)
+        pool.close()   # (every task is done: the workers exit on their own, no signal sent)
+    except BaseException:
+        pool.terminate()
+        raise
     finally:
+        pool.join()
         _TASK = None
     results = []
     for status, value in outcomes:

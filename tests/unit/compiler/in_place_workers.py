@@ -15,6 +15,7 @@ def same_step_both_ways(option: str = "in_place") -> dict:
 
     from spmdc.compiler import compile_rank, compile_step
     from spmdc.examples import gpt2_tiny
+    from spmdc.passes.memory import function, profile
     from spmdc.runtime.collectives import Collectives, CountingComm
     from spmdc.runtime.executor import RankRunner
     from spmdc.runtime.memory import measure_peak
@@ -38,6 +39,7 @@ def same_step_both_ways(option: str = "in_place") -> dict:
                 res, peak = measure_peak(prog.fn, args, CountingComm(comm))
             out[on] = dict(results=res, estimate=prog.peak_bytes, measured=peak, writes=prog.source.count(", out="),
                            lines=prog.source.count("\n"), counts=dict(comm.stats.counts),
+                           area=sum(profile(list(function(prog.module).body.ops)).live),
                            args_kept=all(torch.equal(a, b) for a, b in zip(args, before)))
     finally:
         dist.destroy_process_group()

@@ -1,9 +1,9 @@
 """``in-place`` (spmdc.passes.in_place): elementwise ops writing into an operand that dies at
 them. Every torch function the pass may emit with ``out=`` computes the same values in place;
 gpt2-tiny's fsdp step on 2 gloo ranks gives bitwise the same loss and gradients with and without
-it, never writes into its arguments, issues the same collectives, and its estimated peak is lower
-with it; a chain without collectives measures one buffer where it held two. The pass's own rules
-are in tests/lit/passes/in-place.mlir."""
+it, never writes into its arguments, issues the same collectives, holds fewer live bytes over the
+program with it and never a higher estimated peak; a chain without collectives measures one
+buffer where it held two. The pass's own rules are in tests/lit/passes/in-place.mlir."""
 
 from __future__ import annotations
 
@@ -76,9 +76,13 @@ def test_in_place_step_is_bitwise_the_same_and_keeps_its_arguments(both):
         assert on["counts"] == off["counts"]
 
 
-def test_in_place_lowers_the_estimated_peak(both):
+def test_in_place_never_raises_the_estimate_and_lowers_the_live_bytes(both):
+    """Lower live bytes summed over the program's ops, the estimated peak never higher (on this
+    model it is the same since GELU's gradient became one op, whose decomposed chain held the
+    peak; the measured chain below shows a peak it lowers)."""
     for r in (both[0], both[1]):
-        assert r[True]["estimate"] < r[False]["estimate"]
+        assert r[True]["estimate"] <= r[False]["estimate"]
+        assert r[True]["area"] < r[False]["area"]
 
 
 _CHAIN = """

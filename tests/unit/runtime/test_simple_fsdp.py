@@ -92,7 +92,20 @@ def test_scheduled_program_prefetches_the_next_gather_and_waits_in_order(four):
     # the runtime trace: as many waits as collectives started, every one async
     starts = [e for e in r["order"] if e.endswith("_start")]
     assert len(starts) == r["order"].count("comm.wait") == _launches(r["counts"]) == len(r["order"]) // 2
+    # the order, where memory does not bound it (a cap far above the peak): the default, keep-peak,
+    # issues a gather only as early as it fits under the step's peak — here the forward's prefetch,
+    # not the backward's, which the block-1 backward's peak leaves no room for
     body = [ln for ln in r["ir"].splitlines() if ln.startswith("    ")]
+    default = _pairs(body, "comm.all_gather_bucket")
+    assert any("tensor." in ln for ln in body[default[1][0] + 1:default[1][1]])
+    from spmdc.compiler import compile_step
+    from spmdc.ir.printer import print_module
+    from spmdc.sharding.mesh import Mesh
+
+    model, ((x,), (y,)), loss_fn = W.gpt2_job()
+    free = compile_step(model, (x,), mesh=Mesh({"dp": 4}), plan="fsdp", train=True, loss_fn=loss_fn,
+                        loss_inputs=(y,), memory_cap=1 << 30).rank_module(0)
+    body = [ln for ln in print_module(free).splitlines() if ln.startswith("    ")]
     gathers = _pairs(body, "comm.all_gather_bucket")
     assert len(gathers) == 4
     for (_, w0), (s1, w1) in zip(gathers, gathers[1:]):
