@@ -166,7 +166,7 @@ def worker(names: list[str], steps: list, size: dict, iters: int, warmup: int) -
                 s["comm"].stats.bytes.clear()
                 outs = s["run"]()
                 row.update(counts=dict(s["comm"].stats.counts), bytes=dict(s["comm"].stats.bytes),
-                           est_peak=s["prog"].peak_bytes)
+                           est_peak=s["prog"].step_peak_bytes)
                 res = dict(zip(s["step"].result_kinds, s["runner"].full_results(outs)))
                 row["loss"] = res["loss"].item()
                 row["grads"] = {k.split(":", 1)[1]: v for k, v in res.items() if k.startswith("grad:")}

@@ -14,7 +14,8 @@ both see the same machine load:
   field ``:bf16`` runs both in mixed precision: spmdc's ``mixed_precision="bf16"`` against
   FSDP2's ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``.
 
-Memory: spmdc's static estimate of the step's peak (beyond parameters and inputs), and the
+Memory: spmdc's static estimate of the step's peak (beyond parameters and inputs: the liveness walk
+with each collective's staging buffers while it runs, ``CompiledProgram.step_peak_bytes``), and the
 measured peak of one step on each side (:func:`spmdc.runtime.memory.measure_peak`: what the
 step allocates above what was live when it began, from torch.profiler's memory events), rank 0's,
 the lower of three alternating measurements per side (when gloo's worker threads allocate their
@@ -314,7 +315,7 @@ def worker(cases: list[dict], iters: int, warmup: int) -> list[dict]:
                     spmdc_loss=spmdc_res["loss"].item(), torch_loss=loss_t.item(),
                     spmdc_grads={k.split(":", 1)[1]: v for k, v in spmdc_res.items() if k.startswith("grad:")},
                     torch_grads=torch_grads, setup_spmdc=setup_spmdc, setup_torch=setup_torch,
-                    precision=case.get("precision"), est_peak=prog.peak_bytes, mem_spmdc=mem_spmdc,
+                    precision=case.get("precision"), est_peak=prog.step_peak_bytes, mem_spmdc=mem_spmdc,
                     mem_torch=mem_torch,
                 ))
             dist.barrier()

@@ -39,6 +39,7 @@ from typing import Any
 
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.types import HandleType, TensorType
+from spmdc.passes.memory import staging_bytes, staging_spans  # noqa: F401  (re-exported)
 
 __all__ = ["CommRow", "MemoryBreakdown", "Prediction", "optimizer_ops", "optimizer_seconds", "optimizer_state",
            "predict"]
@@ -162,64 +163,6 @@ def _torch_dtype(element_type: str) -> str:
 
 def _tensor_bytes(v: Value) -> int:
     return v.type.num_bytes if isinstance(v.type, (TensorType, HandleType)) else 0   # type: ignore[attr-defined]
-
-
-def staging_bytes(op: Operation) -> int:
-    """Bytes a collective's runtime allocates while it runs besides its operands and results: a
-    send buffer packing the operands and a receive buffer the size of the results (gather buckets,
-    expert moves), or a receive buffer (a plain gather or reduce); an all-reduce bucket packs its
-    operands into one flat buffer reduced in place, whose views are its results, and a
-    reduce-scatter packs its operands (which it no longer needs) and receives into its result:
-    nothing besides them."""
-    from spmdc.dialects.comm import START_OPS, BucketOp, collective_kind
-
-    kind = collective_kind(op)
-    if kind is None or kind == "comm.all_slice":
-        return 0
-    results = sum(_tensor_bytes(r) for r in op.results if isinstance(r.type, TensorType))
-    if isinstance(op, tuple(START_OPS.values())):   # the handle (counted as a value) is the receive buffer
-        results = 0
-    operands = sum(_tensor_bytes(v) for v in op.operands)
-    if kind == "comm.all_reduce_bucket":   # one flat buffer reduced in place: the results (or handle) are its views
-        return 0
-    if kind in ("comm.reduce_scatter", "comm.reduce_scatter_bucket"):
-        # the runtime packs the operands at the start (their bytes, kept until the wait by the
-        # estimate's lifetimes, stand for the pack) and receives into the handle's bytes
-        # (spmdc.runtime.collectives.scatter_packed: on gloo the pack itself, reduced in place)
-        return 0
-    if isinstance(op, BucketOp) or getattr(op, "SYNC", None) is not None and issubclass(op.SYNC, BucketOp):
-        return operands + results
-    return results
-
-
-def staging_spans(ops: list[Operation], extra: Callable[[Operation], int] | None = None
-                  ) -> list[tuple[int, int, int]]:
-    """(first op index, last op index, bytes) of every collective's staging buffers: a synchronous
-    collective's at its op, a started one's from its ``comm.*_start`` to its ``comm.wait`` (the
-    runtime keeps both buffers until the wait has unpacked the result); a started gather's
-    transfer buffer up to the op before its wait."""
-    from spmdc.dialects.comm import WaitOp
-
-    index = {op: i for i, op in enumerate(ops)}
-    waits: dict[Operation, int] = {}
-    for i, op in enumerate(ops):
-        if isinstance(op, WaitOp):
-            start = op.operand(0).defining_op()
-            if start is not None:
-                waits[start] = i
-    from spmdc.dialects.comm import START_OPS, collective_kind
-
-    out = []
-    for op, i in index.items():
-        n = staging_bytes(op) + (extra(op) if extra is not None else 0)
-        if n:
-            out.append((i, waits.get(op, i), n))
-        w = waits.get(op, i)
-        if w > i and isinstance(op, tuple(START_OPS.values())) and collective_kind(op) in (
-                "comm.all_gather", "comm.all_gather_bucket"):
-            # (the backend's own receive buffer while the transfer runs, gloo's: gone by the wait)
-            out.append((i, w - 1, sum(_tensor_bytes(r) for r in op.results)))
-    return out
 
 
 @functools.cache

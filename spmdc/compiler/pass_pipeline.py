@@ -12,8 +12,9 @@
     bucketing  bucket-collectives                            (bucket=True) one AG/RS per block
     remat      remat                                         (remat=True) elementwise values alive
                                                              at the peak recomputed where reread
-    schedule   schedule-collectives{memory-cap=N}            (overlap=True) async start/wait,
-                                                             prefetch under a memory cap
+    schedule   schedule-collectives{memory-cap=N}(,remat)    (overlap=True) async start/wait,
+                                                             prefetch under a memory cap; remat
+                                                             again at the peak it moved
     suspend    suspend-for-backward{first=F count=N}         (cm(x)'s vjp program, saved activations)
                                                              pause before the backward
     kernels    fuse-kernels,dce                              (target=triton) Triton regions
@@ -99,7 +100,8 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
         out.append(Stage("remat", "remat", per_rank=True))
     if options.overlap:
         keep = "" if options.memory_cap else " keep-peak=true"
-        out.append(Stage("schedule", f"schedule-collectives{{memory-cap={options.memory_cap}{keep}}}",
+        again = ",remat" if options.remat else ""   # (the schedule moves the peak: its values too)
+        out.append(Stage("schedule", f"schedule-collectives{{memory-cap={options.memory_cap}{keep}}}{again}",
                          per_rank=True))
     if options.suspend:   # (before fuse-kernels: no region spans the suspension, a barrier to it)
         first, count = options.suspend

@@ -77,6 +77,15 @@ class RankProgram:
         return peak_bytes(self.module)
 
     @property
+    def step_peak_bytes(self) -> int:
+        """:attr:`peak_bytes` with the collectives' staging buffers while they run (packed buckets,
+        receive and transfer buffers: :func:`spmdc.passes.memory.step_peak_bytes`): the estimate a
+        measured peak is compared with."""
+        from spmdc.passes.memory import step_peak_bytes
+
+        return step_peak_bytes(self.module)
+
+    @property
     def comm_ops(self) -> dict[str, int]:
         """Collective ops in the program, by name (what one call issues; a ``comm.*_start`` counts
         as its collective, ``comm.wait`` not at all)."""

@@ -20,10 +20,12 @@ After::
 
 (generated: ``tanh = torch.tanh(mul, out=mul)``). Operand ``k`` qualifies when
 
-* the op has an ``out=`` form (:meth:`~spmdc.dialects.tensor.elementwise.ElementwiseOp.inplace_expr`)
-  and operand ``k`` has the result's type (no broadcast to a larger shape, no dtype change);
+* the op has a form writing into operand ``k`` (``inplace_expr``: an elementwise op's ``out=``,
+  ``tensor.scatter``'s ``scatter_`` into its first operand) and operand ``k`` has the result's type
+  (no broadcast to a larger shape, no dtype change);
 * the operand is a buffer this function allocated with an op that always returns a new tensor
-  (an elementwise op other than a cast, a matmul, a softmax, a reduction): never an argument
+  (an elementwise op other than a cast, a matmul, a softmax, a reduction, a gather or scatter, a
+  splat constant: ``torch.full``): never an argument
   (a parameter, an input), a view, a collective's result (which may be a view of an argument)
   or a cast (``.to`` returns its input itself when the type already matches);
 * this op is the last use of that buffer and of every view of it (:func:`spmdc.passes.memory.lifetimes`:
@@ -44,21 +46,24 @@ from spmdc.ir.core import Operation, Value
 from spmdc.passes.pass_base import ModulePass
 
 FRESH_OPS = frozenset({"tensor.matmul", "tensor.softmax", "tensor.log_softmax", "tensor.sum", "tensor.mean",
-                       "tensor.var"})
+                       "tensor.var", "tensor.scatter", "tensor.gather"})
 
 
 def allocates_fresh(op: Operation | None) -> bool:
-    """Whether ``op``'s torch form always returns a new tensor (never one of its operands)."""
+    """Whether ``op``'s torch form always returns a new tensor (never one of its operands): a splat
+    ``tensor.constant`` is ``torch.full`` on every call (a large dense one is a shared tensor)."""
     from spmdc.dialects.tensor.elementwise import CastOp, ElementwiseOp
+    from spmdc.dialects.tensor.shape import ConstantOp
 
     if op is None:
         return False
+    if isinstance(op, ConstantOp):
+        return op.is_splat
     return (isinstance(op, ElementwiseOp) and not isinstance(op, CastOp)) or op.name in FRESH_OPS
 
 
 def mark_in_place(ops: list[Operation]) -> int:
     """Mark the ops of one block that may write into a dying operand; returns how many."""
-    from spmdc.dialects.tensor.elementwise import ElementwiseOp
     from spmdc.passes.memory import lifetimes
 
     bases: dict[Value, Value] = {}
@@ -68,7 +73,7 @@ def mark_in_place(ops: list[Operation]) -> int:
         views.setdefault(b, []).append(w)
     marked = 0
     for i, op in enumerate(ops):
-        if not isinstance(op, ElementwiseOp) or "inplace" in op.attributes or len(op.results) != 1:
+        if getattr(op, "inplace_expr", None) is None or "inplace" in op.attributes or len(op.results) != 1:
             continue
         names = [f"_{j}" for j in range(len(op.operands))]
         for k, v in enumerate(op.operands):

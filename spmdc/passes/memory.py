@@ -8,22 +8,44 @@ the live bytes is what activation checkpointing lowers: the forward's activation
 forward, and the backward recomputes them one region at a time.
 
     peak_bytes(rank_program.module)      # bytes, for the function @main
+    step_peak_bytes(rank_program.module) # with the collectives' staging buffers while they run
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from spmdc.ir.core import Operation, Value
 from spmdc.ir.types import HandleType, TensorType
 
-__all__ = ["Profile", "live_at", "peak_bytes", "profile"]
+__all__ = ["Profile", "live_at", "peak_bytes", "profile", "staging_bytes", "staging_spans", "step_peak_bytes"]
 
 
 def peak_bytes(module: Operation, func_name: str = "main") -> int:
     """Peak bytes of tensors the function allocates while it runs (static estimate)."""
     return profile(function(module, func_name).body.ops).peak
+
+
+def step_peak_bytes(module: Operation, func_name: str = "main") -> int:
+    """:func:`peak_bytes` with every collective's staging buffers while it runs (:func:`staging_spans`:
+    a bucket's packed send buffer, a gather's receive buffer, gloo's transfer buffer of a started
+    gather): the estimate of what running the step allocates beyond its arguments, that a measured
+    peak is compared with."""
+    ops = list(function(module, func_name).body.ops)
+    delta = [0] * (len(ops) + 1)
+    for v, (b, e) in lifetimes(ops).items():
+        delta[b] += v.type.num_bytes   # type: ignore[attr-defined]
+        delta[e + 1] -= v.type.num_bytes   # type: ignore[attr-defined]
+    for b, e, n in staging_spans(ops):
+        delta[b] += n
+        delta[e + 1] -= n
+    live = peak = 0
+    for d in delta[:-1]:
+        live += d
+        peak = max(peak, live)
+    return peak
 
 
 def function(module: Operation, func_name: str = "main") -> Any:
@@ -100,3 +122,65 @@ def profile(ops: list[Operation]) -> Profile:
 def live_at(ops: list[Operation], index: int) -> list[Value]:
     """The allocations (tensors, collective handles) alive right after ``ops[index]``."""
     return [v for v, (b, e) in lifetimes(ops).items() if b <= index <= e]
+
+
+def _nbytes(v: Value) -> int:
+    return v.type.num_bytes if isinstance(v.type, (TensorType, HandleType)) else 0   # type: ignore[attr-defined]
+
+
+def staging_bytes(op: Operation) -> int:
+    """Bytes a collective's runtime allocates while it runs besides its operands and results: a
+    send buffer packing the operands and a receive buffer the size of the results (gather buckets,
+    expert moves), or a receive buffer (a plain gather or reduce); an all-reduce bucket packs its
+    operands into one flat buffer reduced in place, whose views are its results, and a
+    reduce-scatter packs its operands (which it no longer needs) and receives into its result:
+    nothing besides them."""
+    from spmdc.dialects.comm import START_OPS, BucketOp, collective_kind
+
+    kind = collective_kind(op)
+    if kind is None or kind == "comm.all_slice":
+        return 0
+    results = sum(_nbytes(r) for r in op.results if isinstance(r.type, TensorType))
+    if isinstance(op, tuple(START_OPS.values())):   # the handle (counted as a value) is the receive buffer
+        results = 0
+    operands = sum(_nbytes(v) for v in op.operands)
+    if kind == "comm.all_reduce_bucket":   # one flat buffer reduced in place: the results (or handle) are its views
+        return 0
+    if kind in ("comm.reduce_scatter", "comm.reduce_scatter_bucket"):
+        # the runtime packs the operands at the start (their bytes, kept until the wait by the
+        # estimate's lifetimes, stand for the pack) and receives into the handle's bytes
+        # (spmdc.runtime.collectives.scatter_packed: on gloo the pack itself, reduced in place)
+        return 0
+    if isinstance(op, BucketOp) or getattr(op, "SYNC", None) is not None and issubclass(op.SYNC, BucketOp):
+        return operands + results
+    return results
+
+
+def staging_spans(ops: list[Operation], extra: Callable[[Operation], int] | None = None
+                  ) -> list[tuple[int, int, int]]:
+    """(first op index, last op index, bytes) of every collective's staging buffers: a synchronous
+    collective's at its op, a started one's from its ``comm.*_start`` to its ``comm.wait`` (the
+    runtime keeps both buffers until the wait has unpacked the result); a started gather's
+    transfer buffer up to the op before its wait."""
+    from spmdc.dialects.comm import WaitOp
+
+    index = {op: i for i, op in enumerate(ops)}
+    waits: dict[Operation, int] = {}
+    for i, op in enumerate(ops):
+        if isinstance(op, WaitOp):
+            start = op.operand(0).defining_op()
+            if start is not None:
+                waits[start] = i
+    from spmdc.dialects.comm import START_OPS, collective_kind
+
+    out = []
+    for op, i in index.items():
+        n = staging_bytes(op) + (extra(op) if extra is not None else 0)
+        if n:
+            out.append((i, waits.get(op, i), n))
+        w = waits.get(op, i)
+        if w > i and isinstance(op, tuple(START_OPS.values())) and collective_kind(op) in (
+                "comm.all_gather", "comm.all_gather_bucket"):
+            # (the backend's own receive buffer while the transfer runs, gloo's: gone by the wait)
+            out.append((i, w - 1, sum(_nbytes(r) for r in op.results)))
+    return out

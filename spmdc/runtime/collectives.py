@@ -146,15 +146,18 @@ class Pending:
     def wait(self) -> Any:
         if self._done:
             raise RuntimeError("comm.wait: this collective was already waited")
-        for w in self._works:
-            if hasattr(w, "wait"):
+        works, self._works = self._works, []
+        while works:   # (the works, a backend's own transfer buffers with them -- gloo's all-gather
+            w = works.pop(0)   # receives into one --, and the kept send buffers go before the result
+            if hasattr(w, "wait"):   # is unpacked, not with this frame)
                 if self._waiter is not None:
                     self._waiter(w)
                 else:
                     w.wait()
+            del w
         self._done = True
-        out, self._finish, self._works = self._finish(), None, []
-        return out
+        finish, self._finish = self._finish, None
+        return finish()
 
 
 class Collectives:

@@ -136,7 +136,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
         kernels = prog.kernel_stats.summary() if prog.kernel_stats is not None else None
         state = cm.full_state_dict() if job["check"] else None
         return {"rank": rank, "losses": losses, "times": times, "compile_s": compile_s, "counts": counts,
-                "peak_bytes": None if job["options"].execution == "eager" else prog.peak_bytes,
+                "peak_bytes": None if job["options"].execution == "eager" else prog.step_peak_bytes,
                 "measured_peak": measured, "live_at_peak": live_at_peak,
                 "bytes": nbytes, "state": state if rank == 0 else None, "target": cm.target, "kernels": kernels,
                 "start_step": start_step, "switched": switched, "steps_here": steps_here, **_resumed(resumed),

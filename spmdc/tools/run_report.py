@@ -173,7 +173,7 @@ def report_memory_and_files(console: Any, cfg: Any, r0: dict[str, Any]) -> None:
     if r0.get("peak_bytes") is not None:
         note = " with --checkpoint blocks" if cfg.options.checkpoint else ""
         line = (f"memory the step allocates beyond parameters and inputs (rank 0{note}): "
-                f"estimated peak {r0['peak_bytes'] / 1024:,.1f} KiB (static liveness)")
+                f"estimated peak {r0['peak_bytes'] / 1024:,.1f} KiB (static liveness with collective buffers)")
         if r0.get("measured_peak"):
             k, peak = r0["measured_peak"]
             line += f", measured {peak / 1024:,.1f} KiB (step {start_step + k + 1}, {_measured_by()})"

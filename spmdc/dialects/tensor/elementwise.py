@@ -395,8 +395,9 @@ OPS = [AddOp, SubOp, MulOp, DivOp, FmodOp, RemainderOp, MaximumOp, MinimumOp, Ne
 
 def inplace_operand(op: object) -> int | None:
     """The operand an ``inplace = k`` op writes its result into (:mod:`spmdc.passes.in_place`);
-    None without the attribute. A wrong one (not an elementwise op with an ``out=`` form, ``k``
-    out of range, operand ``k`` not of the result's type) is an error naming the op."""
+    None without the attribute. A wrong one (not an op with a form writing into an operand: an
+    elementwise op's ``out=``, ``tensor.scatter``'s ``scatter_``; ``k`` out of range, operand ``k``
+    not of the result's type) is an error naming the op."""
     from spmdc.ir.attributes import IntegerAttr
     from spmdc.ir.core import Operation
 
@@ -404,14 +405,16 @@ def inplace_operand(op: object) -> int | None:
     attr = op.attributes.get("inplace")
     if attr is None:
         return None
-    if not isinstance(attr, IntegerAttr) or not isinstance(op, ElementwiseOp):
-        raise op.emit_error(f"attribute 'inplace' must be an operand index on an elementwise op, got {attr}")
+    inplace_expr = getattr(op, "inplace_expr", None)
+    if not isinstance(attr, IntegerAttr) or inplace_expr is None:
+        raise op.emit_error(f"attribute 'inplace' must be an operand index on an elementwise op or "
+                            f"tensor.scatter, got {attr}")
     k = int(attr.value)
     if not 0 <= k < len(op.operands):
         raise op.emit_error(f"attribute 'inplace' = {k}: the op has {len(op.operands)} operand(s)")
     if op.operand(k).type != op.results[0].type:
         raise op.emit_error(f"attribute 'inplace' = {k}: operand #{k} is {op.operand(k).type}, the result "
                             f"{op.results[0].type}; only an operand of the result's type can hold it")
-    if op.inplace_expr([f"_{j}" for j in range(len(op.operands))], k) is None:
+    if inplace_expr([f"_{j}" for j in range(len(op.operands))], k) is None:
         raise op.emit_error("attribute 'inplace': this op has no torch form writing into an operand")
     return k

@@ -353,9 +353,22 @@ class ScatterOp(AlignedOp):
             raise InferError(f"index {idx} does not fit {x} outside dim {dim}")
         return [x]
 
+    def verify_(self) -> None:
+        from spmdc.dialects.tensor.elementwise import inplace_operand
+
+        inplace_operand(self)
+
     def torch_expr(self, ins: Sequence[str]) -> str:
+        return self._call(ins, "")
+
+    def inplace_expr(self, ins: Sequence[str], k: int) -> str | None:
+        """Written into ``x`` (``inplace = 0``, :mod:`spmdc.passes.in_place`): ``x.scatter_(...)``
+        (a cross-entropy's backward scatters into zeros that die there)."""
+        return self._call(ins, "_") if k == 0 else None
+
+    def _call(self, ins: Sequence[str], suffix: str) -> str:
         fn = "scatter_add" if self.attr_value("reduce") == "add" else "scatter"
-        return f"{ins[0]}.{fn}({literal(self.attr_value('dim'))}, {ins[1]}, {ins[2]})"
+        return f"{ins[0]}.{fn}{suffix}({literal(self.attr_value('dim'))}, {ins[1]}, {ins[2]})"
 
 
 def index_shape(x: TensorType, idx: list[TensorType]) -> tuple[int, ...]:

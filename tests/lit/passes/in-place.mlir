@@ -49,3 +49,23 @@ func.func @read_through_a_view(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
   %s = tensor.add %e, %p : tensor<4x4xf32>
   func.return %s : tensor<4x4xf32>
 }
+
+// A cross-entropy's backward scatters into zeros (a splat constant: `torch.full` on every call) that
+// die there: written in place (`scatter_`), and the next elementwise op writes into the scatter's
+// result (a gather or a scatter always returns a new tensor). Never into a dense constant (a large
+// one is a tensor shared between calls) or an argument.
+// CHECK-LABEL: func.func @scatter(
+// CHECK:      %[[S:.*]] = tensor.scatter %{{.*}}, %i, %s {dim = 1, inplace = 0}
+// CHECK-NEXT: tensor.mul %[[S]], %k {inplace = 0}
+// CHECK:      tensor.scatter %{{.*}}, %i, %s {dim = 1} :
+// CHECK:      tensor.scatter %x, %i, %s {dim = 1} :
+func.func @scatter(%x: tensor<4x8xf32>, %i: tensor<4x1xi64>, %s: tensor<4x1xf32>, %k: tensor<4x1xf32>)
+    -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %z = tensor.constant {value = dense<0.0> : tensor<4x8xf32>} : tensor<4x8xf32>
+  %g = tensor.scatter %z, %i, %s {dim = 1} : (tensor<4x8xf32>, tensor<4x1xi64>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %m = tensor.mul %g, %k : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %d = tensor.constant {value = dense<[[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]]> : tensor<4x8xf32>} : tensor<4x8xf32>
+  %h = tensor.scatter %d, %i, %s {dim = 1} : (tensor<4x8xf32>, tensor<4x1xi64>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %a = tensor.scatter %x, %i, %s {dim = 1} : (tensor<4x8xf32>, tensor<4x1xi64>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  func.return %m, %h, %a : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}

@@ -69,6 +69,7 @@ def test_in_place_step_is_bitwise_the_same_and_keeps_its_arguments(both):
     for r in (both[0], both[1]):
         on, off = r[True], r[False]
         assert on["writes"] > 20 and off["writes"] == 0
+        assert on["scatters_in_place"] == 1 and off["scatters_in_place"] == 0   # cross-entropy's backward
         assert len(on["results"]) == len(off["results"])
         for a, b in zip(on["results"], off["results"]):
             assert torch.equal(a, b)

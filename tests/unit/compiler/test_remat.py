@@ -1,7 +1,8 @@
 """``remat`` (spmdc.passes.remat): elementwise values alive at the peak recomputed where they are
 read again. gpt2-tiny's fsdp step on 2 gloo ranks gives bitwise the same loss and gradients with and
 without it (recomputed ops read the same operands), never writes into its arguments, issues the same
-collectives, recomputes ops and estimates a lower peak with it; a forward/backward pair without
+collectives, recomputes ops and estimates a lower peak with it (under bf16 too, where parameters'
+casts are recomputed); a forward/backward pair without
 collectives measures exactly one buffer less. The pass's own rules are in tests/lit/passes/remat.mlir.
 """
 
@@ -38,6 +39,43 @@ def test_remat_step_is_bitwise_the_same_with_the_same_collectives(both):
 def test_remat_lowers_the_estimated_peak(both):
     for r in (both[0], both[1]):
         assert r[True]["estimate"] < r[False]["estimate"]
+
+
+@pytest.fixture(scope="module")
+def both_bf16():
+    return launch(W.same_step_both_ways, 2, ("remat", "bf16"), timeout_s=600)
+
+
+@pytest.fixture(scope="module")
+def both_llama():
+    return launch(W.same_step_both_ways, 2, ("remat", None, "llama"), timeout_s=600)
+
+
+def _bitwise_same(on: dict, off: dict) -> None:
+    assert on["lines"] > off["lines"]
+    assert len(on["results"]) == len(off["results"])
+    for a, b in zip(on["results"], off["results"]):
+        assert torch.equal(a, b)
+    assert on["args_kept"] and off["args_kept"]
+    assert on["counts"] == off["counts"]
+    assert on["estimate"] < off["estimate"]
+
+
+def test_remat_under_mixed_precision_recomputes_parameter_casts_bitwise(both_bf16):
+    """bf16: each parameter's cast (gathered in the forward and again in the backward) is recomputed
+    from the parameter; the loss and gradients are bitwise the same, the arguments untouched, the
+    collectives the same, the estimate lower."""
+    for r in (both_bf16[0], both_bf16[1]):
+        assert r[True]["casts"] > r[False]["casts"]   # recomputed before the backward's gathers
+        _bitwise_same(r[True], r[False])
+
+
+def test_remat_recomputes_a_chain_bitwise(both_llama):
+    """A Llama: SiLU's output (``x * sigmoid(x)``, read again by the gradient of its product with the
+    up projection) is recomputed with its sigmoid from the gate projection the backward keeps anyway."""
+    for r in (both_llama[0], both_llama[1]):
+        assert r[True]["sigmoids"] > r[False]["sigmoids"]
+        _bitwise_same(r[True], r[False])
 
 
 _PAIR = """
