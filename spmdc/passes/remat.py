@@ -286,6 +286,21 @@ def _candidate(v: Value, peak: int, ctx: _Ctx) -> _Recipe | None:
     return _Recipe(first, ops + [maker], redo, kept, transient, subst)  # type: ignore[list-item]
 
 
+def _erase_unused(ops: list[Operation]) -> None:
+    """Erase those of the recomputed values' original ops (and, in turn, their operands' pure ops)
+    that nothing reads any more."""
+    from spmdc.passes.dce import is_trivially_dead
+
+    work = list(reversed(ops))
+    while work:
+        op = work.pop(0)
+        if op.parent is None or not is_trivially_dead(op):
+            continue
+        makers = [m for a in op.operands if (m := a.defining_op()) is not None]
+        op.erase()
+        work += makers
+
+
 def rematerialize(block: object, limit: int = 100_000) -> int:
     """Recompute values of ``block`` (a function body) per the module docstring; returns how many."""
     from spmdc.passes.memory import lifetimes
@@ -338,6 +353,7 @@ def rematerialize(block: object, limit: int = 100_000) -> int:
             kept += r.kept
         if not chosen:
             return done
+        moved: list[Operation] = []
         for v, r in chosen[:limit - done]:
             anchor = ops[r.first]
             mapping: dict[Value, Value] = dict(r.subst)
@@ -347,7 +363,9 @@ def rematerialize(block: object, limit: int = 100_000) -> int:
                 for use in list(old.uses):
                     if use.owner in index and index[use.owner] > peak:
                         use.owner.set_operand(use.index, mapping[old])
+            moved += r.redo + r.ops
             done += 1
+        _erase_unused(moved)   # (a value read only after the peak moved there whole)
     return done
 
 

@@ -7,10 +7,10 @@ shard.mesh @mesh = <["dp" = 2]>
 // GELU's output is read by the forward's next matmul and again by the backward's weight gradient
 // (through a transpose made in the forward); its input %a is read by GELU's derivative after that.
 // At the peak (%big, the 256x256 product) %g is alive unread: it is recomputed from %a right before
-// its next read, with its transpose, and dies at the forward's matmul.
+// its next read, with its transpose, and dies at the forward's matmul; the forward's transpose, read
+// by nothing any more, is erased.
 // CHECK-LABEL: func.func @gelu(
 // CHECK:      %[[G:.*]] = tensor.gelu %a
-// CHECK-NEXT: %[[T:.*]] = tensor.permute %[[G]]
 // CHECK-NEXT: %y = tensor.matmul %[[G]], %w2
 // CHECK-NEXT: %big = tensor.matmul
 // CHECK-NEXT: %s = tensor.sum %big
@@ -190,5 +190,22 @@ func.func @regathered(%a: tensor<32x64xf32>, %b: tensor<32x64xf32>, %c: tensor<3
   %du = tensor.mul %dy, %v2 : tensor<64x64xf32>
   func.return %y, %z, %s, %dw, %dx, %dv, %du : tensor<64x64xf32>, tensor<64x64xf32>, tensor<f32>, tensor<64x64xf32>,
       tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>
+}
+
+// A value read only after the peak moves there whole: the forward's op, read by nothing any more, is
+// erased (a fused Triton kernel of dead ops would have no result).
+// CHECK-LABEL: func.func @moved(
+// CHECK-NOT:  tensor.exp
+// CHECK:      %s = tensor.sum %big
+// CHECK-NEXT: %[[E:.*]] = tensor.exp %x
+// CHECK-NEXT: %r = tensor.add %[[E]], %x
+// CHECK-NOT:  tensor.exp
+func.func @moved(%x: tensor<64x64xf32>, %p: tensor<256x8xf32>, %q: tensor<8x256xf32>)
+    -> (tensor<f32>, tensor<64x64xf32>) {
+  %e = tensor.exp %x : tensor<64x64xf32>
+  %big = tensor.matmul %p, %q : (tensor<256x8xf32>, tensor<8x256xf32>) -> tensor<256x256xf32>
+  %s = tensor.sum %big {dims = [0, 1], keepdim = false} : (tensor<256x256xf32>) -> tensor<f32>
+  %r = tensor.add %e, %x : tensor<64x64xf32>
+  func.return %s, %r : tensor<f32>, tensor<64x64xf32>
 }
 }

@@ -120,3 +120,19 @@ def test_a_recomputed_activation_is_measured_one_buffer_lower():
     one = 128 * 128 * 4
     assert got[False][1] - got[True][1] == one
     assert got[False][2] - got[True][2] == one
+
+
+def test_a_forward_program_whose_value_moves_whole_compiles_for_triton():
+    """gpt2-tiny's forward under fsdp+tp (rank 2, collectives scheduled): a layer norm's first ops,
+    read only after the gather that follows them, move there whole; their originals are erased, so no
+    fused Triton kernel is left without a result (it failed to generate before)."""
+    from spmdc.compiler import compile_rank, compile_step
+    from spmdc.examples import gpt2_tiny
+    from spmdc.sharding.mesh import Mesh
+
+    model, ((x,), _), _ = gpt2_tiny.factory()
+    step = compile_step(model, (x,), mesh=Mesh({"dp": 2, "tp": 2}), plan="fsdp+tp", overlap=True)
+    prog = compile_rank(step, 2, target="triton")
+    fused = [op for op in prog.module.walk() if op.name == "kernel.fused"]
+    assert fused and all(op.results for op in fused)
+    assert "tl.store" in prog.source or "@triton.jit" in prog.source
