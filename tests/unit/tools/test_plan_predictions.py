@@ -1,8 +1,10 @@
 """``spmdc plan``'s predictions against measured runs (issue 29).
 
-One launch of 4 gloo ranks runs 4 training steps of each case (``spmdc.tools.plan_check``: the
-last one's collectives, the lowest peak of the last three: when gloo's threads allocate their
-buffers moves single measurements of a pipeline stage by up to 15 %) and the dry run compiles the same cases
+One launch of 4 gloo ranks runs 6 training steps of each case (``spmdc.tools.plan_check``: the
+last one's collectives, the lowest peak of the last five: when gloo's threads allocate their
+buffers moves single measurements by up to 15 % -- a gather's start copies the output in the calling
+thread while gloo's own thread may already hold its receive buffer, for small buckets often, for large
+ones rarely) and the dry run compiles the same cases
 without ranks. For every rank:
 the collectives it issued, by kind, and their bytes equal the prediction of its role exactly; its
 stored parameters and optimizer state equal the predicted bytes exactly; and per role the median
@@ -62,7 +64,7 @@ def _predict(workload, mesh, plan, optimizer, factory=None):
 
 @pytest.fixture(scope="module")
 def measured():
-    return launch(measure_cases, 4, (CASES, 4, 0.01, 3), timeout_s=600)
+    return launch(measure_cases, 4, (CASES, 6, 0.01, 5), timeout_s=600)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)),
