@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from spmdc.dialects.shard import RaggedShard, Replicate
+from spmdc.runtime.collectives import CountingComm
 from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
 from spmdc.runtime.executor import local_piece, to_full
 
@@ -79,6 +80,10 @@ class ParameterStore:
             return local
         if ragged(src) or ragged(dst):   # through the full value (no collective from R)
             return local_piece(self.full(local, src, shape), dst, self.mesh, self.rank).to(self.device)
+        if not self.group_axis and all(isinstance(q, Replicate) for q in dst):
+            # (whole: spmdc's own gathers, counted -- an optimizer storing parameters whole takes
+            # every gradient whole; :func:`spmdc.api.predict.storage_moves` predicts them)
+            return to_full(local, tuple(shape), tuple(src), CountingComm(self.comm))
         return self.dtensor(local, src, shape).redistribute(self.device_mesh, self.dt(dst)).to_local()
 
     def full(self, local: Any, layout: Sequence[Any], shape: tuple[int, ...]) -> Any:

@@ -526,6 +526,14 @@ class PipelineExecutor(StageParameters):
     def _relayout(self, local: Any, src: Any, dst: Any, shape: tuple[int, ...]) -> Any:
         if tuple(src) == tuple(dst):
             return local
+        from spmdc.dialects.shard import RaggedShard, Replicate
+
+        if all(isinstance(q, Replicate) for q in dst) and not any(isinstance(q, RaggedShard) for q in src):
+            # (whole: spmdc's own gathers, counted, as ParameterStore.relayout)
+            from spmdc.runtime.collectives import CountingComm
+            from spmdc.runtime.executor import to_full
+
+            return to_full(local, tuple(shape), tuple(src), CountingComm(self.comm))
         from torch.distributed.tensor import DTensor
 
         from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements

@@ -67,12 +67,14 @@ class MemoryBreakdown:
     activations: int = 0     # other tensors alive at the step's peak
     comm_buffers: int = 0    # collective results and staging buffers alive at the peak
     optimizer_step: int = 0  # the optimizer update's temporaries, when the peak is reached there
+    whole_gradients: int = 0  # gradients gathered whole after the program (an optimizer storing
+    #                           parameters whole), with one gather's buffer, when the peak is there
     peak_op: str = ""        # where the step's peak is reached
 
     @property
     def step_peak(self) -> int:
         """What the step allocates beyond the stored parameters and optimizer state."""
-        return self.gradients + self.activations + self.comm_buffers + self.optimizer_step
+        return self.gradients + self.activations + self.comm_buffers + self.optimizer_step + self.whole_gradients
 
     @property
     def total(self) -> int:
@@ -277,6 +279,61 @@ def backend_staging(op: Operation, device: Any) -> int:
     return 0
 
 
+def _gathered_whole(func: Any, step: Any, store: dict[int, int] | None) -> list[tuple[int, int]]:
+    """(bytes as the program returns it, whole bytes) of every gradient :func:`storage_moves` gathers."""
+    from spmdc.dialects.shard import SHARDING_ATTR, Replicate
+
+    if not store or step.name != "train" or not func.body.ops:
+        return []
+    by_name = {k[6:]: i for i, k in enumerate(step.arg_kinds) if k.startswith("param:")}
+    ret = func.body.ops[-1]
+    out = []
+    for r, kind in enumerate(step.result_kinds):
+        i = by_name.get(kind[5:]) if kind.startswith("grad:") else None
+        sharding = func.res_attrs(r).get(SHARDING_ATTR)
+        if i is not None and i in store and sharding is not None and not all(
+                isinstance(q, Replicate) for q in sharding.placements):
+            out.append((_tensor_bytes(ret.operand(r)), store[i]))
+    return out
+
+
+def storage_moves(func: Any, step: Any, store: dict[int, int] | None, mesh: Any) -> list[tuple[str, str, int, int]]:
+    """What the runtime does after the program when the optimizer stores parameters whole
+    (``store``): each gradient the program returns sharded or pending is gathered whole by
+    spmdc's own collectives (:meth:`~spmdc.api.parameter_store.ParameterStore.relayout`), the
+    steps of :func:`~spmdc.sharding.planner.plan_redistribution` to replicated. Per step
+    ``(kind, axes, payload bytes, whole bytes of the gradient)``, in the order they run."""
+    from spmdc.dialects.shard import SHARDING_ATTR, Replicate
+    from spmdc.sharding.planner import plan_redistribution
+
+    if not store or step.name != "train":
+        return []
+    by_name = {k[6:]: i for i, k in enumerate(step.arg_kinds) if k.startswith("param:")}
+    ret = func.body.ops[-1] if func.body.ops else None
+    if ret is None:
+        return []
+    names = list(mesh.axis_names)
+    out = []
+    for r, kind in enumerate(step.result_kinds):
+        i = by_name.get(kind[5:]) if kind.startswith("grad:") else None
+        if i is None or i not in store:
+            continue
+        sharding = func.res_attrs(r).get(SHARDING_ATTR)
+        layout = tuple(sharding.placements) if sharding is not None else ()
+        if all(isinstance(q, Replicate) for q in layout):
+            continue
+        v = ret.operand(r)
+        nbytes = _tensor_bytes(v)
+        whole = store[i]
+        for st in plan_redistribution(layout, tuple(Replicate() for _ in layout), len(step.arg_shapes[i]), 1.0,
+                                      list(mesh.shape)):
+            out.append(("comm." + st.kind, ",".join(names[a] for a in st.axes), nbytes, whole))
+            if st.kind == "all_gather":
+                for a in st.axes:
+                    nbytes *= mesh.axis_size(names[a])
+    return out
+
+
 def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, int] | None = None,
                 group_extra: Callable[[Operation], int] | None = None, device: Any = None) -> MemoryBreakdown:
     """The breakdown for ``func`` (a rank's ``@main``) of ``step`` (its CompiledStep): parameters
@@ -313,14 +370,20 @@ def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, in
     for b, e, nbytes in staged:
         delta[b] += nbytes
         delta[e + 1] -= nbytes
-    tail = optimizer_transient(optimizer, [_tensor_bytes(func.args[i]) for i in trainable]) if (
+    tail = optimizer_transient(optimizer, [(store or {}).get(i, _tensor_bytes(func.args[i])) for i in trainable]) if (
         step.name == "train" and optimizer is not None) else 0
-    live, peak, at = 0, 0, 0
+    gathered = _gathered_whole(func, step, store)   # (result bytes, whole bytes) per gradient gathered after
+    grown = sum(w for _, w in gathered) - sum(b for b, _ in gathered)
+    live, peak, at, whole = 0, 0, 0, 0
     for i in range(len(ops)):
         live += delta[i]
-        here = live + (tail if i == len(ops) - 1 else 0)
+        here = live + (tail + grown if i == len(ops) - 1 else 0)
         if here > peak:
             peak, at = here, i
+    if gathered:   # every gradient gathered whole, the program's results still held, one gather's buffer
+        here = live + sum(w for _, w in gathered) + max(w for _, w in gathered)
+        if here > peak:
+            peak, at, whole = here, len(ops) - 1, here - live
     ret = ops[-1] if ops else None
     grad_values = set()
     index = {op: i for i, op in enumerate(ops)}
@@ -335,8 +398,10 @@ def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, in
     if not ops:
         return out
     out.comm_buffers = sum(n for b, e, n in staged if b <= at <= e)
-    out.optimizer_step = tail if at == len(ops) - 1 else 0
-    out.peak_op = f"#{at} {ops[at].name}" + (" (the optimizer's update)" if out.optimizer_step else "")
+    out.whole_gradients = whole
+    out.optimizer_step = tail + grown if at == len(ops) - 1 and not whole else 0
+    out.peak_op = f"#{at} {ops[at].name}" + (" (the optimizer's update)" if out.optimizer_step else
+                                             " (gradients gathered whole)" if whole else "")
     for v, (b, e) in life.items():
         if not b <= at <= e:
             continue
@@ -438,31 +503,38 @@ def comm_rows(func: Any, mesh: Any, device: Any, job_rank: int | None = None,
                 row.bytes += nbytes
                 row.seconds += cost.all_reduce(nbytes, max(n, 2)) * 1e-6
             continue
-        axes = _axes_of(op)
-        key = (",".join(axes) or "(groups)", kind)
-        row = rows.setdefault(key, CommRow(*key))
-        nbytes = payload_bytes(op)
-        row.count += 1
-        row.bytes += nbytes
-        row.bound = row.bound or "expert" in kind
-        n = 1
-        for a in axes:
-            if a in mesh.axis_names:
-                n *= mesh.axis_size(a)
-        cost = AxisCost(latency_us=device.latency_us, bandwidth_gbps=device.axis_bandwidth(mesh, axes))
-        short = kind.removeprefix("comm.").removesuffix("_bucket")
-        if short == "all_slice":
-            continue
-        if short == "all_gather":
-            us = cost.all_gather(nbytes * n, n)
-        elif short == "reduce_scatter":
-            us = cost.reduce_scatter(nbytes, n)
-        elif short in ("all_to_all", "expert_dispatch", "expert_combine"):
-            us = cost.all_to_all(nbytes * n, n)
-        else:   # all_reduce: as an all-reduce
-            us = cost.all_reduce(nbytes, max(n, 2))
-        row.seconds += us * 1e-6
+        _add_call(rows, kind, _axes_of(op), payload_bytes(op), mesh, device)
     return list(rows.values())
+
+
+def _add_call(rows: dict[tuple[str, str], CommRow], kind: str, axes: tuple[str, ...], nbytes: int, mesh: Any,
+              device: Any) -> None:
+    """Count one call of collective ``kind`` over ``axes`` with ``nbytes`` of payload into its row,
+    with its α-β seconds."""
+    from spmdc.sharding.cost import AxisCost
+
+    key = (",".join(axes) or "(groups)", kind)
+    row = rows.setdefault(key, CommRow(*key))
+    row.count += 1
+    row.bytes += nbytes
+    row.bound = row.bound or "expert" in kind
+    n = 1
+    for a in axes:
+        if a in mesh.axis_names:
+            n *= mesh.axis_size(a)
+    cost = AxisCost(latency_us=device.latency_us, bandwidth_gbps=device.axis_bandwidth(mesh, axes))
+    short = kind.removeprefix("comm.").removesuffix("_bucket")
+    if short == "all_slice":
+        return
+    if short == "all_gather":
+        us = cost.all_gather(nbytes * n, n)
+    elif short == "reduce_scatter":
+        us = cost.reduce_scatter(nbytes, n)
+    elif short in ("all_to_all", "expert_dispatch", "expert_combine"):
+        us = cost.all_to_all(nbytes * n, n)
+    else:   # all_reduce: as an all-reduce
+        us = cost.all_reduce(nbytes, max(n, 2))
+    row.seconds += us * 1e-6
 
 
 # -- compute -----------------------------------------------------------------------------------------
@@ -526,6 +598,11 @@ def predict(module: Operation, step: Any, mesh: Any, device: Any, optimizer: str
 
     memory = step_memory(func, step, optimizer, store, packed, device)
     rows = comm_rows(func, mesh, device, job_rank, tables)
+    if tables is None:   # (device groups keep DTensor's moves, not counted)
+        table = {(r.axes, r.kind): r for r in rows}
+        for kind, axes, nbytes, _ in storage_moves(func, step, store, mesh):
+            _add_call(table, kind, tuple(axes.split(",")), nbytes, mesh, device)
+        rows = list(table.values())
     flops, hbm, kernels, seconds = compute(func, device)
     overlapped = any(isinstance(op, tuple(START_OPS.values())) for op in func.body.ops)
     comm_s = sum(r.seconds for r in rows) + sum(r.count for r in rows) * device.launch_us * 1e-6

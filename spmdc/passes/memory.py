@@ -130,8 +130,9 @@ def _nbytes(v: Value) -> int:
 
 def staging_bytes(op: Operation) -> int:
     """Bytes a collective's runtime allocates while it runs besides its operands and results: a
-    send buffer packing the operands and a receive buffer the size of the results (gather buckets,
-    expert moves), or a receive buffer (a plain gather or reduce); an all-reduce bucket packs its
+    send buffer packing the operands and a receive buffer the size of the results (expert moves,
+    a started gather bucket's until its wait), or a receive buffer (a plain gather or reduce, a
+    synchronous gather bucket: its pack is gone before the results are unpacked); an all-reduce bucket packs its
     operands into one flat buffer reduced in place, whose views are its results, and a
     reduce-scatter packs its operands (which it no longer needs) and receives into its result:
     nothing besides them."""
@@ -151,6 +152,10 @@ def staging_bytes(op: Operation) -> int:
         # estimate's lifetimes, stand for the pack) and receives into the handle's bytes
         # (spmdc.runtime.collectives.scatter_packed: on gloo the pack itself, reduced in place)
         return 0
+    if kind == "comm.all_gather_bucket" and results:
+        # a synchronous gather bucket: its pack goes once the transfer is done (before the receive
+        # buffer is unpacked into the results), so the two never overlap: the receive buffer alone
+        return results
     if isinstance(op, BucketOp) or getattr(op, "SYNC", None) is not None and issubclass(op.SYNC, BucketOp):
         return operands + results
     return results
@@ -159,9 +164,9 @@ def staging_bytes(op: Operation) -> int:
 def staging_spans(ops: list[Operation], extra: Callable[[Operation], int] | None = None
                   ) -> list[tuple[int, int, int]]:
     """(first op index, last op index, bytes) of every collective's staging buffers: a synchronous
-    collective's at its op, a started one's from its ``comm.*_start`` to its ``comm.wait`` (the
-    runtime keeps both buffers until the wait has unpacked the result); a started gather's
-    transfer buffer up to the op before its wait."""
+    collective's at its op, a started one's from its ``comm.*_start`` to its ``comm.wait`` (a gather
+    bucket's pack to the op before its wait: the runtime drops it before unpacking the result; a
+    gather receives straight into its buffer, :mod:`spmdc.runtime.pairwise` on gloo)."""
     from spmdc.dialects.comm import WaitOp
 
     index = {op: i for i, op in enumerate(ops)}
@@ -171,16 +176,15 @@ def staging_spans(ops: list[Operation], extra: Callable[[Operation], int] | None
             start = op.operand(0).defining_op()
             if start is not None:
                 waits[start] = i
+
     from spmdc.dialects.comm import START_OPS, collective_kind
 
     out = []
     for op, i in index.items():
         n = staging_bytes(op) + (extra(op) if extra is not None else 0)
         if n:
-            out.append((i, waits.get(op, i), n))
-        w = waits.get(op, i)
-        if w > i and isinstance(op, tuple(START_OPS.values())) and collective_kind(op) in (
-                "comm.all_gather", "comm.all_gather_bucket"):
-            # (the backend's own receive buffer while the transfer runs, gloo's: gone by the wait)
-            out.append((i, w - 1, sum(_nbytes(r) for r in op.results)))
+            w = waits.get(op, i)
+            if w > i and isinstance(op, tuple(START_OPS.values())) and collective_kind(op) == "comm.all_gather_bucket":
+                w -= 1   # (a started gather bucket's pack goes when it is waited, before the unpacking)
+            out.append((i, w, n))
     return out

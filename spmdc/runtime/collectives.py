@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from spmdc.dialects.shard import chunk_sizes
+from spmdc.runtime.pairwise import TAG_BASE, ScatterExchange, gather_into, uses_pairwise
 
 TIMEOUT_ENV = "SPMDC_COLLECTIVE_TIMEOUT"
 ARRIVE = "spmdc/arrive"
@@ -168,6 +169,7 @@ class Collectives:
         self.stats = CommStats()
         self.timeout_s = timeout_s if timeout_s is not None else collective_timeout()
         self._seq: dict[str, int] = {}   # collectives issued per axis (equal on every rank: SPMD)
+        self._tags: dict[str, int] = {}  # point-to-point tags used per axis (pairwise exchanges)
 
     def _waiter(self, kind: str, axis: str) -> Callable[[Any], None]:
         """How to wait on one ``kind`` collective on ``axis``: at most ``timeout_s`` (else the
@@ -237,7 +239,7 @@ class Collectives:
         if mine.numel() < longest:
             mine = torch.cat([mine, mine.new_zeros(longest - mine.numel())])
         buf = mine.new_empty((n * longest,))
-        work = dist.all_gather_into_tensor(buf, mine, group=self.group(axis), async_op=True)
+        works = self._gather_into(buf, mine, axis)
         waiter = self._waiter("all_gather", axis)
 
         def finish() -> list[torch.Tensor]:
@@ -249,7 +251,7 @@ class Collectives:
                     pieces[i].append(per_rank[r, offset:offset + z[r] * k].view((z[r],) + rest))
                     offset += z[r] * k
             return [torch.cat(p).movedim(0, d).contiguous() for p, d in zip(pieces, dims)]
-        return Pending([work, mine], finish, waiter)
+        return Pending([*works, mine], finish, waiter)
 
     def reduce_scatter_bucket(self, xs: list[torch.Tensor], axis: str, dims: list[int],
                               op: str, sizes: list[Any] | None = None) -> list[torch.Tensor]:
@@ -276,8 +278,8 @@ class Collectives:
             if length < longest:
                 flat.append(moved[0].new_zeros(longest - length))
         buf = torch.cat(flat)
-        work, reduced = self._scatter_packed(buf, op, axis)
         waiter = self._waiter("reduce_scatter", axis)
+        works, reduced = self._scatter_packed(buf, op, axis, waiter)
         rests = [tuple(xt.shape[1:]) for xt in moved]
         del moved, runs, flat   # (the members are packed: the closure below must not keep them alive)
 
@@ -289,10 +291,24 @@ class Collectives:
                 out.append(got[offset:offset + numel].view((z[me],) + rest).movedim(0, d).contiguous())
                 offset += numel
             return out
-        return Pending([work, buf], finish, waiter)
+        return Pending([*works, buf], finish, waiter)
 
-    def _scatter_packed(self, buf: torch.Tensor, op: str, axis: str) -> tuple[Any, Callable[[], torch.Tensor]]:
-        return scatter_packed(buf, op, self.group(axis), self.size(axis), self.coord(axis))
+    def _scatter_packed(self, buf: torch.Tensor, op: str, axis: str, wait: Callable[[Any], None]
+                        ) -> tuple[list[Any], Callable[[], torch.Tensor]]:
+        return scatter_packed(buf, op, self.group(axis), self.size(axis), self.coord(axis), self._tag(axis), wait)
+
+    def _tag(self, axis: str) -> int:
+        """A fresh point-to-point tag for one pairwise exchange on ``axis`` (the same on every rank
+        of its group: they issue the same collectives in the same order)."""
+        k = self._tags[axis] = (self._tags.get(axis, -1) + 1) % (1 << 20)
+        return TAG_BASE + k
+
+    def _gather_into(self, buf: torch.Tensor, mine: torch.Tensor, axis: str) -> list[Any]:
+        """Start gathering every rank's ``mine`` into ``buf`` (``n`` equal rows); the works to wait."""
+        group = self.group(axis)
+        if uses_pairwise(group):
+            return gather_into(buf, mine, group, self.size(axis), self.coord(axis), self._tag(axis))
+        return [dist.all_gather_into_tensor(buf, mine, group=group, async_op=True)]
 
     def all_reduce_bucket(self, xs: list[torch.Tensor], axes: list[str], op: str) -> list[torch.Tensor]:
         return self.all_reduce_bucket_start(xs, axes, op).wait()
@@ -317,17 +333,23 @@ class Collectives:
     def _all_reduce_inplace(self, y: torch.Tensor, axes: list[str], op: str) -> Pending:
         """Reduce ``y`` in place over the first axis asynchronously; the rest (a multi-axis
         reduction) run when it is waited."""
-        work = dist.all_reduce(y, op=_REDUCE[op], group=self.group(axes[0]), async_op=True)
         waiter = self._waiter("all_reduce", axes[0])
+        finish_first = self._reduce_start(y, op, axes[0], waiter)
 
         def finish() -> torch.Tensor:
+            finish_first()
             n = self.size(axes[0])
             for axis in axes[1:]:
-                self._waiter("all_reduce", axis)(dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis),
-                                                                 async_op=True))
+                self._reduce_start(y, op, axis, self._waiter("all_reduce", axis))()
                 n *= self.size(axis)
             return y / n if op == "avg" else y
-        return Pending([work], finish, waiter)
+        return Pending([], finish)
+
+    def _reduce_start(self, y: torch.Tensor, op: str, axis: str, wait: Callable[[Any], None]) -> Callable[[], Any]:
+        """Start all-reducing ``y`` in place over ``axis``; returns what finishes it (gloo's own
+        all-reduce: a pairwise exchange, reduce then gather, measured no faster)."""
+        work = dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis), async_op=True)
+        return lambda: wait(work)
 
     def keep_at_origin(self, x: torch.Tensor, axes: list[str]) -> torch.Tensor:
         """``x`` on the ranks at coordinate 0 of every axis in ``axes``, zeros elsewhere (comm.keep_at_origin)."""
@@ -335,8 +357,8 @@ class Collectives:
 
     def all_slice(self, x: torch.Tensor, axis: str, dim: int, sizes: list[int] | None = None) -> torch.Tensor:
         sizes = sizes if sizes is not None else chunk_sizes(x.shape[dim], self.size(axis))
-        i = self.coord(axis)
-        return x.narrow(dim, sum(sizes[:i]), sizes[i]).contiguous()
+        i = self.coord(axis)   # (a copy, never a view: the whole operand may die here, as the estimate has it)
+        return x.narrow(dim, sum(sizes[:i]), sizes[i]).clone(memory_format=torch.contiguous_format)
 
     def all_gather(self, x: torch.Tensor, axis: str, dim: int, out_shape: tuple[int, ...],
                    sizes: list[int] | None = None) -> torch.Tensor:
@@ -354,12 +376,12 @@ class Collectives:
             xt = torch.cat([xt, xt.new_zeros((pad - xt.shape[0],) + tuple(xt.shape[1:]))])
         xt = xt.contiguous()
         buf = xt.new_empty((n * pad,) + tuple(xt.shape[1:]))
-        work = dist.all_gather_into_tensor(buf, xt, group=self.group(axis), async_op=True)
+        works = self._gather_into(buf, xt, axis)
 
         def finish() -> torch.Tensor:
             pieces = [buf[i * pad:i * pad + s] for i, s in enumerate(sizes)]
             return torch.cat(pieces).movedim(0, dim).contiguous()
-        return Pending([work, xt], finish, self._waiter("all_gather", axis))
+        return Pending([*works, xt], finish, self._waiter("all_gather", axis))
 
     def reduce_scatter(self, x: torch.Tensor, axis: str, dim: int, op: str,
                        sizes: list[int] | None = None) -> torch.Tensor:
@@ -380,14 +402,15 @@ class Collectives:
                 p = torch.cat([p, p.new_zeros((pad - s,) + tuple(p.shape[1:]))])
             pieces.append(p)
         buf = torch.cat(pieces)
-        work, reduced = self._scatter_packed(buf, op, axis)
+        waiter = self._waiter("reduce_scatter", axis)
+        works, reduced = self._scatter_packed(buf, op, axis, waiter)
 
         def finish() -> torch.Tensor:
             mine = reduced()[:sizes[self.coord(axis)]]
             if op == "avg":
                 mine = mine / n
             return mine.movedim(0, dim).contiguous()
-        return Pending([work, buf], finish, self._waiter("reduce_scatter", axis))
+        return Pending([*works, buf], finish, waiter)
 
     def wait(self, pending: Pending) -> Any:
         """``comm.wait``: block on a started collective, return its tensor (or list of tensors)."""
@@ -486,18 +509,22 @@ class Collectives:
         self._waiter("all_to_all_v", axis)(work)
         return out
 
-def scatter_packed(buf: torch.Tensor, op: str, group: Any, n: int, me: int) -> tuple[Any, Callable[[], torch.Tensor]]:
+def scatter_packed(buf: torch.Tensor, op: str, group: Any, n: int, me: int, tag: int = TAG_BASE,
+                   wait: Callable[[Any], None] | None = None) -> tuple[list[Any], Callable[[], torch.Tensor]]:
     """Start reducing ``buf`` (rank-major: ``n`` equal pieces along dim 0, one per rank; a buffer of
-    the caller's own) over ``group``, where this rank is ``me``; returns the work and a function
-    giving this rank's reduced piece once it is waited. On gloo, whose ``reduce_scatter_tensor``
-    all-reduces a copy of its input, the buffer is all-reduced in place (the same exchange, no
-    copy); on other backends it is reduce-scattered into a buffer of one piece."""
-    if dist.get_backend(group) == "gloo":
-        work = dist.all_reduce(buf, op=_REDUCE[op], group=group, async_op=True)
-        return work, lambda: buf.view((n, -1) + tuple(buf.shape[1:]))[me].clone()   # (not a view: buf dies)
+    the caller's own) over ``group``, where this rank is ``me``; returns the works to wait first and
+    a function giving this rank's reduced piece (waiting what is left with ``wait``). On gloo the
+    pieces are exchanged pair by pair (:class:`~spmdc.runtime.pairwise.ScatterExchange`: sends now,
+    receives into one piece's buffer when the result is asked for, reduced into the pack in
+    place); on other backends it is reduce-scattered into a buffer of one piece."""
+    wait = wait if wait is not None else (lambda w: w.wait())
+    if uses_pairwise(group):
+        ex = ScatterExchange(buf, op, group, n, me, tag)
+        shape = (buf.shape[0] // n,) + tuple(buf.shape[1:])
+        return [], lambda: ex.finish(wait).view(shape).clone()   # (not a view: buf dies)
     out = buf.new_empty((buf.shape[0] // n,) + tuple(buf.shape[1:]))
     work = dist.reduce_scatter_tensor(out, buf, op=_REDUCE[op], group=group, async_op=True)
-    return work, lambda: out
+    return [work], lambda: out
 
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_slice", "reduce_scatter", "all_to_all", "all_gather_bucket",

@@ -138,7 +138,7 @@ def measure_device(reps: int = 20) -> dict[str, float]:
 def _scatter_staging(dist: Any, dev: Any, n: int) -> float:
     """Bytes the backend allocates of its own while spmdc's runtime reduce-scatters a packed bucket
     (:func:`spmdc.runtime.collectives.scatter_packed`), per byte of the bucket, rounded to a quarter
-    (0 on gloo, reduced in place, and on NCCL)."""
+    (0 on gloo, exchanged pair by pair and reduced in place, and on NCCL)."""
     import torch
 
     from spmdc.runtime.collectives import scatter_packed
@@ -147,8 +147,9 @@ def _scatter_staging(dist: Any, dev: Any, n: int) -> float:
     whole = torch.ones(n * (1 << 14), device=dev)   # 64 KiB per rank
 
     def scatter() -> torch.Tensor:
-        work, mine = scatter_packed(whole, "sum", dist.group.WORLD, n, dist.get_rank())
-        work.wait()
+        works, mine = scatter_packed(whole, "sum", dist.group.WORLD, n, dist.get_rank())
+        for w in works:
+            w.wait()
         return mine()
 
     _, peak = measure_peak(scatter)
