@@ -23,7 +23,7 @@ ranks' contention for the cores is in the figures):
 * ``scatter_staging``: the memory the backend allocates of its own while the runtime reduce-scatters
   64 KiB per rank (:func:`~spmdc.runtime.collectives.scatter_packed`), per operand byte (its
   measured peak above what was live and the result, :func:`~spmdc.runtime.memory.measure_peak`;
-  0 on gloo, which the runtime all-reduces in place, and on NCCL).
+  0 on gloo, whose pieces the runtime exchanges pair by pair into the pack, and on NCCL).
 
 Each figure is the median over its repetitions, then over the ranks. Used by
 ``bench/plan_accuracy.py`` (predictions on a calibrated ``cpu`` profile against measured runs).
