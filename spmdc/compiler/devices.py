@@ -15,18 +15,32 @@ after it is at most ``node_size``: ranks are numbered row-major, the last axis i
 The figures are data-sheet numbers (bandwidths per direction); ``cpu`` is a rough guess for the
 gloo ranks of a test machine, marked as such. ``scatter_staging``: memory the collective backend
 holds of its own while the runtime's reduce-scatter runs, per operand byte: none for NCCL, none for
-gloo either since the runtime all-reduces its own packed buffer in place there (gloo's
+gloo either since the runtime exchanges its packed buffer's pieces pair by pair there (gloo's
 ``reduce_scatter_tensor`` would copy its input: 1); ``spmdc.tools.calibrate`` measures it.
+
+Profiles measured on the machine at hand (``spmdc calibrate``, :mod:`spmdc.tools.calibrate`) are
+stored as JSON in :func:`profile_dir` (``$SPMDC_DEVICE_DIR``, default ``~/.cache/spmdc/devices``)
+and found by name like the table's entries, or given as a path::
+
+    save_profile(p)                          # profile_dir()/<p.name>.json
+    device_profile("local")                  # a stored profile, by name
+    device_profile("prof/cluster.json")      # or by path
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["DEVICES", "DeviceProfile", "device_profile"]
+__all__ = ["DEVICES", "DeviceProfile", "device_profile", "load_profile", "profile_dir", "save_profile",
+           "stored_profiles"]
+
+PROFILE_DIR_ENV = "SPMDC_DEVICE_DIR"
 
 
 @dataclass(frozen=True)
@@ -82,15 +96,63 @@ _FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough"
 _MAY_BE_ZERO = {"scatter_staging", "overlap"}   # (gloo ranks sharing cores may hide none)
 
 
+def profile_dir() -> Path:
+    """Where measured profiles are stored: ``$SPMDC_DEVICE_DIR``, else ``~/.cache/spmdc/devices``."""
+    return Path(os.environ.get(PROFILE_DIR_ENV) or Path.home() / ".cache" / "spmdc" / "devices")
+
+
+def stored_profiles() -> list[str]:
+    """Names of the profiles stored in :func:`profile_dir`."""
+    d = profile_dir()
+    return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+
+
+def save_profile(profile: DeviceProfile, path: str | os.PathLike | None = None) -> Path:
+    """Write ``profile`` as JSON to ``path`` (default ``profile_dir()/<name>.json``), whole or not at
+    all (a temporary file renamed over the old one); returns the path."""
+    out = Path(path) if path is not None else profile_dir() / f"{profile.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(dataclasses.asdict(profile), indent=1) + "\n")
+    os.replace(tmp, out)
+    return out
+
+
+def load_profile(path: str | os.PathLike) -> DeviceProfile:
+    """A profile from its JSON file (:func:`save_profile`); a missing or unknown field, or a file
+    that is not such a profile, raises ValueError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"device profile '{path}': {e}") from None
+    names = {f.name for f in dataclasses.fields(DeviceProfile)}
+    if not isinstance(data, dict):
+        raise ValueError(f"device profile '{path}': expected an object of profile fields, got {type(data).__name__}")
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"device profile '{path}': unknown field '{unknown[0]}' (fields: {', '.join(sorted(names))})")
+    try:
+        return DeviceProfile(**data)
+    except TypeError as e:
+        raise ValueError(f"device profile '{path}': {e}") from None
+
+
 def device_profile(name: str, overrides: str | dict[str, float] | None = None) -> DeviceProfile:
-    """The table's profile ``name`` with ``overrides`` (``"hbm_gbps=3000,node_size=4"`` or a dict)
-    replaced; an unknown name or field raises ValueError naming the near matches."""
+    """The table's profile ``name`` (or a stored one: :func:`stored_profiles`, or a ``.json`` path)
+    with ``overrides`` (``"hbm_gbps=3000,node_size=4"`` or a dict) replaced; an unknown name or
+    field raises ValueError naming the near matches."""
     key = ALIASES.get(name.lower(), name.lower())
-    if key not in DEVICES:
-        near = difflib.get_close_matches(key, list(DEVICES) + list(ALIASES), n=3)
+    if name.endswith(".json"):
+        profile = load_profile(name)
+    elif key in DEVICES:
+        profile = DEVICES[key]
+    elif (profile_dir() / f"{name}.json").is_file():
+        profile = load_profile(profile_dir() / f"{name}.json")
+    else:
+        known = list(DEVICES) + stored_profiles()
+        near = difflib.get_close_matches(key, known + list(ALIASES), n=3)
         raise ValueError(f"unknown device '{name}'" + (f" (did you mean {', '.join(near)}?)" if near else "")
-                         + f"; known: {', '.join(DEVICES)}")
-    profile = DEVICES[key]
+                         + f"; known: {', '.join(known)} (measure this machine's: spmdc calibrate)")
     if not overrides:
         return profile
     if isinstance(overrides, str):

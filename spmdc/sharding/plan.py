@@ -42,7 +42,7 @@ class PlanError(ValueError):
 
 
 PLAN_KEYS = ("params", "inputs", "outputs", "reshard_after_forward", "name", "checkpoint", "buckets",
-             "fsdp_shard", "preset")
+             "fsdp_shard", "preset", "mesh")
 LAYOUT_KEYS = ("storage", "compute")
 KeyPath = tuple[Any, ...]
 
@@ -154,6 +154,9 @@ class Plan:
     preset: str | None = None
     """A preset this plan refines: its layouts for the model's parameters and inputs, with this
     plan's ``buckets``, ``reshard_after_forward`` and ``checkpoint`` (``params`` must be empty)."""
+    mesh: str | None = None
+    """The mesh the plan is for (``"dp=2,tp=2"``), as ``spmdc plan --search`` writes it: ``spmdc run``
+    and ``spmdc plan`` take it when ``--mesh`` is not given (a different ``--mesh`` is refused)."""
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], places: Places | None = None) -> Plan:
@@ -196,9 +199,17 @@ class Plan:
             raise PlanError(f"buckets: expected a list of FQN globs or 'auto', got {buckets!r}")
         fsdp_shard = d.get("fsdp_shard", "even")
         check_fsdp_shard(fsdp_shard, base)
+        mesh = d.get("mesh")
+        if mesh is not None:
+            from spmdc.sharding.mesh import Mesh
+
+            try:
+                mesh = str(Mesh.parse(str(mesh)))
+            except ValueError as e:
+                raise places.error(("mesh",), f"mesh: {e}") from None
         return Plan(params, list(d.get("inputs") or []), list(d.get("outputs") or []),
                     reshard, str(d.get("name", base or "custom")), checkpoint,
-                    buckets if buckets == "auto" else list(buckets), fsdp_shard, base)
+                    buckets if buckets == "auto" else list(buckets), fsdp_shard, base, mesh)
 
     @staticmethod
     def load(path: str) -> Plan:

@@ -3,6 +3,8 @@
     spmdc run [WORKLOAD] [options]         compile and run on ranks (spmdc.tools.run_cmd, docs/cli.md)
     spmdc plan [WORKLOAD] [options]        compile for the whole world without ranks, predict each rank role
                                            (memory, collectives, step time: spmdc.tools.plan_cmd)
+    spmdc calibrate [--nproc N]            measure this machine's device profile, stored for --device
+                                           (spmdc.tools.calibrate_cmd)
     spmdc capture WORKLOAD [--train] -o F  capture a model into spmdc IR (spmdc.tools.capture_cmd)
     spmdc show FILE                        summarise an IR file (spmdc.tools.show)
     spmdc --version
@@ -53,6 +55,11 @@ def _main(argv: list[str] | None) -> int:
     from spmdc.tools.plan_cmd import add_arguments as add_plan_arguments
 
     add_plan_arguments(dry)
+    cal = sub.add_parser("calibrate", help="measure this machine's device profile (collectives, kernels) on "
+                                           "ranks and store it for --device")
+    from spmdc.tools.calibrate_cmd import add_arguments as add_calibrate_arguments
+
+    add_calibrate_arguments(cal)
     cap = sub.add_parser("capture", help="capture a workload (forward or training step) into spmdc IR")
     cap.add_argument("workload", help="mlp | gpt2-tiny | llama-tiny | path/to/file.py:factory | module:factory")
     cap.add_argument("--train", action="store_true", help="capture forward + backward (loss and gradients)")
@@ -85,6 +92,10 @@ def _main(argv: list[str] | None) -> int:
         from spmdc.tools.plan_cmd import plan_main
 
         return guard(prog, lambda: plan_main(args), verbose=args.verbose)
+    if args.cmd == "calibrate":
+        from spmdc.tools.calibrate_cmd import calibrate_main
+
+        return guard(prog, lambda: calibrate_main(args), verbose=args.verbose)
     if args.cmd == "capture":
         from spmdc.tools.capture_cmd import capture_main
 

@@ -53,6 +53,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-roles", type=positive(int), default=64, metavar="N",
                     help="refuse when the ranks need more than N distinct programs (uneven or ragged layouts; "
                          "default 64)")
+    ap.add_argument("--search", action="store_true",
+                    help="search the layouts for --nproc ranks (every mesh, or --mesh's plans only) with the "
+                         "predictions; print the ranked candidates (spmdc.api.auto_plan)")
+    ap.add_argument("--top", type=positive(int), default=8, metavar="K", help="--search: candidates shown (default 8)")
+    ap.add_argument("--write-plan", default=None, metavar="FILE",
+                    help="--search: write the chosen plan to FILE (.yaml) for spmdc run --plan FILE")
     ap.add_argument("--jobs", type=positive(int), default=None, metavar="N",
                     help="a pipeline's stages compiled N at a time, each in a forked process (default: one per CPU)")
     CompileOptions.add_arguments(ap)
@@ -84,13 +90,22 @@ def plan_main(args: argparse.Namespace) -> int:
             raise UserError(f"--json '{args.json}': no directory '{parent}'")
     cfg = RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, train=args.train, optimizer=args.optimizer,
                     batch=args.batch, fsdp_shard=args.fsdp_shard, options=CompileOptions.from_arguments(args))
-    mesh, plan = resolve_mesh_and_plan(cfg)
     import os
     import warnings
 
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::UserWarning")
     warnings.filterwarnings("ignore", category=FutureWarning)   # torch's own notices would bury the tables
     warnings.filterwarnings("ignore", category=UserWarning)
+    if args.search or args.plan == "auto":
+        from spmdc.tools.search_cmd import search_main
+
+        if cfg.options.grad_accum > 1:
+            raise UserError("--grad-accum with --search: not predicted yet (search one round with --batch set to "
+                            "its share)")
+        return search_main(cfg, device, args.top, args.write_plan, args.json)
+    if args.write_plan:
+        raise UserError("--write-plan is for --search (the chosen plan)")
+    mesh, plan = resolve_mesh_and_plan(cfg)
     if cfg.options.grad_accum > 1:
         raise UserError("--grad-accum is not predicted yet (each round runs the program on its share of "
                         "the batch); predict one round with --batch set to that share")
@@ -152,7 +167,8 @@ def print_report(console: Any, cfg: Any, mesh: Any, plan: Any, device: Any, repo
         m = role.prediction.memory
         share = m.total / (device.memory_gib * 1024 ** 3)
         mem.add_row(_name(role, i, report.roles), role.describe_ranks(), _mib(m.parameters), _mib(m.optimizer),
-                    _mib(m.gradients), _mib(m.activations), _mib(m.comm_buffers), _mib(m.optimizer_step), _mib(m.total),
+                    _mib(m.gradients + m.whole_gradients), _mib(m.activations), _mib(m.comm_buffers),
+                    _mib(m.optimizer_step), _mib(m.total),
                     Text(f"{100 * share:.1f}%", style="red" if share > 1 else ""))
     console.print(mem)
     comm = Table(title="collectives per step (each rank of the role)")

@@ -90,7 +90,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mesh", default=None, help="mesh axes, e.g. dp=2,tp=2 (default: dp=2,tp=2 for 4 ranks, "
                                                "else dp=N)")
     ap.add_argument("--plan", default="", help="preset (dp, fsdp, hsdp, megatron, sp, fsdp+tp, ep, fsdp+ep, "
-                                               "fsdp+tp+ep) or a .json/.yaml plan")
+                                               "fsdp+tp+ep), a .json/.yaml plan, or 'auto': search the layouts "
+                                               "for --nproc ranks (--mesh: that mesh's) and run the best")
     ap.add_argument("--fsdp-shard", choices=("even", "whole"), default="even",
                     help="how fsdp/hsdp cut parameters over dp: 'even' S(0) rows (FSDP2), or 'whole': each "
                          "parameter whole on one dp rank, balanced by bytes per block (RaggedShard; a per-matrix "
@@ -166,7 +167,25 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     from spmdc.sharding.pipeline_plan import PipelinePlan
     from spmdc.sharding.plan import Plan
 
+    if cfg.plan == "auto":   # the layout search (spmdc.tools.search_cmd), then as if it had been given
+        from spmdc.tools.search_cmd import search_for_run
+        from spmdc.tools.show import plain_console
+
+        chosen = search_for_run(cfg, plain_console())
+        mesh, plan = chosen.plan()
+        cfg.mesh, cfg.nproc = chosen.mesh_text, (plan.mesh if mesh is None else mesh).size
+        cfg.plan = chosen.label()
+        return resolve_pipeline(cfg, plan) if mesh is None else (mesh, plan)
     loaded = Plan.load(cfg.plan) if cfg.plan.endswith((".json", ".yaml", ".yml")) else None
+    if isinstance(loaded, Plan) and loaded.mesh is not None:   # the plan file's own mesh
+        try:
+            given = str(Mesh.parse(cfg.mesh)) if cfg.mesh is not None else None
+        except ValueError as e:
+            raise UserError(f"--mesh: {e}") from None
+        if given is not None and given != loaded.mesh:
+            raise UserError(f"--mesh {cfg.mesh}: plan '{cfg.plan}' is for mesh {loaded.mesh} (its 'mesh' key); "
+                            "drop --mesh or edit the file")
+        cfg.mesh = loaded.mesh
     pp_mesh = _pp_mesh(cfg)
     if pp_mesh is not None:
         return resolve_pp_mesh(cfg, pp_mesh, loaded)

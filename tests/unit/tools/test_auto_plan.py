@@ -1,0 +1,168 @@
+"""The layout search (spmdc.api.auto_plan, spmdc plan --search, spmdc run --plan auto) and stored
+device profiles (spmdc calibrate).
+
+No ranks for the search itself: candidates are enumerated per mesh factorization, each compiled for
+its whole world by the dry run and ranked by predicted step time under the memory cap; the chosen
+plan is written as a plan file that loads back as the same plan (its mesh with it). A candidate
+the compiler refuses keeps its reason; a cap no candidate fits is reported. ``spmdc run --plan
+auto --check`` searches, runs the best layout on ranks and matches one device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spmdc.api.auto_plan import Candidate, Scored, candidates, rank, search
+from spmdc.compiler.devices import DeviceProfile, device_profile, load_profile, save_profile
+from spmdc.frontend.workloads import load_workload
+from spmdc.sharding.mesh import Mesh
+from spmdc.sharding.pipeline_plan import PipelinePlan
+from spmdc.sharding.plan import Plan, PlanError
+
+
+def _meshes(cs):
+    return {c.mesh_text for c in cs}
+
+
+def test_candidates_cover_every_factorization_and_preset():
+    cs = candidates(4, blocks=2)
+    assert _meshes(cs) == {"dp=4", "tp=4", "dp=2,tp=2", "rep=2,dp=2", "pp=2,dp=2", "pp=2,tp=2"}
+    by = {(c.mesh_text, c.preset, c.reshard_after_forward, c.microbatches) for c in cs}
+    assert ("dp=4", "dp", True, 0) in by and ("dp=4", "fsdp", False, 0) in by    # keep gathered too
+    assert ("tp=4", "megatron", True, 0) in by and ("dp=2,tp=2", "fsdp+tp", True, 0) in by
+    assert {("pp=2,dp=2", "fsdp", True, 2), ("pp=2,dp=2", "fsdp", True, 4)} <= by   # micro-batches: 1x, 2x stages
+    assert not any(c.pipeline and not c.reshard_after_forward for c in cs)   # (a stage keeps nothing F -> B)
+    assert len(cs) == len(set(cs))
+    # pp at most one stage per block, none without blocks; tp within a node; ep only with experts
+    assert "pp=4" in _meshes(candidates(4, blocks=4)) and "pp=4" not in _meshes(cs)
+    assert not any(c.pipeline for c in candidates(4, blocks=0))
+    assert "tp=4" not in _meshes(candidates(4, blocks=2, max_tp=2))
+    assert not any(a == "ep" for c in cs for a, _ in c.mesh)
+    assert {"ep", "fsdp+ep"} <= {c.preset for c in candidates(4, blocks=2, experts=True)}
+    assert _meshes(candidates(1)) == {"dp=1"}
+
+
+def test_plan_files_load_back_as_the_same_plan(tmp_path):
+    c = Candidate((("dp", 2), ("tp", 2)), "fsdp+tp", reshard_after_forward=False, checkpoint=True)
+    path = tmp_path / "chosen.yaml"
+    path.write_text(c.plan_file("a header\nsecond line"))
+    loaded = Plan.load(str(path))
+    assert (loaded.preset, loaded.mesh, loaded.reshard_after_forward, loaded.checkpoint) == \
+        ("fsdp+tp", "dp=2,tp=2", False, "blocks")
+    p = Candidate((("pp", 2), ("dp", 2)), "fsdp", microbatches=4)
+    path.write_text(p.plan_file())
+    pipe = Plan.load(str(path))
+    want = p.plan()[1]
+    assert isinstance(pipe, PipelinePlan) and pipe.microbatches == 4 == want.microbatches
+    assert [(s.ranks, str(s.mesh)) for s in pipe.stages] == [(s.ranks, str(s.mesh)) for s in want.stages]
+    path.write_text("preset: fsdp\nmesh: dp=two\n")
+    with pytest.raises(PlanError, match=r"chosen.yaml:2:\d+: error: mesh: .*two"):
+        Plan.load(str(path))
+
+
+def test_rank_puts_fitting_candidates_first_by_time():
+    c = [Candidate((("dp", k),), "dp") for k in (1, 2, 3, 4)]
+    ranked = rank([Scored(c[0], 1.0, 10, True), Scored(c[1], 0.5, 99, False), Scored(c[2], refused="no"),
+                   Scored(c[3], 2.0, 5, True)])
+    assert [s.candidate for s in ranked] == [c[0], c[3], c[1], c[2]]
+
+
+def test_search_prices_every_candidate_and_respects_the_cap():
+    w = load_workload("gpt2-tiny")
+    kw = dict(nproc=4, device=device_profile("cpu"), loss_fn=w.loss_fn, loss_inputs=w.loss_inputs,
+              optimizer="adamw", only=lambda c: c.mesh_text in ("dp=4", "tp=4", "pp=2,tp=2"))
+    ranked = search(w.model, w.inputs, **kw)
+    assert {s.candidate.mesh_text for s in ranked} == {"dp=4", "tp=4", "pp=2,tp=2"}
+    ok = [s for s in ranked if s.ok]
+    assert ok and all(s.fits and s.step_seconds > 0 and s.peak_bytes > 0 for s in ok)
+    assert [s.step_seconds for s in ok] == sorted(s.step_seconds for s in ok)
+    refused = [s for s in ranked if not s.ok]   # 4 micro-batches of a batch of 2: the compiler's reason
+    assert refused and all("micro-batches" in s.refused for s in refused)
+    # a cap below every candidate's peak: none fits, each over the cap tried with checkpointed blocks
+    low = search(w.model, w.inputs, memory_cap=1024, **kw)
+    assert not any(s.fits for s in low)
+    assert all(s.candidate.checkpoint for s in low if s.ok)
+
+
+def _cli(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "spmdc.tools.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_plan_search_writes_the_chosen_plan_and_run_takes_it(tmp_path):
+    out, js = tmp_path / "chosen.yaml", tmp_path / "ranked.json"
+    r = _cli("plan", "mlp", "--search", "--nproc", "2", "--device", "cpu", "--write-plan", str(out),
+             "--json", str(js))
+    assert r.returncode == 0, r.stdout + r.stderr
+    ranked = json.loads(js.read_text())["candidates"]
+    assert {c["mesh"] for c in ranked} == {"dp=2", "tp=2"}
+    best = ranked[0]
+    assert f"chosen: {best['plan']}" in r.stdout and best["fits"]
+    assert Plan.load(str(out)).mesh == best["mesh"]
+    r = _cli("run", "mlp", "--plan", str(out), "--check", "--steps", "2")
+    assert r.returncode == 0 and "check passed" in r.stdout, r.stdout + r.stderr
+    assert f"mesh {best['mesh']}" in r.stdout
+    other = "tp=2" if best["mesh"] == "dp=2" else "dp=2"
+    r = _cli("run", "mlp", "--plan", str(out), "--mesh", other)
+    assert r.returncode == 1 and f"is for mesh {best['mesh']} (its 'mesh' key)" in r.stderr, r.stderr
+
+
+def test_search_refuses_what_it_chooses_and_bad_files(tmp_path):
+    for args, msg in ((("--fsdp-shard", "whole"), "--fsdp-shard with --plan auto / --search"),
+                      (("--microbatches", "2"), "--microbatches with --plan auto / --search"),
+                      (("--write-plan", str(tmp_path / "x.txt")), "expected a .yaml file")):
+        r = _cli("plan", "mlp", "--search", "--device", "cpu", *args)
+        assert r.returncode == 1 and msg in r.stderr, r.stderr
+    r = _cli("plan", "mlp", "--write-plan", str(tmp_path / "x.yaml"), "--device", "cpu")
+    assert r.returncode == 1 and "--write-plan is for --search" in r.stderr
+
+
+def test_run_plan_auto_runs_the_best_layout_and_matches_one_device(tmp_path):
+    r = _cli("run", "mlp", "--nproc", "2", "--plan", "auto", "--check", "--steps", "2",
+             env={"SPMDC_DEVICE_DIR": str(tmp_path)})
+    assert r.returncode == 0 and "check passed" in r.stdout, r.stdout + r.stderr
+    assert "--plan auto chose" in r.stdout and "pricing every layout on cpu" in r.stdout
+    r = _cli("run", "mlp", "--nproc", "2", "--plan", "auto", "--memory-cap", "1K",
+             env={"SPMDC_DEVICE_DIR": str(tmp_path)})
+    assert r.returncode == 1 and "--plan auto: no layout for 2 ranks fits" in r.stderr, r.stderr
+
+
+def test_stored_profiles_round_trip_and_are_found_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPMDC_DEVICE_DIR", str(tmp_path / "devices"))
+    p = DeviceProfile("mybox", 1e11, 15, 6, 0.5, 0.5, node_size=4, latency_us=900.0)
+    path = save_profile(p)
+    assert path == tmp_path / "devices" / "mybox.json"
+    assert device_profile("mybox") == p == load_profile(path) == device_profile(str(path))
+    assert device_profile("mybox", "latency_us=5").latency_us == 5
+    with pytest.raises(ValueError, match=r"unknown device 'mybx' \(did you mean mybox"):
+        device_profile("mybx")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "flop": 1}))
+    with pytest.raises(ValueError, match=r"bad.json': unknown field 'flop'"):
+        load_profile(bad)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"device profile '.*bad.json'"):
+        load_profile(bad)
+
+
+def test_calibrate_stores_a_profile_that_plan_uses(tmp_path):
+    env = {"SPMDC_DEVICE_DIR": str(tmp_path)}
+    r = _cli("calibrate", "--nproc", "2", "--reps", "3", "--name", "box", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stored = load_profile(tmp_path / "box.json")
+    assert stored.name == "box" and not stored.rough and stored.node_size == 2 and stored.latency_us > 0
+    r = _cli("plan", "mlp", "--mesh", "dp=2", "--device", "box", env=env)
+    assert r.returncode == 0 and "box:" in r.stdout, r.stdout + r.stderr
+    for args, msg in ((("--name", "h100"), "names a built-in profile"), (("--name", "a/b"), "letters, digits"),
+                      (("--out", str(tmp_path / "p.txt")), "expected a .json file")):
+        r = _cli("calibrate", *args, env=env)
+        assert r.returncode == 1 and msg in r.stderr, r.stderr
+
+
+def test_a_plan_file_mesh_is_the_run_mesh():
+    assert Mesh.parse(Plan.from_dict({"preset": "fsdp", "mesh": "dp=4"}).mesh).size == 4
