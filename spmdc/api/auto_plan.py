@@ -13,7 +13,8 @@ stages, at most one per repeated block), ``rep`` × ``dp`` (hsdp), ``dp``, ``tp`
 presets on ep; a pipeline's stages run the preset of its other axes), an fsdp plan once resharding
 after the forward and once keeping the gathered parameters, a pipeline with as many micro-batches
 as stages and with twice as many. Each candidate is compiled for its whole world without a rank
-(:func:`spmdc.api.dry_run.dry_run`: the same programs a run compiles) and priced by its
+(:func:`spmdc.api.dry_run.dry_run`: the same programs a run compiles; the model is captured once
+per setting, :func:`~spmdc.frontend.capture.reusing_captures`) and priced by its
 predictions: the slowest role's step time (roofline per op + launches + α-β collectives with
 overlap + the optimizer's update + a pipeline's bubble) and the largest role's peak memory per rank.
 A candidate over the memory cap is tried again with every repeated block recomputed in the backward
@@ -222,13 +223,16 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
     kw = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, kwargs=kwargs,
               optimizer=optimizer if train else None, options=options)
     out: list[Scored] = []
-    for i, c in enumerate(todo):
-        s = _score(c, model, inputs, device, cap, kw)
-        if s.ok and not s.fits and blocks and not c.checkpoint:   # over the cap: recompute the blocks
-            s = _score(dataclasses.replace(c, checkpoint=True), model, inputs, device, cap, kw)
-        out.append(s)
-        if progress is not None:
-            progress(s, i + 1, len(todo))
+    from spmdc.frontend.capture import reusing_captures
+
+    with reusing_captures():   # (one capture of the model per setting, whatever the plan)
+        for i, c in enumerate(todo):
+            s = _score(c, model, inputs, device, cap, kw)
+            if s.ok and not s.fits and blocks and not c.checkpoint:   # over the cap: recompute the blocks
+                s = _score(dataclasses.replace(c, checkpoint=True), model, inputs, device, cap, kw)
+            out.append(s)
+            if progress is not None:
+                progress(s, i + 1, len(todo))
     return rank(out)
 
 

@@ -146,10 +146,15 @@ class CompiledModule(nn.Module):
         world = dist.get_world_size()
         if self._hetero is not None:   # device groups, each its own mesh and plan (spmdc.runtime.group_comm)
             mesh, device_mesh, device = self._hetero_setup(self._hetero, mesh, device_mesh, device, self.options)
+        own = getattr(plan, "mesh", None) if isinstance(plan, Plan) else None   # a plan file's 'mesh' key
+        if mesh is None and device_mesh is None and own is not None:
+            mesh = own
         if mesh is None and device_mesh is None:
             raise ValueError("spmdc.compile needs mesh= (a Mesh, 'dp=2,tp=2', {'dp': 2} or a named DeviceMesh), "
-                             "unless the plan is a HeteroPlan with device groups")
+                             "unless the plan is a HeteroPlan with device groups or names its mesh")
         mesh, device_mesh = mesh_of(mesh, device_mesh)
+        if own is not None and str(mesh) != own:
+            raise ValueError(f"plan '{plan.name}' is for mesh {own} (its 'mesh' key), not {mesh}")
         # a DeviceMesh over some of the job's ranks is a device group: this module runs there
         members = device_mesh.mesh.flatten().tolist() if device_mesh is not None else list(range(world))
         # (a heterogeneous plan's virtual mesh is grp x the group's axes: its ranks run it at grp = g)

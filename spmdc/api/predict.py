@@ -279,8 +279,10 @@ def backend_staging(op: Operation, device: Any) -> int:
     return 0
 
 
-def _gathered_whole(func: Any, step: Any, store: dict[int, int] | None) -> list[tuple[int, int]]:
-    """(bytes as the program returns it, whole bytes) of every gradient :func:`storage_moves` gathers."""
+def _gathered(func: Any, step: Any, store: dict[int, int] | None) -> list[tuple[tuple[Any, ...], Value, int, int]]:
+    """``(layout as returned, the returned value, argument index, whole bytes)`` of every gradient
+    the runtime gathers whole after the program, when the optimizer stores parameters whole
+    (``store``) and the program returns the gradient sharded or pending."""
     from spmdc.dialects.shard import SHARDING_ATTR, Replicate
 
     if not store or step.name != "train" or not func.body.ops:
@@ -293,38 +295,22 @@ def _gathered_whole(func: Any, step: Any, store: dict[int, int] | None) -> list[
         sharding = func.res_attrs(r).get(SHARDING_ATTR)
         if i is not None and i in store and sharding is not None and not all(
                 isinstance(q, Replicate) for q in sharding.placements):
-            out.append((_tensor_bytes(ret.operand(r)), store[i]))
+            out.append((tuple(sharding.placements), ret.operand(r), i, store[i]))
     return out
 
 
 def storage_moves(func: Any, step: Any, store: dict[int, int] | None, mesh: Any) -> list[tuple[str, str, int, int]]:
-    """What the runtime does after the program when the optimizer stores parameters whole
-    (``store``): each gradient the program returns sharded or pending is gathered whole by
-    spmdc's own collectives (:meth:`~spmdc.api.parameter_store.ParameterStore.relayout`), the
-    steps of :func:`~spmdc.sharding.planner.plan_redistribution` to replicated. Per step
-    ``(kind, axes, payload bytes, whole bytes of the gradient)``, in the order they run."""
-    from spmdc.dialects.shard import SHARDING_ATTR, Replicate
+    """The collectives of :func:`_gathered`'s gradients, each gathered whole by spmdc's own
+    collectives (:meth:`~spmdc.api.parameter_store.ParameterStore.relayout`) in the steps of
+    :func:`~spmdc.sharding.planner.plan_redistribution` to replicated: per step ``(kind, axes,
+    payload bytes, whole bytes of the gradient)``, in the order they run."""
+    from spmdc.dialects.shard import Replicate
     from spmdc.sharding.planner import plan_redistribution
 
-    if not store or step.name != "train":
-        return []
-    by_name = {k[6:]: i for i, k in enumerate(step.arg_kinds) if k.startswith("param:")}
-    ret = func.body.ops[-1] if func.body.ops else None
-    if ret is None:
-        return []
     names = list(mesh.axis_names)
     out = []
-    for r, kind in enumerate(step.result_kinds):
-        i = by_name.get(kind[5:]) if kind.startswith("grad:") else None
-        if i is None or i not in store:
-            continue
-        sharding = func.res_attrs(r).get(SHARDING_ATTR)
-        layout = tuple(sharding.placements) if sharding is not None else ()
-        if all(isinstance(q, Replicate) for q in layout):
-            continue
-        v = ret.operand(r)
+    for layout, v, i, whole in _gathered(func, step, store):
         nbytes = _tensor_bytes(v)
-        whole = store[i]
         for st in plan_redistribution(layout, tuple(Replicate() for _ in layout), len(step.arg_shapes[i]), 1.0,
                                       list(mesh.shape)):
             out.append(("comm." + st.kind, ",".join(names[a] for a in st.axes), nbytes, whole))
@@ -372,7 +358,7 @@ def step_memory(func: Any, step: Any, optimizer: str | None, store: dict[int, in
         delta[e + 1] -= nbytes
     tail = optimizer_transient(optimizer, [(store or {}).get(i, _tensor_bytes(func.args[i])) for i in trainable]) if (
         step.name == "train" and optimizer is not None) else 0
-    gathered = _gathered_whole(func, step, store)   # (result bytes, whole bytes) per gradient gathered after
+    gathered = [(_tensor_bytes(v), whole) for _, v, _, whole in _gathered(func, step, store)]
     grown = sum(w for _, w in gathered) - sum(b for b, _ in gathered)
     live, peak, at, whole = 0, 0, 0, 0
     for i in range(len(ops)):

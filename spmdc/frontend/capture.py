@@ -10,8 +10,10 @@ forward/backward graph for training), ``check`` (every op has a translation), ``
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +86,23 @@ def _user_input_names(model: Any, n_model: int, n_loss: int, kwargs: Mapping[str
     return names
 
 
+_REUSED: dict[tuple, tuple[Captured, tuple]] | None = None
+
+
+@contextlib.contextmanager
+def reusing_captures() -> Iterator[None]:
+    """Within it, a capture of the same model, inputs and settings is made once and later ones
+    get a copy with a clone of its module (the layout search compiles one model under many
+    plans: spmdc.api.auto_plan). The model must not change meanwhile."""
+    global _REUSED
+    outer = _REUSED
+    _REUSED = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _REUSED = outer
+
+
 def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = False,
                     loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                     example_kwargs: Mapping[str, Any] | None = None, checkpoint: str | None = None,
@@ -94,9 +113,32 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
     a training capture also returns the model's tensor outputs after the loss; ``reuse_blocks``:
     build the program of a model's repeated blocks from an export of its first few
     (:mod:`spmdc.frontend.repeated`; None: when it has at least ``MIN_BLOCKS`` of them, checked
-    against a real export either way)."""
-    import contextlib
+    against a real export either way); inside :func:`reusing_captures`, once per model and settings."""
+    if _REUSED is None:
+        return _capture_program(model, example_inputs, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                                example_kwargs=example_kwargs, checkpoint=checkpoint,
+                                mixed_precision=mixed_precision, return_outputs=return_outputs,
+                                reuse_blocks=reuse_blocks)
+    held = (model, tuple(example_inputs), loss_fn, tuple(loss_inputs), dict(example_kwargs or {}))
+    key = (id(model), tuple(map(id, held[1])), train, id(loss_fn), tuple(map(id, held[3])),
+           tuple((k, id(v)) for k, v in held[4].items()), checkpoint, repr(mixed_precision), return_outputs,
+           reuse_blocks)
+    if key not in _REUSED:
+        out = _capture_program(model, example_inputs, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
+                               example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision,
+                               return_outputs=return_outputs, reuse_blocks=reuse_blocks)
+        _REUSED[key] = (dataclasses.replace(out, module=out.module.clone()), held)   # (held: ids stay valid)
+        return out
+    first = _REUSED[key][0]
+    return dataclasses.replace(first, module=first.module.clone(), timings={**first.timings, "reused": 1.0})
 
+
+def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = False,
+                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
+                    example_kwargs: Mapping[str, Any] | None = None, checkpoint: str | None = None,
+                    mixed_precision: Any = None, return_outputs: bool = False,
+                    reuse_blocks: bool | None = None) -> Captured:
+    """The capture itself (:func:`capture_program`)."""
     from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
     from spmdc.frontend.export import finish_program, trace_program
     from spmdc.frontend.repeated import export_reusing_blocks

@@ -1,0 +1,165 @@
+"""The layout search (``spmdc plan --search``, ``spmdc run --plan auto``) against measured runs (issue 31).
+
+    python bench/auto_plan.py [--ranks 4 8] [--models mlp gpt2-tiny ...] [--top 8] [--markdown FILE]
+
+For each rank count: a first launch calibrates the ``cpu`` profile on these ranks
+(:mod:`spmdc.tools.calibrate`, as ``spmdc calibrate`` does); this process searches every model's
+layouts with it (:func:`spmdc.api.auto_plan.search`, a memory cap of ``--cap-share`` of the largest
+predicted peak among the candidates, so that the cap excludes some); one launch then measures the
+top ``--top`` candidates that fit, of every model (:func:`spmdc.tools.plan_check.measure_cases`:
+``--steps`` training steps each, the median step of the slowest rank, the peak of the last steps).
+Per model: the Spearman correlation of the predicted and the measured step times of those
+candidates, the chosen (predicted best) candidate's measured time over the best measured one, and
+whether every measured peak (stored state + the step's peak) is within the cap.
+
+Models: the built-in mlp, gpt2-tiny and llama-tiny, and HuggingFace GPT-2, Llama and Mixtral at
+small sizes and their default settings (bench/plan_accuracy.py's factories), a batch of 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+PA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_accuracy.py")
+MODELS = {"mlp": "mlp", "gpt2-tiny": "gpt2-tiny", "llama-tiny": "llama-tiny", "hf-gpt2": f"{PA}:hf_gpt2",
+          "hf-llama": f"{PA}:hf_llama", "hf-mixtral": f"{PA}:hf_mixtral"}
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); 1.0 for fewer than two points."""
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+    if len(xs) < 2:
+        return 1.0
+    a, b = ranks(xs), ranks(ys)
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    va = sum((x - ma) ** 2 for x in a) ** 0.5
+    vb = sum((y - mb) ** 2 for y in b) ** 0.5
+    return cov / (va * vb) if va and vb else 0.0
+
+
+def searched(model: str, n: int, device, cap_share: float, batch: int):
+    """(ranked candidates, the cap in bytes, search seconds): a first search without a cap fixes it."""
+    from spmdc.api.auto_plan import search
+    from spmdc.frontend.workloads import load_workload
+
+    w = load_workload(MODELS[model], batch=batch)
+    kw = dict(nproc=n, device=device, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs, kwargs=w.kwargs,
+              optimizer="adamw")
+    t = time.perf_counter()
+    first = search(w.model, w.inputs, **kw)
+    took = time.perf_counter() - t
+    peaks = [s.peak_bytes for s in first if s.ok]
+    cap = cap_share * max(peaks)
+    from spmdc.api.auto_plan import rank
+
+    for s in first:   # (the same predictions under the cap; over it, a search would try checkpointed blocks)
+        s.fits = s.ok and s.peak_bytes <= cap
+    return rank(first), cap, took
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--top", type=int, default=8, help="candidates measured per model (default 8)")
+    ap.add_argument("--steps", type=int, default=8, help="steps per candidate (the first warms up)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--cap-share", type=float, default=0.9,
+                    help="memory cap: this share of the largest predicted peak among a model's candidates")
+    ap.add_argument("--markdown", default=None, metavar="FILE")
+    args = ap.parse_args()
+    from rich.console import Console
+    from rich.table import Table
+
+    from spmdc.runtime.launcher import launch
+    from spmdc.tools.calibrate import calibrated_profile, measure_device
+    from spmdc.tools.plan_check import measure_cases
+
+    console = Console(width=220)
+    md = []
+    for n in args.ranks:
+        device = calibrated_profile("cpu", launch(measure_device, n, timeout_s=600)[0])
+        console.print(f"{n} ranks: calibrated {device.describe()}, launch {device.launch_us:.1f} us, latency "
+                      f"{device.latency_us:.0f} us, overlap {device.overlap:.2f}")
+        picks, caps, took = {}, {}, {}
+        cases = []
+        for model in args.models:
+            ranked, caps[model], took[model] = searched(model, n, device, args.cap_share, args.batch)
+            picks[model] = [s for s in ranked if s.ok and s.fits][:args.top]
+            console.print(f"  {model}: {len(ranked)} candidates priced in {took[model]:.1f} s, "
+                          f"{len(picks[model])} measured")
+            for s in picks[model]:
+                mesh, plan = s.candidate.plan()
+                cases.append((MODELS[model], mesh, plan, "adamw", {"batch": args.batch}))
+        measured = launch(measure_cases, n, (cases, args.steps), timeout_s=6000)
+        i = 0
+        summary = []
+        cols = ["model", "#", "candidate", "predicted ms", "measured ms", "predicted peak KiB", "measured peak KiB",
+                "within cap"]
+        table = Table(title=f"search vs measured, {n} CPU ranks")
+        for c in cols:
+            table.add_column(c, justify="left" if c in ("model", "candidate") else "right")
+        md += [f"\n**{n} ranks** (calibrated: launch {device.launch_us:.1f} us, latency {device.latency_us:.0f} us, "
+               f"{device.intra_gbps:.2f} GB/s, overlap {device.overlap:.2f})\n",
+               "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for model in args.models:
+            pred, meas, ok_cap = [], [], True
+            for k, s in enumerate(picks[model]):
+                per_rank = [measured[r][i] for r in measured]
+                ms = max(m["seconds"] for m in per_rank) * 1e3
+                peak = max(m["stored"] + m["optimizer"] + m["peak"] for m in per_rank)
+                within = peak <= caps[model]
+                ok_cap &= within
+                pred.append(s.step_seconds * 1e3)
+                meas.append(ms)
+                cells = [model, str(k + 1), s.candidate.label(), f"{s.step_seconds * 1e3:.1f}", f"{ms:.1f}",
+                         f"{s.peak_bytes / 1024:,.1f}", f"{peak / 1024:,.1f}", "yes" if within else "NO"]
+                table.add_row(*cells)
+                md.append("| " + " | ".join(cells) + " |")
+                i += 1
+            rho = spearman(pred, meas)
+            chosen = meas[0] / min(meas) if meas else float("nan")
+            summary.append((model, len(pred), rho, chosen, ok_cap, took[model]))
+        console.print(table)
+        st = Table(title=f"per model, {n} ranks")
+        scols = ["model", "measured", "Spearman", "chosen / best measured", "peaks within cap", "search s"]
+        for c in scols:
+            st.add_column(c, justify="left" if c == "model" else "right")
+        md += ["", "| " + " | ".join(scols) + " |", "|" + "---|" * len(scols)]
+        for model, k, rho, chosen, ok_cap, secs in summary:
+            cells = [model, str(k), f"{rho:.2f}", f"{chosen:.2f}", "yes" if ok_cap else "NO", f"{secs:.1f}"]
+            st.add_row(*cells)
+            md.append("| " + " | ".join(cells) + " |")
+        console.print(st)
+    if args.markdown:
+        with open(args.markdown, "a") as f:
+            f.write(f"\n## auto_plan ({datetime.date.today()})\n\nCommand: `python bench/auto_plan.py "
+                    f"{' '.join(sys.argv[1:])}` on {platform.machine()}, {os.cpu_count()} CPUs (gloo ranks).\n"
+                    + "\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
