@@ -60,6 +60,18 @@ class DeviceProfile:
     dtensor_op_us: float = 30.0   # host time of one op on a DTensor (the optimizer's update on the parameters)
     scatter_staging: float = 0.0  # the backend's own buffer while a reduce-scatter runs, per operand byte
     rough: bool = False       # a guess, not data-sheet figures
+    collectives: tuple[tuple[str, int, float, float], ...] = ()
+    """Measured calls (``spmdc calibrate``): ``(kind, group size, α µs per call, payload GB/s)`` for
+    ``all_reduce``, ``all_gather``, ``reduce_scatter``; a call of a kind listed is priced as
+    α + payload / bandwidth (:meth:`call_us`), others by the ring model over the links."""
+
+    def call_us(self, kind: str, n: int, nbytes: float) -> float | None:
+        """A measured call's µs (the entry of ``kind`` with the nearest group size), or None."""
+        rows = [c for c in self.collectives if c[0] == kind]
+        if not rows:
+            return None
+        _, _, alpha, gbps = min(rows, key=lambda c: (abs(c[1] - n), c[1]))
+        return alpha + nbytes / (gbps * 1e3)
 
     def axis_bandwidth(self, mesh: Any, axes: tuple[str, ...] | list[str] | str) -> float:
         """GB/s of a collective over ``axes`` of ``mesh``: ``intra`` when every rank of the group is
@@ -92,7 +104,7 @@ DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
                   rough=True),
 )}
 ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}
-_FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough"}
+_FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough", "collectives"}
 _MAY_BE_ZERO = {"scatter_staging", "overlap"}   # (gloo ranks sharing cores may hide none)
 
 
@@ -131,6 +143,8 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"device profile '{path}': unknown field '{unknown[0]}' (fields: {', '.join(sorted(names))})")
+    if "collectives" in data:
+        data["collectives"] = tuple(tuple(c) for c in data["collectives"])
     try:
         return DeviceProfile(**data)
     except TypeError as e:

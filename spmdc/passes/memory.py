@@ -148,10 +148,14 @@ def staging_bytes(op: Operation) -> int:
     if kind == "comm.all_reduce_bucket":   # one flat buffer reduced in place: the results (or handle) are its views
         return 0
     if kind in ("comm.reduce_scatter", "comm.reduce_scatter_bucket"):
-        # the runtime packs the operands at the start (their bytes, kept until the wait by the
-        # estimate's lifetimes, stand for the pack) and receives into the handle's bytes
-        # (spmdc.runtime.collectives.scatter_packed: on gloo the pack itself, reduced in place)
-        return 0
+        # the runtime packs the operands when it starts (their bytes, kept until the wait by the
+        # estimate's lifetimes, stand for the pack afterwards) and receives into the handle's bytes
+        # (spmdc.runtime.collectives.scatter_packed: on gloo the pack itself, reduced in place);
+        # while it packs, the operands and the pack are both alive: the pack, at the op only, less
+        # the handle's (or results') bytes the estimate counts from the op but gloo's pairwise
+        # exchange allocates only when waited (NCCL's reduce_scatter_tensor: when started)
+        received = sum(_nbytes(r) for r in op.results)
+        return max(0, operands - received)
     if kind == "comm.all_gather_bucket" and results:
         # a synchronous gather bucket: its pack goes once the transfer is done (before the receive
         # buffer is unpacked into the results), so the two never overlap: the receive buffer alone
@@ -184,7 +188,10 @@ def staging_spans(ops: list[Operation], extra: Callable[[Operation], int] | None
         n = staging_bytes(op) + (extra(op) if extra is not None else 0)
         if n:
             w = waits.get(op, i)
-            if w > i and isinstance(op, tuple(START_OPS.values())) and collective_kind(op) == "comm.all_gather_bucket":
+            kind = collective_kind(op)
+            if kind in ("comm.reduce_scatter", "comm.reduce_scatter_bucket"):
+                w = i   # (the pack while the operands are alive: at the op; then the operands stand for it)
+            elif w > i and isinstance(op, tuple(START_OPS.values())) and kind == "comm.all_gather_bucket":
                 w -= 1   # (a started gather bucket's pack goes when it is waited, before the unpacking)
             out.append((i, w, n))
     return out

@@ -20,6 +20,10 @@ ranks' contention for the cores is in the figures):
 * ``flops``: a 256×256×256 float32 matmul; ``hbm_gbps``: a 32 MiB copy (read and write);
 * ``overlap``: how much of the big all-reduce hides behind as many matmuls as take as long, run
   together (1: all of it, 0: none; gloo ranks sharing their cores hide little);
+* ``collectives``: per kind spmdc's runtime issues (all-reduce, all-gather, reduce-scatter) and
+  group size, the time of one call as α + payload / bandwidth, fitted to calls of 16 KiB and 1 MiB
+  per rank with every group of that size running at once (what the dry run prices each call with,
+  in place of the ring model's α-β per hop, which on gloo ranks sharing cores is off by ~10x);
 * ``scatter_staging``: the memory the backend allocates of its own while the runtime reduce-scatters
   64 KiB per rank (:func:`~spmdc.runtime.collectives.scatter_packed`), per operand byte (its
   measured peak above what was live and the result, :func:`~spmdc.runtime.memory.measure_peak`;
@@ -120,9 +124,15 @@ def measure_device(reps: int = 20) -> dict[str, float]:
                 "hbm_gbps": 2 * src.numel() * src.element_size() / t_copy / 1e9,
                 "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big))),
                 "scatter_staging": scatter}
+        copy_gbps = 2 * src.numel() * src.element_size() / t_copy / 1e9
+        costs = _collective_costs(dev, n, max(3, reps // 2), copy_gbps) if n > 1 else {}
         every: list[Any] = [None] * n
-        dist.all_gather_object(every, mine)
-        out = {k: statistics.median(r[k] for r in every) for k in mine}
+        dist.all_gather_object(every, (mine, costs))
+        out: dict[str, Any] = {k: statistics.median(r[0][k] for r in every) for k in mine}
+        if costs:
+            out["collectives"] = tuple((kind, k, statistics.median(r[1][(kind, k)][0] for r in every),
+                                        statistics.median(r[1][(kind, k)][1] for r in every))
+                                       for kind, k in sorted(costs))
         if n == 1:
             for key in ("intra_gbps", "latency_us", "overlap", "scatter_staging"):
                 out.pop(key)
@@ -133,6 +143,39 @@ def measure_device(reps: int = 20) -> dict[str, float]:
     finally:
         if own:
             dist.destroy_process_group()
+
+
+SMALL, LARGE = 16 << 10, 1 << 20   # payload bytes per rank of a collective call measured
+
+
+def _collective_costs(dev: Any, n: int, reps: int, copy_gbps: float) -> dict[tuple[str, int], tuple[float, float]]:
+    """Per collective kind spmdc's runtime issues (``all_reduce``, ``all_gather``,
+    ``reduce_scatter``: :class:`~spmdc.runtime.collectives.Collectives`, gloo's pairwise exchanges
+    included) and group size ``k`` (each divisor of ``n`` from 2, every group of that size running
+    at once, as a mesh axis's do): ``(α µs per call, GB/s of payload)`` fitted to calls of 16 KiB
+    and 1 MiB of payload per rank (the operand bytes the dry run counts); the bandwidth at most
+    ``copy_gbps`` (a call that took no longer for 1 MiB than for 16 KiB still copies its bytes)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from spmdc.runtime.collectives import Collectives
+
+    out = {}
+    for k in [k for k in range(2, n + 1) if n % k == 0]:
+        comm = Collectives(init_device_mesh(dev.type, (n // k, k), mesh_dim_names=("rest", "g")))
+        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+            times = []
+            for nbytes in (SMALL, LARGE):
+                x = torch.ones(nbytes // 4, device=dev)
+                call = {"all_reduce": lambda: comm.all_reduce(x, ["g"], "sum"),
+                        "all_gather": lambda: comm.all_gather(x, "g", 0, (k * x.numel(),)),
+                        "reduce_scatter": lambda: comm.reduce_scatter(x, "g", 0, "sum")}[kind]
+                times.append(_median_seconds(call, reps, dist.barrier))
+            per_byte = max(times[1] - times[0], 0.0) / (LARGE - SMALL)
+            gbps = min(copy_gbps, 1 / per_byte / 1e9) if per_byte > 0 else copy_gbps
+            out[(kind, k)] = (max(1.0, (times[0] - SMALL / (gbps * 1e9)) * 1e6), gbps)
+    return out
 
 
 def _scatter_staging(dist: Any, dev: Any, n: int) -> float:
@@ -164,5 +207,6 @@ def calibrated_profile(base: str, figures: dict[str, float]) -> Any:
 
     from spmdc.compiler.devices import device_profile
 
-    p = device_profile(base, {k: v for k, v in figures.items()})
-    return dataclasses.replace(p, name=f"{p.name}-calibrated", rough=False)
+    p = device_profile(base, {k: v for k, v in figures.items() if k != "collectives"})
+    return dataclasses.replace(p, name=f"{p.name}-calibrated", rough=False,
+                               collectives=tuple(tuple(c) for c in figures.get("collectives", ())))

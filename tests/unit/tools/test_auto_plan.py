@@ -166,3 +166,19 @@ def test_calibrate_stores_a_profile_that_plan_uses(tmp_path):
 
 def test_a_plan_file_mesh_is_the_run_mesh():
     assert Mesh.parse(Plan.from_dict({"preset": "fsdp", "mesh": "dp=4"}).mesh).size == 4
+
+
+def test_captures_are_reused_inside_the_search_only():
+    from spmdc.frontend.capture import capture_program, reusing_captures
+    from spmdc.ir.printer import print_module as text
+
+    w = load_workload("mlp")
+    kw = dict(train=True, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs)
+    with reusing_captures():
+        a = capture_program(w.model, w.inputs, **kw)
+        b = capture_program(w.model, w.inputs, **kw)
+        c = capture_program(w.model, w.inputs, train=False)   # another setting: captured anew
+    d = capture_program(w.model, w.inputs, **kw)              # outside: always anew
+    assert b.module is not a.module and text(b.module) == text(a.module) == text(d.module)
+    assert b.timings.get("reused") and not a.timings.get("reused") and not c.timings.get("reused")
+    assert not d.timings.get("reused") and text(c.module) != text(a.module)
