@@ -71,10 +71,10 @@ def searched(model: str, n: int, device, cap_share: float, batch: int):
     took = time.perf_counter() - t
     peaks = [s.peak_bytes for s in first if s.ok]
     cap = cap_share * max(peaks)
-    from spmdc.api.auto_plan import rank
+    from spmdc.api.auto_plan import fits_cap, rank
 
     for s in first:   # (the same predictions under the cap; over it, a search would try checkpointed blocks)
-        s.fits = s.ok and s.peak_bytes <= cap
+        s.fits = s.ok and fits_cap(s.peak_bytes, cap)
     return rank(first), cap, took
 
 

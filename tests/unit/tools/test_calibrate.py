@@ -36,7 +36,27 @@ def test_every_rank_gets_the_same_positive_figures(figures):
     assert set(FIGURES) <= set(f) and f["node_size"] == 2
     assert all(f[k] > 0 for k in FIGURES if k != "overlap"), f
     assert 0.0 <= f["overlap"] <= 1.0
-    assert f["scatter_staging"] == 0.0   # the runtime all-reduces its own packed buffer in place on gloo
+    assert f["scatter_staging"] == 0.0   # the runtime exchanges its own packed buffer's pieces on gloo
+    # one call of each collective the runtime issues, per group size: alpha and bandwidth
+    assert {(kind, k) for kind, k, _, _ in f["collectives"]} == {("all_reduce", 2), ("all_gather", 2),
+                                                                 ("reduce_scatter", 2)}
+    assert all(alpha >= 1.0 and 0 < gbps <= f["hbm_gbps"] for _, _, alpha, gbps in f["collectives"])
+
+
+def test_calibrated_calls_price_the_collectives(figures):
+    p = calibrated_profile("cpu", figures[0])
+    alpha = {kind: a for kind, _, a, _ in p.collectives}
+    assert p.call_us("all_gather", 2, 0) == pytest.approx(alpha["all_gather"])
+    assert p.call_us("all_gather", 2, 1 << 20) > p.call_us("all_gather", 2, 16 << 10)
+    assert p.call_us("all_gather", 4, 0) == p.call_us("all_gather", 2, 0)   # the nearest group size measured
+    assert p.call_us("all_to_all", 2, 1) is None and device_profile("cpu").call_us("all_reduce", 2, 1) is None
+    w = load_workload("mlp")
+    report = dry_run(w.model, w.inputs, mesh=Mesh({"dp": 2}), plan="fsdp", device=p, train=True, loss_fn=w.loss_fn,
+                     loss_inputs=w.loss_inputs, optimizer="adamw")
+    for row in report.roles[0].prediction.comm:   # each call priced as measured
+        kind = row.kind.removeprefix("comm.").removesuffix("_bucket")
+        if kind in alpha:
+            assert row.seconds >= row.count * alpha[kind] * 1e-6 * 0.999
 
 
 def test_the_calibrated_profile_prices_a_step(figures):
