@@ -193,10 +193,14 @@ def candidates(nproc: int, *, blocks: int = 0, experts: bool = False, max_tp: in
 
 def _score(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, cap: float, kw: Mapping[str, Any]) -> Scored:
     from spmdc.api.dry_run import dry_run
+    from spmdc.runtime.optimizers import pipeline_refusal
 
     t = time.perf_counter()
     try:
         mesh, plan = c.plan()
+        why = pipeline_refusal(plan.stages, kw.get("optimizer")) if mesh is None else None
+        if why:
+            raise ValueError(why)
         report = dry_run(model, inputs, mesh=mesh, plan=plan, device=device, **kw)
     except Exception as e:   # the compiler's refusal of this layout (a batch, heads, a shape): its reason
         return Scored(c, refused=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",

@@ -69,6 +69,26 @@ def class_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def pipeline_refusal(stages: Any, optimizer: Any) -> str | None:
+    """Why a pipeline of ``stages`` (each with a ``mesh`` and a ``plan``) cannot train with
+    ``optimizer``, or None: a pipeline runs elementwise optimizers, and per-tensor ones (Muon) on
+    stages that keep each parameter whole or not at all (one rank, or plan ``dp``) -- the check
+    :class:`~spmdc.api.compiled_module.CompiledModule` makes on the ranks, made before any starts."""
+    cls = optimizer_class(optimizer) if optimizer is not None else None
+    if cls is None or is_elementwise(cls):
+        return None
+    if not is_per_tensor(cls):
+        return (f"{cls.__name__} is neither an elementwise nor a per-tensor optimizer; a pipeline does not "
+                "store parameters whole for it yet (use an elementwise optimizer such as adamw, or muon)")
+    for k, s in enumerate(stages):
+        name = getattr(s.plan, "preset", None) or s.plan
+        if s.mesh.size > 1 and not (is_per_tensor(cls) and name == "dp"):
+            return (f"{cls.__name__} updates whole parameters and stage {k} stores them sharded (plan '{name}' on "
+                    f"{s.mesh}); a pipeline does not store them whole for it yet (use an elementwise optimizer, "
+                    "plan dp in the stages, or one rank per stage)")
+    return None
+
+
 def is_elementwise(cls: type | None) -> bool:
     """Whether an optimizer class updates every element from that element alone (exactly the
     classes spmdc knows to be: torch's SGD, Adam(W), Adamax, NAdam, RAdam, RMSprop, Rprop,

@@ -345,7 +345,11 @@ def check_pipeline(cfg: RunConfig, plan: Any) -> None:
     """A pipeline plan's modules name modules of the model and its micro-batches divide the batch."""
     from spmdc.frontend.stages import StageError, expand_pattern
     from spmdc.frontend.workloads import load_workload
+    from spmdc.runtime.optimizers import pipeline_refusal
 
+    why = pipeline_refusal(plan.stages, cfg.optimizer) if cfg.train else None
+    if why:
+        raise UserError(f"--optimizer {cfg.optimizer} with pipeline plan '{plan.name}': {why}")
     w = load_workload(cfg.workload, **workload_args(cfg))
     names = [n for n, _ in w.model.named_modules() if n]
     for k, s in enumerate(plan.stages):

@@ -182,3 +182,20 @@ def test_captures_are_reused_inside_the_search_only():
     assert b.module is not a.module and text(b.module) == text(a.module) == text(d.module)
     assert b.timings.get("reused") and not a.timings.get("reused") and not c.timings.get("reused")
     assert not d.timings.get("reused") and text(c.module) != text(a.module)
+
+
+def test_pipelines_refuse_optimizers_they_cannot_run_before_ranks_start():
+    from spmdc.api.auto_plan import _score
+
+    r = _cli("run", "gpt2-tiny", "--mesh", "pp=2,tp=2", "--plan", "megatron", "--optimizer", "adafactor",
+             "--batch", "4")
+    assert r.returncode == 1 and "Adafactor is neither an elementwise nor a per-tensor optimizer" in r.stderr
+    assert "rank" not in r.stderr.split("error:", 1)[1].split("optimizer")[0]   # (refused, not a rank's failure)
+    r = _cli("run", "gpt2-tiny", "--mesh", "pp=2,tp=2", "--plan", "megatron", "--optimizer", "muon", "--batch", "4")
+    assert r.returncode == 1 and "Muon updates whole parameters and stage 0 stores them sharded" in r.stderr
+    # the search never chooses such a candidate: refused with the same reason, no dry run
+    w = load_workload("gpt2-tiny")
+    s = _score(Candidate((("pp", 2), ("tp", 2)), "megatron", microbatches=2), w.model, w.inputs,
+               device_profile("cpu"), 1e12, dict(train=True, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs,
+                                                 kwargs=w.kwargs, optimizer="adafactor", options=None))
+    assert not s.ok and "neither an elementwise nor a per-tensor" in s.refused
