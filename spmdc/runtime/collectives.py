@@ -346,8 +346,8 @@ class Collectives:
         return Pending([], finish)
 
     def _reduce_start(self, y: torch.Tensor, op: str, axis: str, wait: Callable[[Any], None]) -> Callable[[], Any]:
-        """Start all-reducing ``y`` in place over ``axis``; returns what finishes it (gloo's own
-        all-reduce: a pairwise exchange, reduce then gather, measured no faster)."""
+        """Start all-reducing ``y`` in place over ``axis``; returns what finishes it. (On gloo too the
+        backend's own all-reduce: a pairwise reduce-scatter then gather measured no faster.)"""
         work = dist.all_reduce(y, op=_REDUCE[op], group=self.group(axis), async_op=True)
         return lambda: wait(work)
 

@@ -17,7 +17,7 @@ from spmdc.sharding.plan import Plan, PlanError, axes_sharded_by, check_axes_use
 DICT_CASES = [
     (Plan.from_dict, {"parmas": {"*.weight": ["S(0)"]}},
      "plan['parmas']: unknown key 'parmas' in a plan (keys: params, inputs, outputs, reshard_after_forward, name, "
-     "checkpoint, buckets, fsdp_shard, preset); did you mean 'params'?"),
+     "checkpoint, buckets, fsdp_shard, preset, mesh); did you mean 'params'?"),
     (Plan.from_dict, {"params": {"h.0.x": {"storage": ["S(0)"], "compue": ["R"]}}},
      "plan['params']['h.0.x']['compue']: unknown key 'compue' in the layout of plan pattern 'h.0.x' "
      "(keys: storage, compute); did you mean 'compute'?"),

@@ -52,7 +52,7 @@ CASES = [
     # -- plan keys and patterns -----------------------------------------------------------------------
     ("plan-misspelt-key", ["mlp", "--mesh", "dp=2", "--plan", "{d}/p.yaml"],
      "{d}/p.yaml:1:1: error: unknown key 'parmas' in a plan (keys: params, inputs, outputs, reshard_after_forward, "
-     "name, checkpoint, buckets, fsdp_shard, preset); did you mean 'params'?",
+     "name, checkpoint, buckets, fsdp_shard, preset, mesh); did you mean 'params'?",
      {"p.yaml": "parmas:\n  '*.weight': [S(0)]\n"}),
     ("plan-misspelt-layout-key", ["mlp", "--mesh", "dp=2", "--plan", "{d}/p.yaml"],
      "{d}/p.yaml:3:23: error: unknown key 'compue' in the layout of plan pattern 'fc1.weight' (keys: storage, "
