@@ -22,11 +22,25 @@ cap (its predicted peak plus :data:`MARGIN`) is tried again with every repeated 
 in the backward (``checkpoint: blocks``); a candidate the compiler refuses (a batch that does not divide, heads that
 do not split over tp) is kept with its reason. Ranked: those that fit by predicted step time, then
 the rest by peak memory.
+
+At real size (Llama-3-70B on 4096 ranks: ~180 candidates) two things keep the search within its
+budget (``search(budget_s=...)``, ``--search-budget``):
+
+* a deep model is compiled cut to 4, 5 and 6 blocks per stage and each figure extended block by
+  block to its depth (:func:`_price_deep`; the same figures as the whole model's, checked on a
+  straight line over the three depths, else a deeper window, else the whole model);
+* when pricing every candidate would outlast the budget, they are sketched from one profile of the
+  model (:mod:`spmdc.api.plan_sketch`) and priced from their programs in the sketch's order while
+  it lasts; the rest keep their sketch (``Scored.sketched``) and rank after the priced ones.
+
+    ranked = search(model, inputs, nproc=4096, device=device_profile("h100"), budget_s=20, ...)
+    [(s.candidate.label(), s.sketched) for s in ranked[:3]]   # the best priced from its programs first
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -134,6 +148,7 @@ class Scored:
     collectives: int = 0                  # per step, on the busiest role (all_slice, a local slice, aside)
     compile_seconds: float = 0.0
     roles: int = 0
+    sketched: bool = False                # priced by the sketch only (the search's budget ran out)
 
     @property
     def ok(self) -> bool:
@@ -191,38 +206,144 @@ def candidates(nproc: int, *, blocks: int = 0, experts: bool = False, max_tp: in
     return out
 
 
-def _score(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, cap: float, kw: Mapping[str, Any]) -> Scored:
+def _price(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, kw: Mapping[str, Any]) -> tuple:
+    """Each role's prediction for ``c``, from its programs, by (device group, ranks)."""
     from spmdc.api.dry_run import dry_run
     from spmdc.runtime.optimizers import pipeline_refusal
 
+    mesh, plan = c.plan()
+    why = pipeline_refusal(plan.stages, kw.get("optimizer")) if mesh is None else None
+    if why:
+        raise ValueError(why)
+    report = dry_run(model, inputs, mesh=mesh, plan=plan, device=device, **kw)
+    return {(r.group, tuple(r.ranks)): r.prediction for r in report.roles}
+
+
+DEPTHS = (4, 5, 6)
+"""Blocks per stage a deep model is compiled with first for :func:`_price_deep`: the first blocks
+and the last of a stage can differ from the others (the second is prefetched while the first
+runs; the last stage's last block feeds the head), so each further block is a middle one from a
+few blocks on (measured: a pipeline stage's peak memory grows in a straight line from 3 blocks
+on, not from 2; the last stage's compute and Llama-3-70B's on 4096 ranks from 4 on); the third
+depth checks the line, and when it is not one the window moves a block deeper."""
+
+
+MOVES = 3
+"""How often :func:`_price_deep`'s window of depths moves a block deeper before the model is priced
+whole."""
+
+
+def _price_deep(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, kw: Mapping[str, Any],
+                stack: Any) -> dict:
+    """:func:`_price` of a deep model from its programs at three successive depths (blocks per
+    stage, from :data:`DEPTHS`), each figure extended in a straight line to ``⌈L / pp⌉`` blocks per
+    stage (what each further block adds: compute, collectives, optimizer update, a pipeline's
+    slowest micro-batch, each part of the peak memory, calls), role by role, each role's step then
+    combined from them as a prediction does (overlap hides collectives up to the compute). When the
+    three do not lie on one line (the peak moved elsewhere; its ranks' roles changed), the window
+    moves a block deeper (at most :data:`MOVES` times); the model is priced whole when those
+    compiles would hold half its blocks or more."""
+    from spmdc.frontend.repeated import keep_blocks
+
+    pp = dict(c.mesh).get("pp", 1)
+    if stack is None:
+        return _price(c, model, inputs, device, kw)
+    per_stage = math.ceil(stack.count / pp)
+    got: dict[int, dict] = {}
+    window = list(DEPTHS)
+    while 2 * window[-1] <= per_stage and window[0] <= DEPTHS[0] + MOVES:
+        for d in window:
+            if d not in got:
+                with keep_blocks(model, stack, list(range(pp * d))):
+                    got[d] = _price(c, model, inputs, device, kw)
+        three = [got[d] for d in window]
+        if len({frozenset(g) for g in three}) == 1 and all(
+                _straight(*xs) for xs in zip(*([_slowest(g, pp)] + [x for key in sorted(g, key=str)
+                                                                    for x in _figures(g[key])] for g in three))):
+            return _extend(three[-2], three[-1], (per_stage - window[-1]) / (window[-1] - window[-2]), pp)
+        window = [d + 1 for d in window]
+    return _price(c, model, inputs, device, kw)
+
+
+def _slowest(preds: Mapping[Any, Any], pp: int) -> float:
+    """A pipeline's slowest stage micro-batch (from its roles' bubble)."""
+    return (max(p.step_seconds for p in preds.values())
+            - max(p.step_seconds - p.bubble_seconds for p in preds.values())) / max(pp - 1, 1)
+
+
+def _extend(a: Mapping[Any, Any], b: Mapping[Any, Any], more: float, pp: int) -> dict:
+    """Each role's prediction ``more`` steps of ``b - a`` beyond ``b``."""
+    def line(x: float, y: float) -> float:
+        return y + more * (y - x)
+
+    out = {}
+    for key, now in b.items():
+        was = a[key]
+        out[key] = dataclasses.replace(
+            now, compute_seconds=line(was.compute_seconds, now.compute_seconds),
+            comm_seconds=line(was.comm_seconds, now.comm_seconds),
+            update_seconds=line(was.update_seconds, now.update_seconds), bubble_seconds=0.0,
+            memory=dataclasses.replace(now.memory, **{f: round(line(getattr(was.memory, f), getattr(now.memory, f)))
+                                                      for f in _MEMORY}),
+            comm=[dataclasses.replace(r, count=round(line(_count(was.comm, r), r.count))) for r in now.comm])
+    if pp > 1:   # every rank's step: the busiest role's plus (pp - 1) times the slowest stage's micro-batch
+        total = max(p.step_seconds for p in out.values()) + (pp - 1) * line(_slowest(a, pp), _slowest(b, pp))
+        for p in out.values():
+            p.bubble_seconds = total - p.step_seconds
+    return out
+
+
+def _figures(p: Any) -> list[float]:
+    return [p.compute_seconds, p.comm_seconds, p.update_seconds, *(getattr(p.memory, f) for f in _MEMORY),
+            *(r.count for r in p.comm)]
+
+
+def _straight(a: float, b: float, c: float) -> bool:
+    """Three figures at evenly spaced depths on one line (and not falling: a block adds)."""
+    return abs((c - b) - (b - a)) <= 1e-6 * max(abs(a), abs(b), abs(c)) + 1e-12 and c >= b - 1e-12
+
+
+_MEMORY = ("parameters", "optimizer", "gradients", "activations", "comm_buffers", "optimizer_step", "whole_gradients")
+
+
+def _count(rows: Sequence[Any], like: Any) -> int:
+    return sum(r.count for r in rows if (r.axes, r.kind) == (like.axes, like.kind))
+
+
+def _score(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, cap: float, kw: Mapping[str, Any],
+           stack: Any = None) -> Scored:
     t = time.perf_counter()
     try:
-        mesh, plan = c.plan()
-        why = pipeline_refusal(plan.stages, kw.get("optimizer")) if mesh is None else None
-        if why:
-            raise ValueError(why)
-        report = dry_run(model, inputs, mesh=mesh, plan=plan, device=device, **kw)
+        roles = _price_deep(c, model, inputs, device, kw, stack)
     except Exception as e:   # the compiler's refusal of this layout (a batch, heads, a shape): its reason
         return Scored(c, refused=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                       compile_seconds=time.perf_counter() - t)
-    step = max(r.prediction.step_seconds for r in report.roles)
-    peak = max(r.prediction.memory.total for r in report.roles)
-    colls = max(sum(c.count for c in r.prediction.comm if c.kind != "comm.all_slice") for r in report.roles)
+    preds = list(roles.values())
+    step = max(p.step_seconds for p in preds)
+    peak = max(p.memory.total for p in preds)
+    colls = max(sum(r.count for r in p.comm if r.kind != "comm.all_slice") for p in preds)
     return Scored(c, step, peak, fits_cap(peak, cap), collectives=colls, compile_seconds=time.perf_counter() - t,
-                  roles=len(report.roles))
+                  roles=len(preds))
 
 
 def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory_cap: float | None = None,
            train: bool = True, loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
            kwargs: Mapping[str, Any] | None = None, optimizer: str | None = None, options: Any = None,
-           only: Callable[[Candidate], bool] | None = None,
+           only: Callable[[Candidate], bool] | None = None, budget_s: float | None = None,
            progress: Callable[[Scored, int, int], None] | None = None) -> list[Scored]:
     """Every candidate for ``nproc`` ranks priced and ranked (see the module doc); ``memory_cap``:
     bytes per rank (default the device's memory); ``only``: a filter on the candidates;
-    ``progress(scored, i, n)`` after each."""
+    ``budget_s``: seconds for the whole search: once pricing every candidate from its programs
+    would take longer (as long as those priced took), the rest are sketched
+    (:mod:`spmdc.api.plan_sketch`) and priced in the sketch's order while the budget lasts, the
+    others ranked by their sketch (``Scored.sketched``); a model without repeated blocks is priced
+    whole; None: every candidate priced; ``progress(scored, i, n)`` after each priced."""
+    from spmdc.frontend.capture import reusing_captures
     from spmdc.frontend.checkpoint import block_modules
+    from spmdc.frontend.repeated import find_block_stack
     from spmdc.sharding.plan import is_expert_weight
 
+    start = time.perf_counter()
     cap = memory_cap if memory_cap else device.memory_gib * 2 ** 30
     params = dict(model.named_parameters())
     experts = any(is_expert_weight(n, tuple(p.shape)) for n, p in params.items())
@@ -235,22 +356,93 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
             if only is None or only(c)]
     kw = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, kwargs=kwargs,
               optimizer=optimizer if train else None, options=options)
+    stack = find_block_stack(model)[0] if blocks else None
     out: list[Scored] = []
-    from spmdc.frontend.capture import reusing_captures
-
     with reusing_captures():   # (one capture of the model per setting, whatever the plan)
-        for i, c in enumerate(todo):
-            s = _score(c, model, inputs, device, cap, kw)
+        sketches: dict[Candidate, Scored] | None = None   # (made once the budget would not price them all;
+        #                                                   up front for a model priced from cut compiles)
+        if budget_s is not None and stack is not None and stack.count > 2 * DEPTHS[-1]:
+            ranked = _sketched(todo, model, inputs, device, cap, kw)
+            sketches = {s.candidate: s for s in ranked}
+            if ranked:
+                todo = [s.candidate for s in ranked]
+                first = next((c for c in todo if not c.pipeline), todo[0])   # (priced surely: the best without
+                todo = [first] + [c for c in todo if c != first]             #  a pipeline, the cheapest to price)
+        took: dict[bool, list[float]] = {}   # (seconds each pricing took, per stage for pipelines)
+        i = 0
+        while i < len(todo):
+            c = todo[i]
+            left = budget_s - (time.perf_counter() - start) if budget_s is not None else float("inf")
+            if out and sketches is None and stack is not None and stack.count >= 2 \
+                    and sum(_expected(x, took) for x in todo[i:]) > left:   # the rest, in the sketch's order
+                ranked = _sketched(todo[i:], model, inputs, device, cap, kw)
+                sketches = {s.candidate: s for s in ranked}
+                if ranked:
+                    todo = todo[:i] + [s.candidate for s in ranked]
+                continue
+            i += 1
+            if out and sketches and c in sketches and _expected(c, took) > left:   # (it would outlast the budget)
+                out.append(sketches[c])
+                continue
+            s = _score(c, model, inputs, device, cap, kw, stack)
             if s.ok and not s.fits and blocks and not c.checkpoint:   # over the cap: recompute the blocks
-                s = _score(dataclasses.replace(c, checkpoint=True), model, inputs, device, cap, kw)
+                s = _score(dataclasses.replace(c, checkpoint=True), model, inputs, device, cap, kw, stack)
+            took.setdefault(c.pipeline, []).append(s.compile_seconds / dict(c.mesh).get("pp", 1))
             out.append(s)
             if progress is not None:
-                progress(s, i + 1, len(todo))
+                progress(s, i, len(todo))
+    return rank(out)
+
+
+PIPELINE_STAGE_COST = 3.0
+"""A pipeline's pricing per stage over a candidate's without one, until a pipeline was priced (a
+stage compiles a forward and a training program and captures its own piece of the model: Llama-3
+shapes, about 3x)."""
+
+
+def _expected(c: Candidate, took: Mapping[bool, list[float]]) -> float:
+    """Seconds pricing ``c`` should take: as long as those priced before it took on average."""
+    def mean(kind: bool) -> float | None:
+        return sum(took[kind]) / len(took[kind]) if took.get(kind) else None
+
+    pp = dict(c.mesh).get("pp", 1)
+    alone = mean(False)
+    if pp == 1:
+        return alone if alone is not None else 0.0
+    stage = mean(True)
+    return pp * (stage if stage is not None else PIPELINE_STAGE_COST * (alone or 0.0))
+
+
+def _sketched(todo: list[Candidate], model: Any, inputs: Sequence[Any], device: Any, cap: float,
+              kw: Mapping[str, Any]) -> list[Scored]:
+    """The candidates sketched (:func:`~spmdc.api.plan_sketch.sketch`), best first (a candidate
+    over the cap with its blocks recomputed); none when the model cannot be profiled (then every
+    candidate is priced from its programs, whatever the budget)."""
+    import warnings
+
+    from spmdc.api.plan_sketch import model_profile, sketch
+
+    try:
+        profile = model_profile(model, inputs, device=device, **kw)
+    except Exception as e:   # (its reference compiles failed: no sketch, no order; said, not hidden)
+        warnings.warn(f"spmdc plan --search: no sketch of the model ({type(e).__name__}: {e}); every candidate "
+                      "is priced from its programs, whatever --search-budget", stacklevel=2)
+        return []
+    if profile is None:
+        return []
+    out = []
+    for c in todo:
+        step, peak = sketch(c, profile, device)
+        if not fits_cap(peak, cap):   # (priced with its blocks recomputed straight away)
+            c = dataclasses.replace(c, checkpoint=True)
+            step, peak = sketch(c, profile, device)
+        out.append(Scored(c, step, int(peak), fits_cap(peak, cap), sketched=True))
     return rank(out)
 
 
 def rank(scored: list[Scored]) -> list[Scored]:
-    """Fitting candidates by predicted step time, then the others by peak memory, refused last."""
-    return sorted(scored, key=lambda s: (not s.ok, not s.fits, s.step_seconds if s.fits else s.peak_bytes,
-                                         s.candidate.label()))
+    """Fitting candidates by predicted step time (those priced from their programs before those
+    only sketched), then the others by peak memory, refused last."""
+    return sorted(scored, key=lambda s: (not s.ok, not s.fits, s.sketched and s.fits,
+                                         s.step_seconds if s.fits else s.peak_bytes, s.candidate.label()))
 

@@ -93,7 +93,9 @@ _REUSED: dict[tuple, tuple[Captured, tuple]] | None = None
 def reusing_captures() -> Iterator[None]:
     """Within it, a capture of the same model, inputs and settings is made once and later ones
     get a copy with a clone of its module (the layout search compiles one model under many
-    plans: spmdc.api.auto_plan). The model must not change meanwhile."""
+    plans: spmdc.api.auto_plan). Its parameters must not change meanwhile; its module tree may (a
+    model cut to fewer blocks, :func:`~spmdc.frontend.repeated.keep_blocks`, is another model: the
+    key holds every submodule's identity)."""
     global _REUSED
     outer = _REUSED
     _REUSED = {} if outer is None else outer
@@ -120,9 +122,9 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
                                 mixed_precision=mixed_precision, return_outputs=return_outputs,
                                 reuse_blocks=reuse_blocks)
     held = (model, tuple(example_inputs), loss_fn, tuple(loss_inputs), dict(example_kwargs or {}))
-    key = (id(model), tuple(map(id, held[1])), train, id(loss_fn), tuple(map(id, held[3])),
-           tuple((k, id(v)) for k, v in held[4].items()), checkpoint, repr(mixed_precision), return_outputs,
-           reuse_blocks)
+    key = (id(model), tuple(map(id, model.modules())), tuple(map(id, held[1])), train, id(loss_fn),
+           tuple(map(id, held[3])), tuple((k, id(v)) for k, v in held[4].items()), checkpoint,
+           repr(mixed_precision), return_outputs, reuse_blocks)
     if key not in _REUSED:
         out = _capture_program(model, example_inputs, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
                                example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision,

@@ -31,6 +31,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     from spmdc.compiler.options import CompileOptions, positive
     from spmdc.runtime.optimizers import OPTIMIZERS
     from spmdc.tools.run_cmd import DEFAULT_WORKLOAD
+    from spmdc.tools.search_cmd import add_budget_argument
 
     ap.add_argument("workload", nargs="?", default=DEFAULT_WORKLOAD,
                     help="mlp | gpt2-tiny | llama-tiny | llama3-1b | llama3-8b | llama3-70b (on the meta device) | "
@@ -59,6 +60,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--top", type=positive(int), default=8, metavar="K", help="--search: candidates shown (default 8)")
     ap.add_argument("--write-plan", default=None, metavar="FILE",
                     help="--search: write the chosen plan to FILE (.yaml) for spmdc run --plan FILE")
+    add_budget_argument(ap)
     ap.add_argument("--jobs", type=positive(int), default=None, metavar="N",
                     help="a pipeline's stages compiled N at a time, each in a forked process (default: one per CPU)")
     CompileOptions.add_arguments(ap)
@@ -89,7 +91,8 @@ def plan_main(args: argparse.Namespace) -> int:
         if not os.path.isdir(parent):
             raise UserError(f"--json '{args.json}': no directory '{parent}'")
     cfg = RunConfig(args.workload, args.nproc or 0, args.mesh, args.plan, train=args.train, optimizer=args.optimizer,
-                    batch=args.batch, fsdp_shard=args.fsdp_shard, options=CompileOptions.from_arguments(args))
+                    batch=args.batch, fsdp_shard=args.fsdp_shard, search_budget=args.search_budget,
+                    options=CompileOptions.from_arguments(args))
     import os
     import warnings
 

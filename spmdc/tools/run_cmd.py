@@ -21,6 +21,7 @@ from typing import Any
 from spmdc.compiler.options import CompileOptions, byte_size, positive  # noqa: F401
 from spmdc.runtime.optimizers import OPTIMIZERS
 from spmdc.tools.errors import UserError
+from spmdc.tools.search_cmd import add_budget_argument
 
 DEFAULT_WORKLOAD = "gpt2-tiny"
 
@@ -53,6 +54,7 @@ class RunConfig:
     peak_flops: float | None = None   # --peak-flops: FLOP/s per device, for MFU
     device_peak: str | None = None    # --device-peak NAME: the peak of a known device
     extra: dict[str, Any] = field(default_factory=dict)
+    search_budget: float | None = None   # --plan auto: seconds for the search (None: spmdc.tools.search_cmd's)
     options: CompileOptions = field(default_factory=CompileOptions)   # how to compile and run (--bucket, ...)
 
     @property
@@ -92,6 +94,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--plan", default="", help="preset (dp, fsdp, hsdp, megatron, sp, fsdp+tp, ep, fsdp+ep, "
                                                "fsdp+tp+ep), a .json/.yaml plan, or 'auto': search the layouts "
                                                "for --nproc ranks (--mesh: that mesh's) and run the best")
+    add_budget_argument(ap)
     ap.add_argument("--fsdp-shard", choices=("even", "whole"), default="even",
                     help="how fsdp/hsdp cut parameters over dp: 'even' S(0) rows (FSDP2), or 'whole': each "
                          "parameter whole on one dp rank, balanced by bytes per block (RaggedShard; a per-matrix "
@@ -157,7 +160,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      force=args.force, verbose=args.verbose, seed=args.seed, save=args.save, load=args.load,
                      rtol=args.rtol, atol=args.atol, fsdp_shard=args.fsdp_shard, eager_trace=args.eager_trace,
                      batch=args.batch, switch=list(args.switch), peak_flops=args.peak_flops,
-                     device_peak=args.device_peak,
+                     device_peak=args.device_peak, search_budget=args.search_budget,
                      options=CompileOptions.from_arguments(args, **eager))
 
 
@@ -167,6 +170,8 @@ def resolve_mesh_and_plan(cfg: RunConfig) -> tuple[Any, Any]:
     from spmdc.sharding.pipeline_plan import PipelinePlan
     from spmdc.sharding.plan import Plan
 
+    if cfg.search_budget is not None and cfg.plan != "auto":
+        raise UserError("--search-budget is for --plan auto / --search (the layout search)")
     if cfg.plan == "auto":   # the layout search (spmdc.tools.search_cmd), then as if it had been given
         from spmdc.tools.search_cmd import search_for_run
         from spmdc.tools.show import plain_console

@@ -42,6 +42,21 @@ def _refuse_fixed(cfg: Any) -> None:
                             "micro-batches; give a plan (or a plan file) to set it")
 
 
+SEARCH_BUDGET = 20.0
+"""Seconds a search takes by default (``--search-budget``)."""
+
+
+def add_budget_argument(ap: Any) -> None:
+    """``--search-budget SECONDS`` (``spmdc plan --search``, ``spmdc run --plan auto``)."""
+    from spmdc.compiler.options import positive
+
+    ap.add_argument("--search-budget", type=positive(float), default=None, metavar="SECONDS",
+                    help="--search / --plan auto: seconds for the search; candidates are compiled and priced in "
+                         "the order of a sketch of their cost (spmdc.api.plan_sketch) until they are spent, the "
+                         f"rest shown with their sketch (default {SEARCH_BUDGET:g}; a large number prices every "
+                         "candidate)")
+
+
 def _search(cfg: Any, device: Any, console: Any) -> tuple[list[Any], float, int]:
     from spmdc.api.auto_plan import search
     from spmdc.frontend.workloads import load_workload
@@ -65,6 +80,7 @@ def _search(cfg: Any, device: Any, console: Any) -> tuple[list[Any], float, int]
     ranked = search(w.model, w.inputs, nproc=nproc, device=device, memory_cap=cfg.options.memory_cap or None,
                     train=cfg.train, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs, kwargs=w.kwargs,
                     optimizer=cfg.optimizer, options=cfg.options, only=only,
+                    budget_s=cfg.search_budget or SEARCH_BUDGET,
                     progress=lambda s, i, n: console.print(f"  [{i}/{n}] {s.candidate.label()}: " + (
                         f"refused ({s.refused})" if s.refused else
                         f"{s.step_seconds * 1e3:,.2f} ms, {s.peak_bytes / 2 ** 20:,.2f} MiB"), highlight=False))
@@ -79,14 +95,15 @@ def print_ranked(console: Any, ranked: list[Any], top: int, cap: float, device: 
 
     table = Table(title=f"candidates, best first (predicted on {device.name}; memory cap "
                         f"{cap / 2 ** 20:,.1f} MiB per rank)")
-    for col in ("#", "plan", "mesh", "step ms", "peak MiB", "fits", "collectives", "note"):
+    for col in ("#", "plan", "mesh", "step ms", "peak MiB", "fits", "collectives", "priced", "note"):
         table.add_column(col, justify="right" if col in ("#", "step ms", "peak MiB", "collectives") else "left")
     for i, s in enumerate(ranked[:top]):
         c = s.candidate
         table.add_row(str(i + 1), c.plan_label, c.mesh_text, "" if s.refused else f"{s.step_seconds * 1e3:,.2f}",
                       "" if s.refused else f"{s.peak_bytes / 2 ** 20:,.2f}",
                       "" if s.refused else ("yes" if s.fits else "no"),
-                      "" if s.refused else str(s.collectives), s.refused)
+                      "" if s.refused or s.sketched else str(s.collectives),
+                      "" if s.refused else "sketch" if s.sketched else "programs", s.refused)
     console.print(table)
 
 
@@ -105,8 +122,11 @@ def search_main(cfg: Any, device: Any, top: int, write_plan: str | None, json_pa
     if best.refused or not best.fits:
         console.print("no candidate fits the memory cap" if not best.refused else "every candidate was refused")
     else:
+        priced = sum(1 for s in ranked if not s.sketched)
         console.print(f"chosen: {best.candidate.label()} ({best.step_seconds * 1e3:,.2f} ms predicted); "
-                      f"{len(ranked)} candidates for {nproc} ranks priced in {took:.1f} s")
+                      f"{len(ranked)} candidates for {nproc} ranks, {priced} priced from their programs, in "
+                      f"{took:.1f} s" + (f" (the other {len(ranked) - priced} sketched only: --search-budget "
+                                         "SECONDS to price more)" if priced < len(ranked) else ""))
     if write_plan and best.ok:
         from spmdc.tools.errors import write_text
 
@@ -123,7 +143,8 @@ def search_main(cfg: Any, device: Any, top: int, write_plan: str | None, json_pa
                                               {"plan": s.candidate.label(), "mesh": s.candidate.mesh_text,
                                                "preset": s.candidate.preset, "step_seconds": s.step_seconds
                                                if s.ok else None, "peak_bytes": s.peak_bytes, "fits": s.fits,
-                                               "refused": s.refused} for s in ranked]}, indent=1) + "\n")
+                                               "refused": s.refused, "sketched": s.sketched}
+                                              for s in ranked]}, indent=1) + "\n")
         console.print(f"wrote {json_path}")
     return 0 if best.ok and best.fits else 1
 
