@@ -25,7 +25,8 @@ The sketch of a candidate on ``pp × rep × dp × tp (× ep)`` ranks, ``L`` bloc
   forward and its backward are two programs); ``tp`` all-reduces a block's input four times (two in the
   forward, two in the backward); ``ep`` exchanges it four times (all-to-all); ``pp`` sends it
   forward and back per micro-batch; hidden behind compute by the device's ``overlap``;
-* **the update**: the profile's, for the parameters a rank stores; **the bubble**: ``(pp - 1)``
+* **the update**: as a prediction prices it (:func:`~spmdc.api.predict.optimizer_seconds`: a host
+  cost per op on each parameter and its bytes) for the parameters a rank stores; **the bubble**: ``(pp - 1)``
   micro-batch times of the stage;
 * **memory**: parameters, optimizer state and gradients of the stage over ``Z`` (``dp``: gradients
   over ``tp`` only); an fsdp preset's gathered parameters (all of them when kept, two blocks' when
@@ -57,7 +58,6 @@ class Part:
     params: float = 0.0       # bytes
     optimizer: float = 0.0
     activations: float = 0.0  # at the step's peak
-    update_s: float = 0.0
     grad_calls: float = 1.0   # the dp preset's gradient all-reduces (on dp=2)
     gathers: float = 1.0      # the fsdp preset's all-gathers, resharding after the forward (on dp=2)
     scatters: float = 1.0     # its reduce-scatters
@@ -82,6 +82,9 @@ class ModelProfile:
     boundary: float           # bytes of one block's input for the global batch (the residual stream)
     batch: int = 1            # samples of the global batch (the block input's first dimension)
     trainable: float = 1.0    # the share of parameter bytes that get gradients
+    optimizer: str | None = None
+    block_tensors: int = 0    # trainable parameters (tensors) of one block, and outside the blocks
+    rest_tensors: int = 0
 
 
 def _busiest(report: Any) -> Any:
@@ -92,7 +95,7 @@ def _part(report: Any, device: Any) -> Part:
     p = _busiest(report)
     m = p.memory
     return Part(max(p.compute_seconds - p.kernels * device.launch_us * 1e-6, 0.0), p.kernels, m.parameters,
-                m.optimizer, m.activations, p.update_seconds)
+                m.optimizer, m.activations)
 
 
 def _calls(report: Any, axis: str, kind: str) -> tuple[int, int]:
@@ -185,12 +188,17 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
     sizes = [(p.numel() * p.element_size(), p.requires_grad) for p in model.parameters()]
     trainable = sum(n for n, g in sizes if g) / max(sum(n for n, _ in sizes), 1)
     boundary, batch = _boundary(model, stack, inputs, kwargs)
-    return ModelProfile(stack.count, block, rest, boundary, batch, trainable)
+    container = model.get_submodule(stack.path) if stack.path else model
+    in_block = sum(1 for p in container[0].parameters() if p.requires_grad)
+    every = sum(1 for p in model.parameters() if p.requires_grad)
+    return ModelProfile(stack.count, block, rest, boundary, batch, trainable, optimizer if train else None,
+                        in_block, every - stack.count * in_block)
 
 
 def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
     """``(step seconds, peak bytes per rank)`` of candidate ``c`` (see the module doc)."""
     from spmdc.api.auto_plan import FSDP_PRESETS
+    from spmdc.api.predict import optimizer_seconds
     from spmdc.sharding.cost import AxisCost
     from spmdc.sharding.mesh import Mesh
 
@@ -245,7 +253,9 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
         us += 2 * m * (device.latency_us + tokens / (device.axis_bandwidth(mesh, "pp") * 1e3))
     comm = us * 1e-6
     busy = compute + comm - device.overlap * min(compute, comm)
-    update = total("update_s") / shard
+    tensors = profile.rest_tensors + blocks * profile.block_tensors   # (the update: per tensor and byte)
+    local = total("params") * profile.trainable / shard
+    update = optimizer_seconds(profile.optimizer, [local / tensors] * tensors, device) if tensors else 0.0
     step = busy + update + (pp - 1) * busy / m
     grads = total("params") * profile.trainable / (shard if fsdp else tp * ep)
     gathered = (total("params") if not c.reshard_after_forward else 2 * b.params) / (tp * ep) if fsdp else 0.0

@@ -94,12 +94,17 @@ def test_the_sketch_follows_the_profile_and_the_layouts():
     with reusing_captures():
         profile = model_profile(w.model, w.inputs, device=H100, **kw)
         one = auto_plan._score(Candidate((("dp", 1),), "dp"), w.model, w.inputs, H100, 1e12, kw, None)
+        eight = auto_plan._score(Candidate((("dp", 8),), "fsdp"), w.model, w.inputs, H100, 1e12, kw,
+                                 find_block_stack(w.model)[0])
     assert (profile.blocks, profile.batch, profile.boundary) == (12, 8, 8 * 8 * 32 * 4)   # (batch, seq, d_model) fp32
     block = w.model.h[0]   # (what a rank stores per block: its parameters and buffers)
     assert profile.block.params == sum(t.numel() * t.element_size() for t in [*block.parameters(), *block.buffers()])
     assert profile.block.gathers >= 1 and profile.block.tp_calls >= 1
     step, _ = sketch(Candidate((("dp", 1),), "dp"), profile, H100)
     assert step == pytest.approx(one.step_seconds, rel=0.02)   # one rank: no collectives, all linear
+    # a model this small is priced by its update's host cost per op, which sharding does not divide
+    step, peak = sketch(Candidate((("dp", 8),), "fsdp"), profile, H100)
+    assert step == pytest.approx(eight.step_seconds, rel=0.05) and peak == pytest.approx(eight.peak_bytes, rel=0.3)
 
     def peak(*mesh, preset="fsdp", **kw):
         return sketch(Candidate(tuple(mesh), preset, **kw), profile, H100)[1]
