@@ -145,6 +145,7 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
     """The model compiled on one rank with 4 and 5 of its repeated blocks (1 and 2 when it has
     fewer; None without repeated blocks: the search then prices every candidate from its
     programs)."""
+    from spmdc.api.auto_plan import DEPTHS
     from spmdc.api.dry_run import dry_run
     from spmdc.frontend.repeated import find_block_stack, keep_blocks
     from spmdc.sharding.mesh import Mesh
@@ -152,6 +153,7 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
     stack, _ = find_block_stack(model)
     if stack is None or stack.count < 2:
         return None
+
     def compiled(depth: int, mesh: str, plan: str) -> Any:
         with keep_blocks(model, stack, list(range(depth))):
             return dry_run(model, inputs, mesh=Mesh.parse(mesh), plan=plan, device=device, train=train,
@@ -160,8 +162,6 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
 
     parts = []
     missing: set[str] = set()
-    from spmdc.api.auto_plan import DEPTHS
-
     depths = DEPTHS[:2] if stack.count >= DEPTHS[1] else (1, 2)   # (what the search compiles: captures shared)
     for depth in depths:
         part = _part(compiled(depth, "dp=1", "dp"), device)
