@@ -162,6 +162,9 @@ def search_for_run(cfg: Any, console: Any) -> Any:
         raise UserError(f"--plan auto: no layout for {nproc} ranks fits {cap / 2 ** 20:,.1f} MiB per rank"
                         if best.ok else f"--plan auto: every layout for {nproc} ranks was refused "
                         f"(first: {best.candidate.label()}: {best.refused})")
+    sketched = sum(1 for s in ranked if s.sketched)
     console.print(f"--plan auto chose {best.candidate.label()} ({best.step_seconds * 1e3:,.2f} ms predicted, "
-                  f"{len(ranked)} candidates in {took:.1f} s)")
+                  f"{len(ranked)} candidates in {took:.1f} s" + (f", {sketched} of them sketched only: "
+                                                                "--search-budget SECONDS to price more" if sketched
+                                                                else "") + ")")
     return best.candidate
