@@ -58,7 +58,7 @@ class Part:
     params: float = 0.0       # bytes
     optimizer: float = 0.0
     activations: float = 0.0  # at the step's peak
-    grad_calls: float = 1.0   # the dp preset's gradient all-reduces (on dp=2)
+    grad_calls: float = 1.0   # the dp preset's gradient all-reduces (as many as fsdp's reduce-scatters)
     gathers: float = 1.0      # the fsdp preset's all-gathers, resharding after the forward (on dp=2)
     scatters: float = 1.0     # its reduce-scatters
     tp_calls: float = 4.0     # megatron's all-reduces on tp (tp=2)
@@ -166,8 +166,7 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
     for depth in depths:
         part = _part(compiled(depth, "dp=1", "dp"), device)
         counts: dict[str, float] = {}
-        for mesh, plan, axis, kinds in (("dp=2", "dp", "dp", {"grad_calls": "all_reduce"}),
-                                        ("dp=2", "fsdp", "dp", {"gathers": "all_gather", "scatters": "reduce_scatter"}),
+        for mesh, plan, axis, kinds in (("dp=2", "fsdp", "dp", {"gathers": "all_gather", "scatters": "reduce_scatter"}),
                                         ("tp=2", "megatron", "tp", {"tp_calls": "all_reduce"})):
             try:
                 report = compiled(depth, mesh, plan)
@@ -176,6 +175,8 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
                 continue
             for name, kind in kinds.items():
                 counts[name], nbytes = _calls(report, axis, kind)
+                if name == "scatters":   # (dp's gradient all-reduces are bucketed as fsdp's reduce-scatters)
+                    counts["grad_calls"] = counts[name]
                 if name == "tp_calls":
                     counts["tp_bytes"] = nbytes
                     counts["tp_activations"] = _busiest(report).memory.activations
@@ -183,6 +184,7 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
     block = parts[1] - parts[0]
     rest = parts[0] - block * depths[0]
     missing |= {"tp_bytes", "tp_activations"} if "tp_calls" in missing else set()
+    missing |= {"grad_calls"} if "scatters" in missing else set()
     defaults = {f.name: f.default for f in dataclasses.fields(Part) if f.name in missing}
     block, rest = dataclasses.replace(block, **defaults), dataclasses.replace(rest, **defaults)
     sizes = [(p.numel() * p.element_size(), p.requires_grad) for p in model.parameters()]
