@@ -40,6 +40,9 @@ def _refuse_fixed(cfg: Any) -> None:
         if given:
             raise UserError(f"{option} with --plan auto / --search: the search chooses the plan and its "
                             "micro-batches; give a plan (or a plan file) to set it")
+    if cfg.eager:
+        raise UserError("--eager with --plan auto / --search: the search prices compiled programs, and eager "
+                        "execution (op by op) is not predicted; give a plan to run eagerly")
 
 
 SEARCH_BUDGET = 20.0

@@ -156,5 +156,7 @@ def test_plan_search_budget_on_a_real_size_model(tmp_path):
     assert f"chosen: {ranked[0]['plan']}" in said and "programs" in said and "sketch" in said
     r = _cli("plan", "llama3-1b", "--search", "--search-budget", "0")
     assert r.returncode == 2 and "--search-budget: must be positive" in r.stderr, r.stderr
+    r = _cli("run", "mlp", "--plan", "auto", "--eager")   # (refused before any search: eager is not predicted)
+    assert r.returncode == 1 and "--eager with --plan auto / --search" in r.stderr, r.stderr
     r = _cli("run", "mlp", "--search-budget", "5")   # (no search to bound)
     assert r.returncode == 1 and "--search-budget is for --plan auto / --search" in r.stderr, r.stderr
