@@ -79,8 +79,9 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
     try:
         return elastic_launch(config, _Values(fn))(*args)
     except ChildFailedError as e:
-        rank, failure = _root_failure(e.failures)
-        log = None if verbose else _collect_logs(work, run_id, {r: _stack(f) for r, f in e.failures.items()})
+        failures = _all_failures(work, e.failures)
+        rank, failure = _root_failure(e.failures, failures)
+        log = None if verbose else _collect_logs(work, run_id, {r: _stack(f) for r, f in failures.items()})
         raise LaunchError(_describe(rank, failure, log)) from None
     except SignalException as e:
         raise (Terminated() if e.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
@@ -98,10 +99,40 @@ class _Values:
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
 
     def __call__(self, *args: Any) -> Any:
+        import atexit
+
         import torch
         from torch.utils._pytree import tree_map
 
-        return tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, self.fn(*args))
+        # torch elastic points this rank's stdout/stderr at its log files only while ``fn`` runs; what the
+        # process prints after (a backend's destructor aborting at exit) would reach the user's terminal
+        exit_state: dict[str, Any] = {"fds": (os.dup(1), os.dup(2)), "code": 1}
+        atexit.register(_end_rank, exit_state)
+        try:
+            value = tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, self.fn(*args))
+        except SystemExit as e:
+            exit_state["code"] = e.code if isinstance(e.code, int) and e.code else 1
+            raise
+        exit_state["code"] = None
+        return value
+
+
+def _end_rank(state: dict[str, Any]) -> None:
+    """At a rank's interpreter exit: its output back into the launch's log files; a failed rank (its error
+    already recorded) leaves at once with its status (1 for an exception), before its process group's
+    destructors (left alive on purpose: destroying it would close the peers' connections first) abort or
+    hang the process."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    for fd, saved in zip((1, 2), state["fds"]):
+        os.dup2(saved, fd)
+    if state["code"] is not None:
+        os._exit(state["code"])
 
 
 # what a rank reports when *another* rank died under it: a symptom, not the cause
@@ -109,16 +140,32 @@ _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote w
               "timed out after")
 
 
-def _root_failure(failures: dict[int, Any]) -> tuple[int, Any]:
-    """The failure to report: the first one (by time, then rank) that is not a rank losing its peers,
-    so a user error on rank 1 is named instead of rank 0's "connection closed" in the collective it
-    was waiting in; the first symptom when every rank reports one."""
-    def symptom(failure: Any) -> bool:
-        data = failure.message
-        text = data.get("message", str(data)) if isinstance(data, dict) else str(data)
-        return any(p in text for p in _PEER_LOST)
+def _all_failures(work: str, failures: dict[int, Any]) -> dict[int, Any]:
+    """The failures torch elastic reports (the first process it finds dead) and every other rank that
+    recorded an error (a rank that died of a peer's error can be found dead before that peer)."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-    return min(failures.items(), key=lambda kv: (symptom(kv[1]), kv[1].timestamp, kv[0]))
+    found = dict(failures)
+    for path in Path(work, "logs").rglob("error.json"):
+        if path.parent.name.isdigit() and int(path.parent.name) not in found:
+            found[int(path.parent.name)] = ProcessFailure(int(path.parent.name), 0, 1, str(path))
+    return found
+
+
+def _symptom(failure: Any) -> bool:
+    """Whether ``failure`` is a rank losing its peers (another rank died under it)."""
+    data = failure.message
+    text = data.get("message", str(data)) if isinstance(data, dict) else str(data)
+    return any(p in text for p in _PEER_LOST)
+
+
+def _root_failure(reported: dict[int, Any], recorded: dict[int, Any]) -> tuple[int, Any]:
+    """The failure to report: the first one (by time, then rank) torch elastic reports that is not a rank
+    losing its peers; when every reported one is, the first such among every rank's recorded errors, so a
+    user error on rank 1 is named instead of rank 0's "connection closed" in the collective it was waiting
+    in; the first symptom when every rank reports one."""
+    pool = reported if not all(map(_symptom, reported.values())) else {**recorded, **reported}
+    return min(pool.items(), key=lambda kv: (_symptom(kv[1]), kv[1].timestamp, kv[0]))
 
 
 def _stack(failure: Any) -> str:

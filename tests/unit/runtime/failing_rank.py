@@ -1,4 +1,7 @@
-"""A launch entry point whose rank 1 fails in user code while rank 0 waits in a collective."""
+"""Launch entry points: rank 1 failing in user code while rank 0 waits in a collective; ranks writing to
+stderr at interpreter exit."""
+
+import os
 
 
 def fail_on_rank_one() -> None:
@@ -8,3 +11,26 @@ def fail_on_rank_one() -> None:
     if dist.get_rank() == 1:
         raise RuntimeError("deliberate failure on rank 1 (user code)")
     dist.barrier()   # rank 0 waits for rank 1: the launcher must end it, not let it hang
+
+
+
+class _Noisy:
+    """Writes to the process's stderr (fd 2) when the interpreter's exit destroys it (after the atexit
+    handlers), as a backend's destructor aborting with "terminate called without an active exception" does."""
+
+    def __del__(self, write=os.write) -> None:
+        write(2, b"teardown noise at exit\n")
+
+
+_KEEP: list[_Noisy] = []
+
+
+def noisy_at_exit(fail: bool) -> int:
+    """Leaves an object that writes to stderr at interpreter exit; raises on rank 1 when ``fail``."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    _KEEP.append(_Noisy())
+    if fail and dist.get_rank() == 1:
+        raise RuntimeError("deliberate failure on rank 1 (user code)")
+    return dist.get_rank()

@@ -97,3 +97,18 @@ def test_failing_rank_ends_the_launch_with_its_message():
 
     with pytest.raises(LaunchError, match="rank 1 failed: .*deliberate failure on rank 1"):
         launch(fail_on_rank_one, 2, (), timeout_s=60)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["ranks-succeed", "rank-fails"])
+def test_what_ranks_print_at_exit_stays_off_the_terminal(capfd, fail):
+    """A rank's stderr goes to the launch's log also after its function ends (a gloo group left alive by
+    a failed rank used to abort at exit with "terminate called ..." and a fatal-error dump on the terminal)."""
+    from failing_rank import noisy_at_exit
+
+    if fail:
+        with pytest.raises(LaunchError, match="rank 1 failed: .*deliberate failure on rank 1"):
+            launch(noisy_at_exit, 2, (True,), timeout_s=60)
+    else:
+        assert launch(noisy_at_exit, 2, (False,), timeout_s=60) == {0: 0, 1: 1}
+    out, err = capfd.readouterr()
+    assert "teardown noise" not in out + err, out + err
