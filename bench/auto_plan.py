@@ -85,7 +85,9 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--top", type=int, default=8, help="candidates measured per model (default 8)")
-    ap.add_argument("--steps", type=int, default=8, help="steps per candidate (the first warms up)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per candidate and round")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds in which the candidates take turns (default 5; 1: one candidate after another)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--cap-share", type=float, default=0.9,
                     help="memory cap: this share of the largest predicted peak among a model's candidates")
@@ -103,7 +105,8 @@ def main() -> None:
     for n in args.ranks:
         device = calibrated_profile("cpu", launch(measure_device, n, timeout_s=600)[0])
         console.print(f"{n} ranks: calibrated {device.describe()}, launch {device.launch_us:.1f} us, latency "
-                      f"{device.latency_us:.0f} us, overlap {device.overlap:.2f}")
+                      f"{device.latency_us:.0f} us, overlap {device.overlap:.2f}, "
+                      f"idle speedup {device.idle_speedup:.2f}")
         picks, caps, took = {}, {}, {}
         cases = []
         for model in args.models:
@@ -114,16 +117,17 @@ def main() -> None:
             for s in picks[model]:
                 mesh, plan = s.candidate.plan()
                 cases.append((MODELS[model], mesh, plan, "adamw", {"batch": args.batch}))
-        measured = launch(measure_cases, n, (cases, args.steps), timeout_s=6000)
+        measured = launch(measure_cases, n, (cases, args.steps, 0.01, 2, args.rounds), timeout_s=6000)
         i = 0
         summary = []
         cols = ["model", "#", "candidate", "predicted ms", "measured ms", "predicted peak KiB", "measured peak KiB",
-                "within cap"]
+                "within cap", "predicted compute/comm/update/bubble ms", "measured program/comm/update ms"]
         table = Table(title=f"search vs measured, {n} CPU ranks")
         for c in cols:
             table.add_column(c, justify="left" if c in ("model", "candidate") else "right")
         md += [f"\n**{n} ranks** (calibrated: launch {device.launch_us:.1f} us, latency {device.latency_us:.0f} us, "
-               f"{device.intra_gbps:.2f} GB/s, overlap {device.overlap:.2f})\n",
+               f"{device.intra_gbps:.2f} GB/s, overlap {device.overlap:.2f}, idle speedup {device.idle_speedup:.2f}, "
+               f"{args.rounds} rounds of {args.steps} steps)\n",
                "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for model in args.models:
             pred, meas, ok_cap = [], [], True
@@ -135,8 +139,12 @@ def main() -> None:
                 ok_cap &= within
                 pred.append(s.step_seconds * 1e3)
                 meas.append(ms)
+                slow = max(per_rank, key=lambda m: m["seconds"])
                 cells = [model, str(k + 1), s.candidate.label(), f"{s.step_seconds * 1e3:.1f}", f"{ms:.1f}",
-                         f"{s.peak_bytes / 1024:,.1f}", f"{peak / 1024:,.1f}", "yes" if within else "NO"]
+                         f"{s.peak_bytes / 1024:,.1f}", f"{peak / 1024:,.1f}", "yes" if within else "NO",
+                         "/".join(f"{x * 1e3:.1f}" for x in s.parts),
+                         "/".join(f"{slow.get(x, float('nan')) * 1e3:.1f}"
+                                  for x in ("program_seconds", "comm_seconds", "update_seconds"))]
                 table.add_row(*cells)
                 md.append("| " + " | ".join(cells) + " |")
                 i += 1

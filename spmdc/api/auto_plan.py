@@ -149,6 +149,8 @@ class Scored:
     compile_seconds: float = 0.0
     roles: int = 0
     sketched: bool = False                # priced by the sketch only (the search's budget ran out)
+    parts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    """The slowest role's step in parts: compute, collectives, optimizer update, pipeline bubble (seconds)."""
 
     @property
     def ok(self) -> bool:
@@ -260,18 +262,17 @@ def _price_deep(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, kw
         if len({frozenset(g) for g in three}) == 1 and all(
                 _straight(*xs) for xs in zip(*([_slowest(g, pp)] + [x for key in sorted(g, key=str)
                                                                     for x in _figures(g[key])] for g in three))):
-            return _extend(three[-2], three[-1], (per_stage - window[-1]) / (window[-1] - window[-2]), pp)
+            return _extend(three[-2], three[-1], (per_stage - window[-1]) / (window[-1] - window[-2]), pp, device)
         window = [d + 1 for d in window]
     return _price(c, model, inputs, device, kw)
 
 
 def _slowest(preds: Mapping[Any, Any], pp: int) -> float:
-    """A pipeline's slowest stage micro-batch (from its roles' bubble)."""
-    return (max(p.step_seconds for p in preds.values())
-            - max(p.step_seconds - p.bubble_seconds for p in preds.values())) / max(pp - 1, 1)
+    """A pipeline's slowest stage micro-batch (0 without a pipeline)."""
+    return max(p.stage_seconds for p in preds.values()) if pp > 1 else 0.0
 
 
-def _extend(a: Mapping[Any, Any], b: Mapping[Any, Any], more: float, pp: int) -> dict:
+def _extend(a: Mapping[Any, Any], b: Mapping[Any, Any], more: float, pp: int, device: Any) -> dict:
     """Each role's prediction ``more`` steps of ``b - a`` beyond ``b``."""
     def line(x: float, y: float) -> float:
         return y + more * (y - x)
@@ -286,10 +287,13 @@ def _extend(a: Mapping[Any, Any], b: Mapping[Any, Any], more: float, pp: int) ->
             memory=dataclasses.replace(now.memory, **{f: round(line(getattr(was.memory, f), getattr(now.memory, f)))
                                                       for f in _MEMORY}),
             comm=[dataclasses.replace(r, count=round(line(_count(was.comm, r), r.count))) for r in now.comm])
-    if pp > 1:   # every rank's step: the busiest role's plus (pp - 1) times the slowest stage's micro-batch
-        total = max(p.step_seconds for p in out.values()) + (pp - 1) * line(_slowest(a, pp), _slowest(b, pp))
+    if pp > 1:   # every rank's step: the busiest role's and the fill and drain (predict.pipeline_step)
+        from spmdc.api.predict import pipeline_step
+
+        stage = line(_slowest(a, pp), _slowest(b, pp))
+        total = pipeline_step(max(p.step_seconds for p in out.values()), stage, pp, device)
         for p in out.values():
-            p.bubble_seconds = total - p.step_seconds
+            p.bubble_seconds, p.stage_seconds = total - p.step_seconds, stage
     return out
 
 
@@ -319,11 +323,13 @@ def _score(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, cap: fl
         return Scored(c, refused=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                       compile_seconds=time.perf_counter() - t)
     preds = list(roles.values())
-    step = max(p.step_seconds for p in preds)
+    slowest = max(preds, key=lambda p: p.step_seconds)
     peak = max(p.memory.total for p in preds)
     colls = max(sum(r.count for r in p.comm if r.kind != "comm.all_slice") for p in preds)
-    return Scored(c, step, peak, fits_cap(peak, cap), collectives=colls, compile_seconds=time.perf_counter() - t,
-                  roles=len(preds))
+    return Scored(c, slowest.step_seconds, peak, fits_cap(peak, cap), collectives=colls,
+                  compile_seconds=time.perf_counter() - t, roles=len(preds),
+                  parts=(slowest.compute_seconds, slowest.comm_seconds, slowest.update_seconds,
+                         slowest.bubble_seconds))
 
 
 def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory_cap: float | None = None,

@@ -26,7 +26,8 @@ micro-batch; its prediction is
 * **time**: a stage's busy time is the micro-batches times its programs' predicted times (plus
   its receives) and the optimizer's update; the step is the busiest device group's time plus the
   fill and drain, ``(groups - 1)`` times the slowest stage's time per micro-batch (1F1B, GPipe and
-  interleaved 1F1B alike). That bubble is each role's ``bubble_seconds``.
+  interleaved 1F1B alike); on ranks sharing cores the stages that wait free them
+  (:func:`~spmdc.api.predict.pipeline_step`). That bubble is each role's ``bubble_seconds``.
 
 Under interleaved 1F1B a device group holds several stages: its ranks' memory and time add up
 over them.
@@ -265,7 +266,7 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
     from spmdc.api.dry_run import DryRun, Role, whole_storage
     from spmdc.api.forked import available_cpus, forked_map
     from spmdc.api.pipeline_boundaries import boundary_module, program_layouts
-    from spmdc.api.predict import CommRow, MemoryBreakdown, Prediction, predict, step_memory
+    from spmdc.api.predict import CommRow, MemoryBreakdown, Prediction, pipeline_step, predict, step_memory
     from spmdc.compiler.compilation import main_function
     from spmdc.compiler.driver import rank_module
     from spmdc.frontend.deferred_init import is_meta_model
@@ -417,9 +418,10 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             ops = sum(f.ops for f in facts.values())
             out_roles.append(Role(label, [spec.ranks[r] for r in members], spec.ranks[i], mesh, pred, ops))
     # every rank's step lasts the busiest one's, plus the fill and drain
-    step = max(r.prediction.step_seconds for r in out_roles) + (groups - 1) * slowest
+    step = pipeline_step(max(r.prediction.step_seconds for r in out_roles), slowest, groups, device)
     for role in out_roles:
         role.prediction.bubble_seconds = step - role.prediction.step_seconds
+        role.prediction.stage_seconds = slowest
     timings["assemble"] = time.perf_counter() - t
     world = sum(len(s.ranks) for s in plan.stages[:groups])
     return DryRun(out_roles, world, "train", timings)

@@ -27,7 +27,7 @@ The sketch of a candidate on ``pp × rep × dp × tp (× ep)`` ranks, ``L`` bloc
   forward and back per micro-batch; hidden behind compute by the device's ``overlap``;
 * **the update**: as a prediction prices it (:func:`~spmdc.api.predict.optimizer_seconds`: a host
   cost per op on each parameter and its bytes) for the parameters a rank stores; **the bubble**: ``(pp - 1)``
-  micro-batch times of the stage;
+  micro-batch times of the stage (:func:`~spmdc.api.predict.pipeline_step`);
 * **memory**: parameters, optimizer state and gradients of the stage over ``Z`` (``dp``: gradients
   over ``tp`` only); an fsdp preset's gathered parameters (all of them when kept, two blocks' when
   resharded); activations at the profile's peak over ``D·tp`` (a pipeline: one micro-batch's, plus
@@ -200,7 +200,7 @@ def model_profile(model: Any, inputs: Sequence[Any], *, device: Any, train: bool
 def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
     """``(step seconds, peak bytes per rank)`` of candidate ``c`` (see the module doc)."""
     from spmdc.api.auto_plan import FSDP_PRESETS
-    from spmdc.api.predict import optimizer_seconds
+    from spmdc.api.predict import optimizer_seconds, pipeline_step
     from spmdc.sharding.cost import AxisCost
     from spmdc.sharding.mesh import Mesh
 
@@ -258,7 +258,7 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
     tensors = profile.rest_tensors + blocks * profile.block_tensors   # (the update: per tensor and byte)
     local = total("params") * profile.trainable / shard
     update = optimizer_seconds(profile.optimizer, [local / tensors] * tensors, device) if tensors else 0.0
-    step = busy + update + (pp - 1) * busy / m
+    step = pipeline_step(busy + update, busy / m, pp, device) if pp > 1 else busy + update
     grads = total("params") * profile.trainable / (shard if fsdp else tp * ep)
     gathered = (total("params") if not c.reshard_after_forward else 2 * b.params) / (tp * ep) if fsdp else 0.0
     split = 1.0   # (the share of activations tp splits: from the tp=2 compile)

@@ -96,6 +96,7 @@ class Prediction:
     bubble_seconds: float = 0.0   # a pipeline stage's wait for the others (fill, drain, a slower stage)
     overlap: float = 1.0          # the device's share of collective time hidden behind compute
     update_seconds: float = 0.0   # the optimizer's update after the program (torch.optim on the parameters)
+    stage_seconds: float = 0.0    # a pipeline's slowest stage micro-batch (its fill and drain: pp - 1 of them)
 
     @property
     def collectives(self) -> int:
@@ -224,6 +225,20 @@ def optimizer_ops(name: str) -> tuple[int, int]:
     one, two = count(1), count(2)
     per = max(0, two - one)
     return per, max(0, one - per)
+
+
+def pipeline_step(busiest: float, stage: float, groups: int, device: Any) -> float:
+    """A pipeline's step: the busiest rank's time plus the fill and drain, ``(groups - 1)`` slowest
+    stage micro-batches. On ranks sharing cores (the device's ``idle_speedup`` > 1, measured: ranks
+    compute that much faster while half of them wait) the stages that wait free their cores: the step
+    is the longer of the busiest rank's time (every rank's work at full contention) and the whole
+    critical path at the idle ranks' speed::
+
+        max(busiest, (busiest + (groups - 1) · stage) / idle_speedup)
+
+    (a device per rank: ``idle_speedup`` 1, the usual ``busiest + (groups - 1) · stage``)."""
+    speedup = max(1.0, getattr(device, "idle_speedup", 1.0))
+    return max(busiest, (busiest + (groups - 1) * stage) / speedup)
 
 
 def optimizer_seconds(name: str | None, param_bytes: list[int], device: Any) -> float:
@@ -512,7 +527,7 @@ def _add_call(rows: dict[tuple[str, str], CommRow], kind: str, axes: tuple[str, 
     short = kind.removeprefix("comm.").removesuffix("_bucket")
     if short == "all_slice":
         return
-    measured = device.call_us(short, n, nbytes) if n > 1 else None
+    measured = device.call_us("all_to_all" if short.startswith("expert_") else short, n, nbytes) if n > 1 else None
     if measured is not None:   # (a calibrated profile: what one such call took on these ranks)
         row.seconds += measured * 1e-6
         return

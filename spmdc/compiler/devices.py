@@ -59,10 +59,13 @@ class DeviceProfile:
     overlap: float = 1.0      # the share of a collective's time hidden behind compute when scheduled so
     dtensor_op_us: float = 30.0   # host time of one op on a DTensor (the optimizer's update on the parameters)
     scatter_staging: float = 0.0  # the backend's own buffer while a reduce-scatter runs, per operand byte
+    idle_speedup: float = 1.0     # how much faster a rank computes while half the ranks wait (ranks sharing
+    # cores: a pipeline's fill and drain run faster; 1 for a device per rank)
     rough: bool = False       # a guess, not data-sheet figures
     collectives: tuple[tuple[str, int, float, float], ...] = ()
     """Measured calls (``spmdc calibrate``): ``(kind, group size, α µs per call, payload GB/s)`` for
-    ``all_reduce``, ``all_gather``, ``reduce_scatter``; a call of a kind listed is priced as
+    ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` (an expert dispatch or combine is
+    one ``all_to_all``); a call of a kind listed is priced as
     α + payload / bandwidth (:meth:`call_us`), others by the ring model over the links."""
 
     def call_us(self, kind: str, n: int, nbytes: float) -> float | None:

@@ -125,6 +125,9 @@ class CommStats:
     load-balance table of ``spmdc run``."""
     expert_dropped: dict[int, int] = field(default_factory=dict)
     """Rows routed to those experts that did not fit their slot (``--moe-capacity-factor`` only)."""
+    seconds: dict[str, float] | None = None
+    """When a dict: the wall seconds this rank spent in each kind's calls and in ``comm.wait``
+    (``"comm.wait"``): the time the program was held by collectives (measurements; None: not timed)."""
 
     def add(self, name: str, nbytes: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
@@ -549,7 +552,7 @@ class CountingComm:
             def wait(p: Any) -> Any:
                 if stats.order is not None:
                     stats.order.append("comm.wait")
-                return target(p)
+                return _timed(stats, "comm.wait", target, p)
             return wait
         if name not in COLLECTIVES and name not in STARTS:
             return target
@@ -560,8 +563,19 @@ class CountingComm:
             stats.add(kind, sum(t.numel() * t.element_size() for t in xs))
             if stats.order is not None:
                 stats.order.append("comm." + name)
-            return target(x, *args, **kwargs)
+            return _timed(stats, kind, target, x, *args, **kwargs)
         return call
+
+
+def _timed(stats: CommStats, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, its wall seconds added to ``stats.seconds[kind]`` when timed."""
+    if stats.seconds is None:
+        return fn(*args, **kwargs)
+    t = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        stats.seconds[kind] = stats.seconds.get(kind, 0.0) + time.perf_counter() - t
 
 
 def _by_slot(dest: torch.Tensor, slot_rows: int, n: int) -> tuple[torch.Tensor, list[int]]:

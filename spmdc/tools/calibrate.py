@@ -9,10 +9,14 @@ the ``cpu`` entry is a guess, and gloo ranks sharing a few cores are nothing lik
 :func:`measure_device` measures what the model needs, with every rank running at once (so the
 ranks' contention for the cores is in the figures):
 
-* ``launch_us``: one small op's dispatch: a loop of the ops a small model's program runs (matmul,
-  view, permute, reshape, mul, add, softmax, sum, expand, contiguous on 64×32 float32), per op;
-* ``dtensor_op_us``: one in-place op on a DTensor parameter (``mul_``, ``add_``: what
-  ``torch.optim``'s update runs, through DTensor's dispatch);
+* ``launch_us``: one kernel as spmdc's runtime runs it: each rank trains a small model
+  (:data:`RUNTIME_MODEL`) on a mesh of its own and the program's time less its kernels' roofline is
+  spread over the kernels the dry run counts (the generated code, views and autograd around them
+  included: on gloo ranks sharing cores ~10x a bare op); at least a bare op's dispatch (a loop of
+  matmul, view, permute, reshape, mul, add, softmax, sum, expand, contiguous on 64×32 float32);
+* ``dtensor_op_us``: one op of ``torch.optim``'s AdamW update on that model's DTensor parameters
+  (its time over the ops it issues, :func:`~spmdc.api.predict.optimizer_ops`); at least a bare
+  in-place ``mul_``/``add_`` on a DTensor;
 * ``latency_us``: an all-reduce of one element over the job, less its launch, over the
   ``2·(n-1)`` steps the α-β model charges it (:class:`~spmdc.sharding.cost.AxisCost`);
 * ``intra_gbps``/``inter_gbps``: from an all-reduce of 4 MiB less the small one's time (every rank
@@ -20,10 +24,12 @@ ranks' contention for the cores is in the figures):
 * ``flops``: a 256×256×256 float32 matmul; ``hbm_gbps``: a 32 MiB copy (read and write);
 * ``overlap``: how much of the big all-reduce hides behind as many matmuls as take as long, run
   together (1: all of it, 0: none; gloo ranks sharing their cores hide little);
-* ``collectives``: per kind spmdc's runtime issues (all-reduce, all-gather, reduce-scatter) and
+* ``collectives``: per kind spmdc's runtime issues (all-reduce, all-gather, reduce-scatter, all-to-all) and
   group size, the time of one call as α + payload / bandwidth, fitted to calls of 16 KiB and 1 MiB
   per rank with every group of that size running at once (what the dry run prices each call with,
   in place of the ring model's α-β per hop, which on gloo ranks sharing cores is off by ~10x);
+* ``idle_speedup``: how much faster that program runs on half the ranks while the others wait in a
+  barrier (ranks sharing cores: a pipeline's fill and drain run that much faster; 1 for a device per rank);
 * ``scatter_staging``: the memory the backend allocates of its own while the runtime reduce-scatters
   64 KiB per rank (:func:`~spmdc.runtime.collectives.scatter_packed`), per operand byte (its
   measured peak above what was live and the result, :func:`~spmdc.runtime.memory.measure_peak`;
@@ -115,17 +121,19 @@ def measure_device(reps: int = 20) -> dict[str, float]:
         t_k = _median_seconds(matmuls, max(3, reps // 4), dist.barrier)
         t_both = _median_seconds(both, max(3, reps // 4), dist.barrier)
         scatter = _scatter_staging(dist, dev, n) if n > 1 else 0.0
+        program_us, update_us, speedup = _runtime_costs(dev, n, 2 * 256 ** 3 / t_mm,
+                                               2 * src.numel() * src.element_size() / t_copy / 1e9)
         steps = max(1, 2 * (n - 1))
         moved = 2 * big.numel() * big.element_size() * (n - 1) / max(n, 1)   # ring all-reduce: bytes per rank
-        mine = {"launch_us": launch * 1e6, "dtensor_op_us": dtensor_op * 1e6,
+        mine = {"launch_us": max(launch * 1e6, program_us), "dtensor_op_us": max(dtensor_op * 1e6, update_us),
                 "latency_us": max(1.0, (t_small - launch) * 1e6 / steps),
                 "intra_gbps": moved / max(t_big - t_small, 1e-9) / 1e9 if n > 1 else 0.0,
                 "flops": 2 * 256 ** 3 / t_mm,
                 "hbm_gbps": 2 * src.numel() * src.element_size() / t_copy / 1e9,
-                "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big))),
+                "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big))), "idle_speedup": speedup,
                 "scatter_staging": scatter}
         copy_gbps = 2 * src.numel() * src.element_size() / t_copy / 1e9
-        costs = _collective_costs(dev, n, max(3, reps // 2), copy_gbps) if n > 1 else {}
+        costs = _collective_costs(dev, n, 2 * reps, copy_gbps) if n > 1 else {}
         every: list[Any] = [None] * n
         dist.all_gather_object(every, (mine, costs))
         out: dict[str, Any] = {k: statistics.median(r[0][k] for r in every) for k in mine}
@@ -134,7 +142,7 @@ def measure_device(reps: int = 20) -> dict[str, float]:
                                         statistics.median(r[1][(kind, k)][1] for r in every))
                                        for kind, k in sorted(costs))
         if n == 1:
-            for key in ("intra_gbps", "latency_us", "overlap", "scatter_staging"):
+            for key in ("intra_gbps", "latency_us", "overlap", "scatter_staging", "idle_speedup"):
                 out.pop(key)
         else:
             out["inter_gbps"] = out["intra_gbps"]
@@ -145,16 +153,87 @@ def measure_device(reps: int = 20) -> dict[str, float]:
             dist.destroy_process_group()
 
 
+RUNTIME_MODEL = ("gpt2-tiny", {"n_layer": 1, "batch": 4})   # what _runtime_costs compiles and runs
+
+
+def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 12) -> tuple[float, float, float]:
+    """What a kernel and an optimizer op cost when spmdc's runtime runs them, every rank at once:
+    ``(µs per kernel, µs per update op, idle speedup)``. Each rank compiles :data:`RUNTIME_MODEL` on a mesh of its
+    own (one rank: no collectives) and trains it; a kernel's cost is the program's time (forward and
+    backward) less the roofline of its kernels at ``flops``/``hbm_gbps``, over the kernels the dry run
+    counts (the generated code's Python, views and the autograd around it included); an update op's
+    is the time of ``torch.optim``'s AdamW update over the ops it issues (:func:`optimizer_ops`).
+    The raw torch op figures above miss both (the runtime's kernel: ~5-10x a bare op on gloo ranks
+    sharing cores; a DTensor AdamW op ~2-3x a bare ``mul_``), and the dry run prices with these. The
+    idle speedup: the program's time with every rank running over its time on half the ranks while
+    the others wait (ranks sharing cores: ~2; a device per rank: 1)."""
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from spmdc.api.dry_run import dry_run
+    from spmdc.api.entry import CompiledModule, Optimizer
+    from spmdc.api.predict import optimizer_ops
+    from spmdc.compiler.devices import device_profile
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.sharding.mesh import Mesh
+
+    name, sizes = RUNTIME_MODEL
+    own = init_device_mesh(dev.type, (n, 1), mesh_dim_names=("rank", "dp"))["dp"]
+    w = load_workload(name, **sizes)
+    torch.manual_seed(0)
+    cm = CompiledModule(w.model, tuple(w.inputs), mesh=Mesh({"dp": 1}), device_mesh=own, plan="dp", train=True,
+                        loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
+                        optimizer=Optimizer("adamw", lr=1e-3))
+    batch = (*w.inputs, *w.loss_inputs)
+    program, update, alone = [], [], []
+
+    def train(k: int) -> tuple[float, float]:
+        cm.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        cm.backward(*batch, **w.kwargs)
+        t1 = time.perf_counter()
+        cm.optimizer.step()
+        return t1 - t0, time.perf_counter() - t1
+
+    dist.barrier()   # (every rank compiled: they run at once, as a job's ranks do)
+    for k in range(reps + 2):   # (the first two allocate the optimizer's state and warm up)
+        t_program, t_update = train(k)
+        if k >= 2:
+            program.append(t_program)
+            update.append(t_update)
+    dist.barrier()
+    if dist.get_rank() % 2 == 0:   # half the ranks again while the others wait (a pipeline's fill and drain)
+        alone = [train(k)[0] for k in range(reps)]
+    dist.barrier()
+    every: list[Any] = [None] * n
+    dist.all_gather_object(every, statistics.median(program) / statistics.median(alone) if alone else None)
+    speedup = statistics.median(x for x in every if x is not None) if n > 1 else 1.0
+    roofline = dataclasses.replace(device_profile("cpu"), flops=flops, hbm_gbps=hbm_gbps, launch_us=0.0)
+    report = dry_run(w.model, w.inputs, mesh=Mesh({"dp": 1}), plan="dp", device=roofline, train=True,
+                     loss_fn=w.loss_fn, loss_inputs=w.loss_inputs, kwargs=w.kwargs)
+    kernels, seconds = report.roles[0].prediction.kernels, report.roles[0].prediction.compute_seconds
+    per, fixed = optimizer_ops("adamw")
+    params = [p for p in cm.parameters() if p.requires_grad]
+    moved = per * 2 * sum(p.numel() * p.element_size() for p in params) / (hbm_gbps * 1e9)
+    return (max(0.0, statistics.median(program) - seconds) / max(kernels, 1) * 1e6,
+            max(0.0, statistics.median(update) - moved) / (per * len(params) + fixed) * 1e6, max(1.0, speedup))
+
+
 SMALL, LARGE = 16 << 10, 1 << 20   # payload bytes per rank of a collective call measured
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")   # the runtime's calls, measured per group size
 
 
 def _collective_costs(dev: Any, n: int, reps: int, copy_gbps: float) -> dict[tuple[str, int], tuple[float, float]]:
-    """Per collective kind spmdc's runtime issues (``all_reduce``, ``all_gather``,
-    ``reduce_scatter``: :class:`~spmdc.runtime.collectives.Collectives`, gloo's pairwise exchanges
-    included) and group size ``k`` (each divisor of ``n`` from 2, every group of that size running
-    at once, as a mesh axis's do): ``(α µs per call, GB/s of payload)`` fitted to calls of 16 KiB
-    and 1 MiB of payload per rank (the operand bytes the dry run counts); the bandwidth at most
-    ``copy_gbps`` (a call that took no longer for 1 MiB than for 16 KiB still copies its bytes)."""
+    """Per collective kind spmdc's runtime issues (:data:`KINDS`:
+    :class:`~spmdc.runtime.collectives.Collectives`, gloo's pairwise exchanges included) and group
+    size ``k`` (each divisor of ``n`` from 2, every group of that size running at once, as a mesh
+    axis's do): ``(α µs per call, GB/s of payload)`` fitted to calls of 16 KiB and 1 MiB of payload
+    per rank (the operand bytes the dry run counts), the median of ``reps`` calls each, the calls
+    taking turns; the bandwidth at most ``copy_gbps`` (a call that took no longer for 1 MiB than for
+    16 KiB still copies its bytes)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -164,17 +243,23 @@ def _collective_costs(dev: Any, n: int, reps: int, copy_gbps: float) -> dict[tup
     out = {}
     for k in [k for k in range(2, n + 1) if n % k == 0]:
         comm = Collectives(init_device_mesh(dev.type, (n // k, k), mesh_dim_names=("rest", "g")))
-        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
-            times = []
+        calls = {}
+        for kind in KINDS:
             for nbytes in (SMALL, LARGE):
                 x = torch.ones(nbytes // 4, device=dev)
-                call = {"all_reduce": lambda: comm.all_reduce(x, ["g"], "sum"),
-                        "all_gather": lambda: comm.all_gather(x, "g", 0, (k * x.numel(),)),
-                        "reduce_scatter": lambda: comm.reduce_scatter(x, "g", 0, "sum")}[kind]
-                times.append(_median_seconds(call, reps, dist.barrier))
-            per_byte = max(times[1] - times[0], 0.0) / (LARGE - SMALL)
+                calls[(kind, nbytes)] = {"all_reduce": lambda x=x: comm.all_reduce(x, ["g"], "sum"),
+                                         "all_gather": lambda x=x: comm.all_gather(x, "g", 0, (k * x.numel(),)),
+                                         "reduce_scatter": lambda x=x: comm.reduce_scatter(x, "g", 0, "sum"),
+                                         "all_to_all": lambda x=x: comm.all_to_all(x, "g", 0, 0, tuple(x.shape))}[kind]
+        times: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
+        for _ in range(reps):   # the calls take turns: a burst of other work slows each a little
+            for key, call in calls.items():
+                times[key] += [_median_seconds(call, 1, dist.barrier)]
+        for kind in KINDS:
+            small, large = (statistics.median(times[(kind, b)]) for b in (SMALL, LARGE))
+            per_byte = max(large - small, 0.0) / (LARGE - SMALL)
             gbps = min(copy_gbps, 1 / per_byte / 1e9) if per_byte > 0 else copy_gbps
-            out[(kind, k)] = (max(1.0, (times[0] - SMALL / (gbps * 1e9)) * 1e6), gbps)
+            out[(kind, k)] = (max(1.0, (small - SMALL / (gbps * 1e9)) * 1e6), gbps)
     return out
 
 

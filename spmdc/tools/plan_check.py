@@ -44,9 +44,14 @@ def state_bytes(cm: Any) -> tuple[int, int]:
 
 
 def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3, lr: float = 0.01,
-                  profiled: int = 2) -> list[dict]:
+                  profiled: int = 2, rounds: int = 1) -> list[dict]:
     """On every rank: each case's measured step (see the module doc); the peak is the lowest of the
-    last ``profiled`` steps' (never the first step's: it allocates the optimizer's state)."""
+    last ``profiled`` steps' (never the first step's: it allocates the optimizer's state).
+
+    ``rounds`` > 1: every case is compiled first and its steps are timed in ``rounds`` rounds of
+    ``steps`` steps, the cases taking turns (each round in another order), so that a burst of other
+    work on the machine slows every case a little instead of one case a lot; ``seconds`` is then the
+    median over every timed step."""
     import torch
     import torch.distributed as dist
 
@@ -58,11 +63,72 @@ def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3,
     if own:
         dist.init_process_group("gloo")
     try:
-        return [_measure(case, steps, lr, CompiledModule, Optimizer, load_workload, measure_peak, torch, profiled)
-                for case in cases]
+        if rounds <= 1:
+            return [_measure(case, steps, lr, CompiledModule, Optimizer, load_workload, measure_peak, torch, profiled)
+                    for case in cases]
+        return _interleaved(cases, steps, lr, profiled, rounds, CompiledModule, Optimizer, load_workload, measure_peak,
+                            torch)
     finally:
         if own:
             dist.destroy_process_group()
+
+
+def _compiled(case: tuple, lr: float, CompiledModule: Any, Optimizer: Any, load_workload: Any, torch: Any) -> Any:
+    workload, mesh, plan, optimizer, *kw = case
+    w = load_workload(workload, **(kw[0] if kw else {}))
+    torch.manual_seed(0)
+    cm = CompiledModule(w.model, tuple(w.inputs), mesh=mesh, plan=plan, train=True, loss_fn=w.loss_fn,
+                        loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
+                        optimizer=Optimizer(optimizer or "sgd", lr=lr))
+    return w, cm
+
+
+def _timed_step(cm: Any, w: Any) -> tuple[float, float, float, float, dict[str, float]]:
+    """One ``cm.step`` as its parts: (step, program (forward and backward), update, held by collectives)
+    seconds, and the seconds held per collective kind (and ``comm.wait``)."""
+    cm.comm.stats.seconds = {}
+    t0 = time.perf_counter()
+    cm.zero_grad(set_to_none=True)
+    cm.backward(*w.inputs, *w.loss_inputs, **w.kwargs)
+    t1 = time.perf_counter()
+    cm.optimizer.step()
+    t2 = time.perf_counter()
+    cm.zero_grad(set_to_none=True)
+    t3 = time.perf_counter()
+    held = cm.comm.stats.seconds
+    cm.comm.stats.seconds = None
+    return t3 - t0, t1 - t0, t2 - t1, sum(held.values()), held
+
+
+def _interleaved(cases: list[tuple], steps: int, lr: float, profiled: int, rounds: int, CompiledModule: Any,
+                 Optimizer: Any, load_workload: Any, measure_peak: Any, torch: Any) -> list[dict]:
+    built = [_compiled(case, lr, CompiledModule, Optimizer, load_workload, torch) for case in cases]
+    out = []
+    for w, cm in built:
+        cm.step(*w.inputs, *w.loss_inputs, **w.kwargs)   # (allocates the optimizer's state; warms up)
+        peaks = []
+        for _ in range(max(1, profiled)):
+            cm.comm.stats.counts.clear()
+            cm.comm.stats.bytes.clear()
+            peaks.append(measure_peak(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)[1])
+        stored, opt = state_bytes(cm)
+        out.append({"counts": dict(cm.comm.stats.counts), "bytes": dict(cm.comm.stats.bytes), "stored": stored,
+                    "optimizer": opt, "peak": min(peaks), "parts": []})
+        if cm.pipeline is not None:
+            out[-1]["pipe_sent"] = (cm.pipeline.last_messages, cm.pipeline.last_bytes_sent)
+    order = list(range(len(built)))
+    for r in range(rounds):
+        turn = order[r % len(order):] + order[:r % len(order)]
+        for i in (turn if r % 2 == 0 else turn[::-1]):
+            w, cm = built[i]
+            out[i]["parts"] += [_timed_step(cm, w) for _ in range(steps)]
+    for o in out:
+        parts = o.pop("parts")
+        for k, key in enumerate(("seconds", "program_seconds", "update_seconds", "comm_seconds")):
+            o[key] = statistics.median(p[k] for p in parts)
+        o["comm_seconds_by_kind"] = {kind: statistics.median(p[4].get(kind, 0.0) for p in parts)
+                                     for kind in {kind for p in parts for kind in p[4]}}
+    return out
 
 
 def _measure(case: tuple, steps: int, lr: float, CompiledModule: Any, Optimizer: Any, load_workload: Any,

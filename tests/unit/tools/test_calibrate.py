@@ -15,14 +15,15 @@ import dataclasses
 import pytest
 
 from spmdc.api.dry_run import dry_run
-from spmdc.api.predict import optimizer_ops, optimizer_seconds
+from spmdc.api.predict import _add_call, optimizer_ops, optimizer_seconds, pipeline_step
 from spmdc.compiler.devices import device_profile
 from spmdc.frontend.workloads import load_workload
 from spmdc.runtime.launcher import launch
 from spmdc.sharding.mesh import Mesh
 from spmdc.tools.calibrate import calibrated_profile, measure_device
 
-FIGURES = ("launch_us", "dtensor_op_us", "latency_us", "intra_gbps", "inter_gbps", "flops", "hbm_gbps", "overlap")
+FIGURES = ("launch_us", "dtensor_op_us", "latency_us", "intra_gbps", "inter_gbps", "flops", "hbm_gbps", "overlap",
+           "idle_speedup")
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +36,11 @@ def test_every_rank_gets_the_same_positive_figures(figures):
     f = figures[0]
     assert set(FIGURES) <= set(f) and f["node_size"] == 2
     assert all(f[k] > 0 for k in FIGURES if k != "overlap"), f
-    assert 0.0 <= f["overlap"] <= 1.0
+    assert 0.0 <= f["overlap"] <= 1.0 and f["idle_speedup"] >= 1.0
     assert f["scatter_staging"] == 0.0   # the runtime exchanges its own packed buffer's pieces on gloo
     # one call of each collective the runtime issues, per group size: alpha and bandwidth
     assert {(kind, k) for kind, k, _, _ in f["collectives"]} == {("all_reduce", 2), ("all_gather", 2),
-                                                                 ("reduce_scatter", 2)}
+                                                                 ("reduce_scatter", 2), ("all_to_all", 2)}
     assert all(alpha >= 1.0 and 0 < gbps <= f["hbm_gbps"] for _, _, alpha, gbps in f["collectives"])
 
 
@@ -49,7 +50,11 @@ def test_calibrated_calls_price_the_collectives(figures):
     assert p.call_us("all_gather", 2, 0) == pytest.approx(alpha["all_gather"])
     assert p.call_us("all_gather", 2, 1 << 20) > p.call_us("all_gather", 2, 16 << 10)
     assert p.call_us("all_gather", 4, 0) == p.call_us("all_gather", 2, 0)   # the nearest group size measured
-    assert p.call_us("all_to_all", 2, 1) is None and device_profile("cpu").call_us("all_reduce", 2, 1) is None
+    assert p.call_us("broadcast", 2, 1) is None and device_profile("cpu").call_us("all_reduce", 2, 1) is None
+    # an expert dispatch or combine is one all_to_all of its payload
+    rows: dict = {}
+    _add_call(rows, "comm.expert_dispatch", ("ep",), 1 << 14, Mesh({"ep": 2}), p)
+    assert rows[("ep", "comm.expert_dispatch")].seconds == pytest.approx(p.call_us("all_to_all", 2, 1 << 14) * 1e-6)
     w = load_workload("mlp")
     report = dry_run(w.model, w.inputs, mesh=Mesh({"dp": 2}), plan="fsdp", device=p, train=True, loss_fn=w.loss_fn,
                      loss_inputs=w.loss_inputs, optimizer="adamw")
@@ -95,3 +100,25 @@ def test_a_training_step_includes_the_update_once():
     assert without.update_seconds == 0.0
     assert with_adamw.update_seconds >= tensors * optimizer_ops("adamw")[0] * dev.dtensor_op_us * 1e-6
     assert with_adamw.step_seconds == pytest.approx(without.step_seconds + with_adamw.update_seconds)
+
+
+def test_a_pipelines_fill_and_drain_on_ranks_sharing_cores():
+    """pipeline_step: a device per rank (idle_speedup 1) adds (groups - 1) slowest stage micro-batches;
+    ranks sharing cores take the longer of the busiest rank's time and the whole path at the idle speed."""
+    gpu, shared = device_profile("h100"), dataclasses.replace(device_profile("cpu"), idle_speedup=2.5)
+    assert gpu.idle_speedup == 1.0 and pipeline_step(10.0, 2.0, 4, gpu) == pytest.approx(16.0)
+    assert pipeline_step(10.0, 2.0, 2, shared) == pytest.approx(10.0)            # (12 / 2.5 < 10)
+    assert pipeline_step(10.0, 20.0, 4, shared) == pytest.approx(70.0 / 2.5)     # the path is longer
+    w = load_workload("gpt2-tiny", batch=4)
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    def step(device):
+        report = dry_run(w.model, w.inputs, mesh=None, plan=PipelinePlan.from_mesh("pp=2", "dp"), device=device,
+                         train=True, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs, optimizer="adamw")
+        return [(r.prediction.step_seconds, r.prediction.stage_seconds, r.prediction.bubble_seconds)
+                for r in report.roles]
+    one, two = step(device_profile("cpu")), step(dataclasses.replace(device_profile("cpu"), idle_speedup=2.0))
+    for (s1, stage1, b1), (s2, stage2, b2) in zip(one, two):
+        assert stage1 == pytest.approx(stage2) and stage1 > 0
+        assert s2 < s1 and b2 < b1
+        assert s1 - b1 == pytest.approx(s2 - b2)   # the work itself is priced alike

@@ -216,3 +216,19 @@ def test_the_command_line_takes_a_meta_model(tmp_path):
     assert code == 0, text
     (role,) = json.loads((tmp_path / "p.json").read_text())["roles"]
     assert role["ranks"] == [0, 1, 2, 3] and role["memory"]["parameters"] > 0
+
+
+def test_interleaved_measurement_times_the_parts_and_counts_as_one_after_another(measured):
+    """``measure_cases(..., rounds=3)`` (bench/auto_plan.py: the cases take turns): the same collectives,
+    bytes, stored state as timing one case after another; per step the program's time (forward and
+    backward) holds the time collectives held it, and neither the program nor the update is longer than
+    the step."""
+    picks = [1, 3, 6]   # fsdp, dp (all-reduces), a pipeline
+    out = launch(measure_cases, 4, ([CASES[i] for i in picks], 2, 0.01, 2, 3), timeout_s=600)
+    for rank in range(4):
+        for k, i in enumerate(picks):
+            got, before = out[rank][k], measured[rank][i]
+            assert (got["counts"], got["bytes"], got["stored"], got["optimizer"]) == \
+                (before["counts"], before["bytes"], before["stored"], before["optimizer"]), (CASES[i], rank)
+            assert 0 < got["comm_seconds"] <= got["program_seconds"] <= got["seconds"], (CASES[i], rank, got)
+            assert 0 < got["update_seconds"] <= got["seconds"], (CASES[i], rank, got)
