@@ -7,7 +7,13 @@ For each rank count: a first launch calibrates the ``cpu`` profile on these rank
 layouts with it (:func:`spmdc.api.auto_plan.search`, a memory cap of ``--cap-share`` of the largest
 predicted peak among the candidates, so that the cap excludes some); one launch then measures the
 top ``--top`` candidates that fit, of every model (:func:`spmdc.tools.plan_check.measure_cases`:
-``--steps`` training steps each, the median step of the slowest rank, the peak of the last steps).
+every candidate compiled first, then ``--rounds`` rounds in which the candidates take turns, each
+running ``--steps`` timed steps, so that a burst of other work on the machine slows every candidate
+a little instead of one a lot (one candidate after another, measured steps moved by up to 40 %);
+the median step of the slowest rank, the peak of two steps after the first). Each candidate's row
+also sets the predicted parts of the slowest role's step (compute, collectives, update, a
+pipeline's fill and drain) beside the measured ones (the program, forward and backward; the time
+collectives held it, in spmdc's collective calls and waits; the optimizer's update).
 Per model: the Spearman correlation of the predicted and the measured step times of those
 candidates, the chosen (predicted best) candidate's measured time over the best measured one, and
 whether every measured peak (stored state + the step's peak) is within the cap.
