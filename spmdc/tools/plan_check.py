@@ -11,8 +11,12 @@ records the collectives issued; the peak above the memory live at a step's start
 default; the profiler also sees the collective backend's own threads allocate, whose timing varies
 from step to step).
 ``stored`` is the bytes of the rank's parameters and buffers, ``optimizer`` of its optimizer
-state; ``seconds`` the median step after the first.
-Used by ``tests/unit/tools/test_plan_predictions.py`` and ``bench/plan_accuracy.py``.
+state; ``seconds`` the median step after the first. With ``rounds`` > 1 (``bench/auto_plan.py``)
+the cases take turns and each also reports its step's parts: ``program_seconds`` (forward and
+backward), ``update_seconds`` (the optimizer), ``comm_seconds`` (the time spmdc's collective calls
+and waits held the program, :attr:`~spmdc.runtime.collectives.CommStats.seconds`) and
+``comm_seconds_by_kind``.
+Used by ``tests/unit/tools/test_plan_predictions.py``, ``bench/plan_accuracy.py`` and ``bench/auto_plan.py``.
 """
 
 from __future__ import annotations
@@ -133,28 +137,21 @@ def _interleaved(cases: list[tuple], steps: int, lr: float, profiled: int, round
 
 def _measure(case: tuple, steps: int, lr: float, CompiledModule: Any, Optimizer: Any, load_workload: Any,
              measure_peak: Any, torch: Any, profiled: int = 2) -> dict:
-    out = []
-    for workload, mesh, plan, optimizer, *kw in [case]:
-        w = load_workload(workload, **(kw[0] if kw else {}))
-        torch.manual_seed(0)
-        cm = CompiledModule(w.model, tuple(w.inputs), mesh=mesh, plan=plan, train=True, loss_fn=w.loss_fn,
-                            loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
-                            optimizer=Optimizer(optimizer or "sgd", lr=lr))
-        times, peaks = [], []
-        for k in range(steps):
-            if k >= max(1, steps - profiled):   # the last steps (the first allocates the optimizer's state)
-                cm.comm.stats.counts.clear()
-                cm.comm.stats.bytes.clear()
-                _, top = measure_peak(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)
-                peaks.append(top)
-            else:
-                t = time.perf_counter()
-                cm.step(*w.inputs, *w.loss_inputs, **w.kwargs)
-                times.append(time.perf_counter() - t)
-        peak = min(peaks)
-        stored, opt = state_bytes(cm)
-        out.append({"counts": dict(cm.comm.stats.counts), "bytes": dict(cm.comm.stats.bytes), "stored": stored,
-                    "optimizer": opt, "peak": peak, "seconds": statistics.median(times[1:] or times or [0.0])})
-        if cm.pipeline is not None:   # what the stage sent to other stages in the last step
-            out[-1]["pipe_sent"] = (cm.pipeline.last_messages, cm.pipeline.last_bytes_sent)
-    return out[0]
+    w, cm = _compiled(case, lr, CompiledModule, Optimizer, load_workload, torch)
+    times, peaks = [], []
+    for k in range(steps):
+        if k >= max(1, steps - profiled):   # the last steps (the first allocates the optimizer's state)
+            cm.comm.stats.counts.clear()
+            cm.comm.stats.bytes.clear()
+            _, top = measure_peak(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)
+            peaks.append(top)
+        else:
+            t = time.perf_counter()
+            cm.step(*w.inputs, *w.loss_inputs, **w.kwargs)
+            times.append(time.perf_counter() - t)
+    stored, opt = state_bytes(cm)
+    out = {"counts": dict(cm.comm.stats.counts), "bytes": dict(cm.comm.stats.bytes), "stored": stored,
+           "optimizer": opt, "peak": min(peaks), "seconds": statistics.median(times[1:] or times or [0.0])}
+    if cm.pipeline is not None:   # what the stage sent to other stages in the last step
+        out["pipe_sent"] = (cm.pipeline.last_messages, cm.pipeline.last_bytes_sent)
+    return out
