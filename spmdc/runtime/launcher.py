@@ -148,7 +148,10 @@ def _all_failures(work: str, failures: dict[int, Any]) -> dict[int, Any]:
     found = dict(failures)
     for path in Path(work, "logs").rglob("error.json"):
         if path.parent.name.isdigit() and int(path.parent.name) not in found:
-            found[int(path.parent.name)] = ProcessFailure(int(path.parent.name), 0, 1, str(path))
+            try:
+                found[int(path.parent.name)] = ProcessFailure(int(path.parent.name), 0, 1, str(path))
+            except (OSError, ValueError, KeyError, TypeError):   # (a rank killed while writing it)
+                continue
     return found
 
 
