@@ -112,7 +112,7 @@ def main() -> None:
         device = calibrated_profile("cpu", launch(measure_device, n, timeout_s=600)[0])
         console.print(f"{n} ranks: calibrated {device.describe()}, launch {device.launch_us:.1f} us, latency "
                       f"{device.latency_us:.0f} us, overlap {device.overlap:.2f}, "
-                      f"idle speedup {device.idle_speedup:.2f}")
+                      f"idle speedup {device.idle_speedup:.2f}, sync {device.sync_us / 1e3:.2f} ms")
         picks, caps, took = {}, {}, {}
         cases = []
         for model in args.models:
@@ -133,6 +133,7 @@ def main() -> None:
             table.add_column(c, justify="left" if c in ("model", "candidate") else "right")
         md += [f"\n**{n} ranks** (calibrated: launch {device.launch_us:.1f} us, latency {device.latency_us:.0f} us, "
                f"{device.intra_gbps:.2f} GB/s, overlap {device.overlap:.2f}, idle speedup {device.idle_speedup:.2f}, "
+               f"sync {device.sync_us / 1e3:.2f} ms, "
                f"{args.rounds} rounds of {args.steps} steps)\n",
                "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for model in args.models:

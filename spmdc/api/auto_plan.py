@@ -286,7 +286,8 @@ def _extend(a: Mapping[Any, Any], b: Mapping[Any, Any], more: float, pp: int, de
             update_seconds=line(was.update_seconds, now.update_seconds), bubble_seconds=0.0,
             memory=dataclasses.replace(now.memory, **{f: round(line(getattr(was.memory, f), getattr(now.memory, f)))
                                                       for f in _MEMORY}),
-            comm=[dataclasses.replace(r, count=round(line(_count(was.comm, r), r.count))) for r in now.comm])
+            comm=[dataclasses.replace(r, count=round(line(_count(was.comm, r), r.count))) for r in now.comm],
+            sync_points=round(line(was.sync_points, now.sync_points)))
     if pp > 1:   # every rank's step: the busiest role's and the fill and drain (predict.pipeline_step)
         from spmdc.api.predict import pipeline_step
 

@@ -133,14 +133,15 @@ def _rank_traffic(split: Any, k: int, rank: int, moves: Any, wire: dict[tuple[in
     :class:`~spmdc.api.pipeline_step.StepState` does: one message per (source, destination) pair.
     ``sent_forward``/``sent_backward``: bytes of its boundary outputs / input gradients (each
     send's buffer is kept until the round ends); ``recv``/``msgs``: bytes and messages received;
-    ``sends``: messages sent. ``index``: a dict this fills with each table's per-rank sums (pass
-    the same one for every rank of a job)."""
+    ``sends``: messages sent; ``waits``: the receives it waits on (its activations, its output
+    gradients: each a wait on a peer stage, :func:`~spmdc.api.predict.sync_points`). ``index``: a
+    dict this fills with each table's per-rank sums (pass the same one for every rank of a job)."""
     from spmdc.api.pipeline_boundaries import diff_outputs
     from spmdc.sharding.slices import box_numel
 
     index = {} if index is None else index
     stage = split.stages[k]
-    out = {"sent_forward": 0, "sent_backward": 0, "sends": 0, "recv": 0, "msgs": 0}
+    out = {"sent_forward": 0, "sent_backward": 0, "sends": 0, "recv": 0, "msgs": 0, "waits": 0}
 
     def sums(v: int, grad: bool) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
         """(source rank -> [elements, messages], destination rank -> [elements, messages])."""
@@ -158,6 +159,8 @@ def _rank_traffic(split: Any, k: int, rank: int, moves: Any, wire: dict[tuple[in
         return index[(v, grad)]
 
     def walk(values: list[int], grad: bool, key: str | None) -> None:
+        if key is None and any(sums(v, grad)[1].get(rank) for v in values):
+            out["waits"] += 1   # (the stage waits for this round's messages: activations, or gradients)
         for v in values:
             sent, got = sums(v, grad)
             n, msgs = (sent if key else got).get(rank, (0, 0))
@@ -344,8 +347,9 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             tr = {**fact.traffic, **_rank_traffic(split, k, plan.stages[k].ranks[i], moves, wire, index)}
             by_rank[i] = dataclasses.replace(fact, traffic=tr, key=(fact.key, tuple(sorted(tr.items()))))
 
-    def recv_seconds(f: _StageRole) -> float:
-        return m * (f.traffic["msgs"] * device.latency_us * 1e-6 + f.traffic["recv"] / (device.inter_gbps * 1e9))
+    def recv_seconds(f: _StageRole) -> float:   # (each receive also waits on a peer stage: sync_us)
+        return m * (f.traffic["msgs"] * device.latency_us * 1e-6 + f.traffic["recv"] / (device.inter_gbps * 1e9)
+                    + f.traffic.get("waits", 0) * getattr(device, "sync_us", 0.0) * 1e-6)
 
     tied: dict[int, list[tuple[str, int]]] = {}   # stage -> (parameter, its whole gradient's bytes)
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -368,7 +372,7 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             mem = MemoryBreakdown()
             rows: dict[tuple[str, str], CommRow] = {}
             flops = hbm = seconds_c = seconds_m = 0.0
-            kernels, overlapped = 0, False
+            kernels, overlapped, syncs = 0, False, 0
             for k, f in facts.items():
                 trained = f.preds[-1].memory
                 mem.parameters += trained.parameters
@@ -382,10 +386,12 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
                     flops += m * p.flops
                     hbm += m * p.hbm_bytes
                     kernels += m * p.kernels
+                    syncs += m * p.sync_points
                     seconds_c += m * p.compute_seconds
                     seconds_m += m * p.comm_seconds
                     overlapped = overlapped or p.overlapped
                 tr = f.traffic
+                syncs += m * tr.get("waits", 0)
                 for kind, count, nbytes, secs in (("recv", tr["msgs"], tr["recv"], recv_seconds(f) / m),
                                                   ("send", tr["sends"], tr["sent_forward"] + tr["sent_backward"], 0.0)):
                     if count:   # (a send's time is its receiver's)
@@ -412,7 +418,8 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
                 mem.gradients, mem.activations, mem.comm_buffers, mem.peak_op = grads, acts, bufs, where
             pred = Prediction(mem, sorted(rows.values(), key=lambda r: (r.axes, r.kind)), flops, hbm, kernels,
                               seconds_c, seconds_m, overlapped, overlap=device.overlap,
-                              update_seconds=sum(f.preds[-1].update_seconds for f in facts.values()))
+                              update_seconds=sum(f.preds[-1].update_seconds for f in facts.values()),
+                              sync_points=syncs)
             spec = plan.stages[stages[0]]
             label = f"stage{stages[0]}" if len(stages) == 1 else "stages " + ",".join(map(str, stages))
             ops = sum(f.ops for f in facts.values())

@@ -24,7 +24,9 @@ The sketch of a candidate on ``pp × rep × dp × tp (× ep)`` ranks, ``L`` bloc
   all-reduces the shards over ``rep`` (in a pipeline, per micro-batch, gathering twice: its
   forward and its backward are two programs); ``tp`` all-reduces a block's input four times (two in the
   forward, two in the backward); ``ep`` exchanges it four times (all-to-all); ``pp`` sends it
-  forward and back per micro-batch; hidden behind compute by the device's ``overlap``;
+  forward and back per micro-batch; hidden behind compute by the device's ``overlap``; plus the
+  device's ``sync_us`` per wait on peers after computing alone (:func:`~spmdc.api.predict.sync_points`:
+  each fsdp gather, each ``tp`` all-reduce, each micro-batch's receives, the gradients' reductions);
 * **the update**: as a prediction prices it (:func:`~spmdc.api.predict.optimizer_seconds`: a host
   cost per op on each parameter and its bytes) for the parameters a rank stores; **the bubble**: ``(pp - 1)``
   micro-batch times of the stage (:func:`~spmdc.api.predict.pipeline_step`);
@@ -232,16 +234,18 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
         calls = max(calls, 1.0) if nbytes > 0 else calls
         return calls * cost(nbytes / calls, n) if calls else 0.0
 
-    us = 0.0
+    us = syncs = 0.0   # (syncs: the waits on peers after computing alone, predict.sync_points)
     per = m if pp > 1 else 1   # (a pipeline's stage programs gather and reduce per micro-batch)
     tokens = profile.boundary * share               # one block's input per micro-batch and rank
     for part, k, in_block in ((r, 1, False), (b, blocks, True)):
         params, grads = part.params / (tp * ep), part.params * profile.trainable / (tp * ep)
         if c.preset == "dp":
             us += k * per * spread(axis("dp").all_reduce, grads, part.grad_calls, rep * dp)
+            syncs += per if in_block and rep * dp > 1 else 0   # (the gradients' reductions, waited at the end)
         elif fsdp:
             twice = c.reshard_after_forward or pp > 1   # (its forward and backward are two programs)
             gathers = part.gathers if twice else part.gathers / 2
+            syncs += (k * per * gathers + (per if in_block else 0)) if dp > 1 else 0   # (each gather; the scatters)
             us += k * per * spread(axis("dp").all_gather, params * (2 if twice else 1), gathers, dp)
             us += k * per * spread(axis("dp").reduce_scatter, grads, part.scatters, dp)
             if rep > 1:
@@ -249,11 +253,13 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
         if tp > 1:
             tp_bytes = part.tp_bytes * share if part.tp_bytes else (4 * tokens if in_block else 0.0)
             us += k * m * spread(axis("tp").all_reduce, tp_bytes, part.tp_calls, tp)
+            syncs += k * m * part.tp_calls
         if ep > 1 and in_block:
             us += k * m * 4 * axis("ep").all_to_all(tokens * ep, ep)
     if pp > 1:
         us += 2 * m * (device.latency_us + tokens / (device.axis_bandwidth(mesh, "pp") * 1e3))
-    comm = us * 1e-6
+        syncs += 2 * m   # (each micro-batch's activations and gradients received)
+    comm = (us + syncs * getattr(device, "sync_us", 0.0)) * 1e-6
     busy = compute + comm - device.overlap * min(compute, comm)
     tensors = profile.rest_tensors + blocks * profile.block_tensors   # (the update: per tensor and byte)
     local = total("params") * profile.trainable / shard

@@ -25,7 +25,8 @@ rows depend on the routing: its capacity bound is given, marked ``≤``).
 **Time**: every op a roofline ``max(flops / peak, bytes / HBM) + launch``; every collective
 ``α-β`` over its axes' link (:class:`~spmdc.sharding.cost.AxisCost`); a program scheduled with
 overlap (``comm.*_start``/``comm.wait``) hides collectives behind compute up to the compute time,
-a synchronous one adds them.
+a synchronous one adds them; each of the program's :func:`sync_points` (a wait on peers after
+computing alone) adds the device's ``sync_us`` (ranks sharing cores; 0 for a device per rank).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class Prediction:
     overlap: float = 1.0          # the device's share of collective time hidden behind compute
     update_seconds: float = 0.0   # the optimizer's update after the program (torch.optim on the parameters)
     stage_seconds: float = 0.0    # a pipeline's slowest stage micro-batch (its fill and drain: pp - 1 of them)
+    sync_points: int = 0          # waits on peers after computing alone (:func:`sync_points`), each priced sync_us
 
     @property
     def collectives(self) -> int:
@@ -568,16 +570,47 @@ def op_flops(op: Operation) -> float:
     return float(out)
 
 
+def _computes(op: Operation) -> bool:
+    """Whether ``op`` runs a kernel (not a view, constant, collective or wait)."""
+    from spmdc.dialects.comm import WaitOp, collective_kind
+
+    return not (op.has_trait("View") or collective_kind(op) is not None or isinstance(op, WaitOp)
+                or op.name in ("func.return", "tensor.constant") or not op.results)
+
+
+def sync_points(func: Any) -> int:
+    """The times ``func`` waits for its peers after computing on its own: each synchronous collective
+    or ``comm.wait`` with a kernel before it since the last such wait (the first one included: the
+    ranks come from their own work). Waits back to back meet peers already together: one point::
+
+        %a = comm.all_gather_start %w ...     // issued: no wait
+        %y = tensor.matmul %x, %b ...
+        %g = comm.wait %a ...                 // a point: %y was computed since the last one
+        %h = comm.all_reduce %y ...           // none: nothing computed since
+
+    At each the ranks arrive when their own work ends; on ranks sharing cores a rank the scheduler
+    has descheduled keeps its peers waiting (the device's ``sync_us``, measured by ``spmdc calibrate``)."""
+    from spmdc.dialects.comm import START_OPS, WaitOp, collective_kind
+
+    starts = tuple(START_OPS.values())
+    points, computed = 0, True
+    for op in func.body.ops:
+        if isinstance(op, WaitOp) or (collective_kind(op) is not None and not isinstance(op, starts)
+                                      and collective_kind(op) != "comm.all_slice"):
+            points += computed
+            computed = False
+        elif _computes(op):
+            computed = True
+    return points
+
+
 def compute(func: Any, device: Any) -> tuple[float, float, int, float]:
     """(flops, HBM bytes, kernels, seconds) of ``func``'s ops: each op that computes (not a view,
     constant or collective) a roofline ``max(flops/peak, bytes/HBM)`` plus a launch."""
-    from spmdc.dialects.comm import WaitOp, collective_kind
-
     flops = hbm = seconds = 0.0
     kernels = 0
     for op in func.body.ops:
-        if (op.has_trait("View") or collective_kind(op) is not None or isinstance(op, WaitOp)
-                or op.name in ("func.return", "tensor.constant") or not op.results):
+        if not _computes(op):
             continue
         f = op_flops(op)
         b = sum(_tensor_bytes(v) for v in op.operands) + sum(_tensor_bytes(r) for r in op.results)
@@ -611,6 +644,8 @@ def predict(module: Operation, step: Any, mesh: Any, device: Any, optimizer: str
     flops, hbm, kernels, seconds = compute(func, device)
     overlapped = any(isinstance(op, tuple(START_OPS.values())) for op in func.body.ops)
     comm_s = sum(r.seconds for r in rows) + sum(r.count for r in rows) * device.launch_us * 1e-6
+    syncs = sync_points(func)
+    comm_s += syncs * getattr(device, "sync_us", 0.0) * 1e-6
     update = 0.0
     if step.name == "train" and optimizer is not None:
         trainable = [i for i, k in enumerate(step.arg_kinds) if k.startswith("param:") and i not in step.buffers
@@ -619,4 +654,4 @@ def predict(module: Operation, step: Any, mesh: Any, device: Any, optimizer: str
         update = optimizer_seconds(optimizer, [sizes.get(i, _tensor_bytes(func.args[i])) for i in trainable],
                                    device)
     return Prediction(memory, rows, flops, hbm, kernels, seconds, comm_s, overlapped, overlap=device.overlap,
-                      update_seconds=update)
+                      update_seconds=update, sync_points=syncs)

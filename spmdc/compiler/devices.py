@@ -61,6 +61,8 @@ class DeviceProfile:
     scatter_staging: float = 0.0  # the backend's own buffer while a reduce-scatter runs, per operand byte
     idle_speedup: float = 1.0     # how much faster a rank computes while half the ranks wait (ranks sharing
     # cores: a pipeline's fill and drain run faster; 1 for a device per rank)
+    sync_us: float = 0.0          # a wait on peers that arrive from their own work (predict.sync_points): on
+    # ranks sharing cores, a descheduled peer's time slice; 0 for a device per rank (its skew is in the compute)
     rough: bool = False       # a guess, not data-sheet figures
     collectives: tuple[tuple[str, int, float, float], ...] = ()
     """Measured calls (``spmdc calibrate``): ``(kind, group size, α µs per call, payload GB/s)`` for
@@ -108,7 +110,7 @@ DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
 )}
 ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}
 _FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough", "collectives"}
-_MAY_BE_ZERO = {"scatter_staging", "overlap"}   # (gloo ranks sharing cores may hide none)
+_MAY_BE_ZERO = {"scatter_staging", "overlap", "sync_us"}   # (gloo ranks sharing cores may hide none)
 
 
 def profile_dir() -> Path:

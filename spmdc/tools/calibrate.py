@@ -28,6 +28,11 @@ ranks' contention for the cores is in the figures):
   group size, the time of one call as α + payload / bandwidth, fitted to calls of 16 KiB and 1 MiB
   per rank with every group of that size running at once (what the dry run prices each call with,
   in place of the ring model's α-β per hop, which on gloo ranks sharing cores is off by ~10x);
+* ``sync_us``: what each of a program's :func:`~spmdc.api.predict.sync_points` (a wait on peers
+  after computing alone) costs beyond the call's price: rounds of a few ms of the ops above each
+  followed by a small all-reduce, less the ops alone and the all-reduce after a barrier
+  (:func:`_sync_cost`; on ranks sharing cores the slowest peer's lag, ~0.5-0.8 ms on 4 ranks
+  sharing 2 cores, ~1-1.8 ms on 8); ~0 for a device per rank;
 * ``idle_speedup``: how much faster that program runs on half the ranks while the others wait in a
   barrier (ranks sharing cores: a pipeline's fill and drain run that much faster; 1 for a device per rank);
 * ``scatter_staging``: the memory the backend allocates of its own while the runtime reduce-scatters
@@ -118,6 +123,7 @@ def measure_device(reps: int = 20) -> dict[str, float]:
             work.wait()
             sync()
 
+        skew = _sync_cost(dist, ops, small) if n > 1 else 0.0
         t_k = _median_seconds(matmuls, max(3, reps // 4), dist.barrier)
         t_both = _median_seconds(both, max(3, reps // 4), dist.barrier)
         scatter = _scatter_staging(dist, dev, n) if n > 1 else 0.0
@@ -131,6 +137,7 @@ def measure_device(reps: int = 20) -> dict[str, float]:
                 "flops": 2 * 256 ** 3 / t_mm,
                 "hbm_gbps": 2 * src.numel() * src.element_size() / t_copy / 1e9,
                 "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big))), "idle_speedup": speedup,
+                "sync_us": skew * 1e6,
                 "scatter_staging": scatter}
         copy_gbps = 2 * src.numel() * src.element_size() / t_copy / 1e9
         costs = _collective_costs(dev, n, 2 * reps, copy_gbps) if n > 1 else {}
@@ -142,7 +149,7 @@ def measure_device(reps: int = 20) -> dict[str, float]:
                                         statistics.median(r[1][(kind, k)][1] for r in every))
                                        for kind, k in sorted(costs))
         if n == 1:
-            for key in ("intra_gbps", "latency_us", "overlap", "scatter_staging", "idle_speedup"):
+            for key in ("intra_gbps", "latency_us", "overlap", "scatter_staging", "idle_speedup", "sync_us"):
                 out.pop(key)
         else:
             out["inter_gbps"] = out["intra_gbps"]
@@ -154,6 +161,42 @@ def measure_device(reps: int = 20) -> dict[str, float]:
 
 
 RUNTIME_MODEL = ("gpt2-tiny", {"n_layer": 1, "batch": 4})   # what _runtime_costs compiles and runs
+SYNC_WORK = 4   # the work between waits _sync_cost measures: this many rounds of measure_device's ops
+
+
+def _sync_cost(dist: Any, work: Callable[[], Any], small: Any, reps: int = 12, turns: int = 5) -> float:
+    """Seconds a collective waits beyond its price when the ranks come to it from their own work
+    (:func:`~spmdc.api.predict.sync_points`), on this rank: ``reps`` rounds of :data:`SYNC_WORK`
+    times ``work`` (~2-5 ms on ranks sharing cores, what a small model computes between waits) each
+    followed by a small all-reduce, less as many rounds of the work alone (every rank at once) and
+    as many all-reduces each after a barrier (how :func:`_collective_costs` prices a call), per
+    round, in ``turns`` turns. On ranks sharing cores the scheduler runs the ranks unevenly, and a
+    rank that finished its work waits for the slowest peer (measured on 2 cores: ~0.5-0.8 ms per
+    wait for 4 ranks, ~1-1.8 ms for 8; it grows with the work between waits); with a device per rank
+    it is ~0 (a device's skew is in its compute)."""
+    def loop(what: str) -> float:
+        dist.barrier()
+        took = 0.0
+        t = time.perf_counter()
+        for _ in range(reps):
+            if what == "aligned":   # (only the call is timed, as _collective_costs times it)
+                dist.barrier()
+                t = time.perf_counter()
+                dist.all_reduce(small)
+                took += time.perf_counter() - t
+                continue
+            for _ in range(SYNC_WORK):
+                work()
+            if what == "both":
+                dist.all_reduce(small)
+        return (took if what == "aligned" else time.perf_counter() - t) / reps
+
+    times: dict[str, list[float]] = {"both": [], "alone": [], "aligned": []}
+    for _ in range(turns):   # (taking turns: a burst of other work slows each a little)
+        for what, got in times.items():
+            got.append(loop(what))
+    both, alone, aligned = (statistics.median(times[k]) for k in ("both", "alone", "aligned"))
+    return max(0.0, both - alone - aligned)
 
 
 def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 12) -> tuple[float, float, float]:

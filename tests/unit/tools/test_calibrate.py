@@ -36,7 +36,7 @@ def test_every_rank_gets_the_same_positive_figures(figures):
     f = figures[0]
     assert set(FIGURES) <= set(f) and f["node_size"] == 2
     assert all(f[k] > 0 for k in FIGURES if k != "overlap"), f
-    assert 0.0 <= f["overlap"] <= 1.0 and f["idle_speedup"] >= 1.0
+    assert 0.0 <= f["overlap"] <= 1.0 and f["idle_speedup"] >= 1.0 and f["sync_us"] >= 0.0
     assert f["scatter_staging"] == 0.0   # the runtime exchanges its own packed buffer's pieces on gloo
     # one call of each collective the runtime issues, per group size: alpha and bandwidth
     assert {(kind, k) for kind, k, _, _ in f["collectives"]} == {("all_reduce", 2), ("all_gather", 2),
@@ -122,3 +122,61 @@ def test_a_pipelines_fill_and_drain_on_ranks_sharing_cores():
         assert stage1 == pytest.approx(stage2) and stage1 > 0
         assert s2 < s1 and b2 < b1
         assert s1 - b1 == pytest.approx(s2 - b2)   # the work itself is priced alike
+
+
+DP2 = Mesh({"dp": 2})
+SYNCS = """
+shard.mesh @mesh = <["dp" = 2]>
+func.func @main(%w0: tensor<4x8xf32>, %w1: tensor<4x8xf32>, %x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %h0 = comm.all_gather_start %w0 {axis = "dp", dim = 0, mesh = @mesh}
+      : (tensor<4x8xf32>) -> !comm.handle<tensor<8x8xf32>>
+  %a = comm.wait %h0 : (!comm.handle<tensor<8x8xf32>>) -> tensor<8x8xf32>
+  %h1 = comm.all_gather_start %w1 {axis = "dp", dim = 0, mesh = @mesh}
+      : (tensor<4x8xf32>) -> !comm.handle<tensor<8x8xf32>>
+  %y = tensor.matmul %x, %a : tensor<8x8xf32>
+  %b = comm.wait %h1 : (!comm.handle<tensor<8x8xf32>>) -> tensor<8x8xf32>
+  %z = tensor.matmul %y, %b : tensor<8x8xf32>
+  %r = comm.all_reduce %z {axes = ["dp"], mesh = @mesh, op = "sum"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %s = comm.all_reduce %r {axes = ["dp"], mesh = @mesh, op = "sum"} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  func.return %s : tensor<8x8xf32>
+}
+"""
+
+
+def test_sync_points_are_waits_after_computing_alone():
+    """A wait counts when a kernel ran since the last one (the first: the ranks come from their own
+    work); a start does not wait; waits back to back meet peers already together."""
+    from spmdc.api.predict import sync_points
+    from spmdc.compiler.compilation import main_function
+    from spmdc.ir.parser import parse_module
+
+    func = main_function(parse_module(SYNCS))
+    assert sync_points(func) == 3   # the first wait, the wait after %y, the all-reduce after %z (not the second)
+
+
+def test_each_sync_point_is_priced_sync_us():
+    """The dry run charges sync_us per point (0 on a device per rank), in the step's collectives:
+    FSDP waits more often than data parallelism on the same model, and a pipeline's stages also
+    wait on each other's messages."""
+    w = load_workload("gpt2-tiny", batch=4)
+    base = device_profile("cpu")
+    assert device_profile("h100").sync_us == 0.0 and base.sync_us == 0.0
+
+    def pred(plan, device, mesh=DP2):
+        return [r.prediction for r in dry_run(w.model, w.inputs, mesh=mesh, plan=plan, device=device, train=True,
+                                              loss_fn=w.loss_fn, loss_inputs=w.loss_inputs,
+                                              optimizer="adamw").roles]
+    skewed = dataclasses.replace(base, sync_us=1000.0)
+    (dp0,), (dp1,) = pred("dp", base), pred("dp", skewed)
+    (fs0,), (fs1,) = pred("fsdp", base), pred("fsdp", skewed)
+    assert 1 <= dp1.sync_points < fs1.sync_points
+    for a, b in ((dp0, dp1), (fs0, fs1)):
+        assert a.sync_points == b.sync_points
+        assert b.comm_seconds - a.comm_seconds == pytest.approx(b.sync_points * 1e-3)
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    pp = PipelinePlan.from_mesh("pp=2", "dp")
+    flat, waits = pred(pp, base, None), pred(pp, skewed, None)
+    for a, b in zip(flat, waits):   # each stage: its programs' points per micro-batch and its receives
+        assert b.sync_points > 0 and b.comm_seconds > a.comm_seconds
+        assert b.stage_seconds > a.stage_seconds

@@ -8,6 +8,7 @@ model and priced in the sketch's order while the budget lasts; what was only ske
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -105,6 +106,16 @@ def test_the_sketch_follows_the_profile_and_the_layouts():
     # a model this small is priced by its update's host cost per op, which sharding does not divide
     step, peak = sketch(Candidate((("dp", 8),), "fsdp"), profile, H100)
     assert step == pytest.approx(eight.step_seconds, rel=0.05) and peak == pytest.approx(eight.peak_bytes, rel=0.3)
+
+    # ranks sharing cores (sync_us): each wait on peers after computing alone, none without peers
+    plain = dataclasses.replace(H100, overlap=0.0)
+    skewed = dataclasses.replace(plain, sync_us=1000.0)
+    cases = [((("dp", 1),), "dp", 0), ((("dp", 8),), "dp", 1), ((("dp", 8),), "fsdp", 2),
+             ((("pp", 2), ("dp", 2)), "fsdp", 4)]
+    for mesh, preset, least in cases:
+        c = Candidate(mesh, preset, microbatches=2 if len(mesh) > 1 else 0)
+        extra = sketch(c, profile, skewed)[0] - sketch(c, profile, plain)[0]
+        assert extra >= least * 1e-3 - 1e-9 and (extra > 0) == (least > 0), (c.label(), extra)
 
     def peak(*mesh, preset="fsdp", **kw):
         return sketch(Candidate(tuple(mesh), preset, **kw), profile, H100)[1]
