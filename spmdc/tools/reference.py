@@ -164,7 +164,7 @@ def judge_by_float64(rows: list[Row], ref32: dict[str, Any], ref64: dict[str, An
 
 
 def judge_by_float32(rows: list[Row], ref: dict[str, Any], ref32: dict[str, Any], got: dict[str, Any],
-                     rtol: float, atol: float) -> bool:
+                     rtol: float, atol: float, split: dict[str, Any] | None = None) -> bool:
     """Second opinion under mixed precision, where a float64 run is no arbiter (both sides round to
     bf16/fp16 on purpose): is spmdc as close to eager low precision as eager float32 is? The elements
     of a parameter whose gradient is zero up to rounding (a key bias under softmax, a rarely seen
@@ -172,20 +172,25 @@ def judge_by_float32(rows: list[Row], ref: dict[str, Any], ref32: dict[str, Any]
     many parameters sit about 2·lr apart after one step. A parameter over tolerance passes as noise
     when at most twice as many of its elements (+2) are over tolerance as eager float32's against
     eager low precision, and none is further off than NOISE_FACTOR times the largest difference eager
-    float32 has from eager low precision in any parameter of the run (+ atol). Losses are not judged
-    again: they must be within tolerance. A real bug moves many elements, or one far."""
+    float32 has from eager low precision in any parameter of the run (+ atol). ``split``: eager low
+    precision with the batch split as the ranks split it (each piece's gradient rounded, then summed
+    in float32, as data-parallel ranks do): its elements over tolerance and largest difference count
+    as eager float32's do (partial sums that cancel round further from the whole batch's gradient).
+    Losses are not judged again: they must be within tolerance. A real bug moves many elements, or
+    one far."""
     import torch
 
     def over(a: Any, b: Any) -> int:
         return int((~torch.isclose(b.double(), a.double(), rtol=rtol, atol=atol)).sum())
 
-    eager = {name: (a, b) for name, a, b in _pairs(ref, ref32)}
-    scale = max(((b.double() - a.double()).abs().max().item() for name, (a, b) in eager.items()
+    others = [{name: (a, b) for name, a, b in _pairs(ref, other)} for other in (ref32, split) if other is not None]
+    eager = others[0]
+    scale = max(((b.double() - a.double()).abs().max().item() for pairs in others for name, (a, b) in pairs.items()
                  if name != "losses" and b.numel()), default=0.0)
     for r, (name, want, mine) in zip(rows, _pairs(ref, got)):
         if r.ok or name == "losses" or name not in eager:
             continue
-        n_spmdc, n_eager = over(want, mine), over(*eager[name])
+        n_spmdc, n_eager = over(want, mine), max(over(*pairs[name]) for pairs in others if name in pairs)
         r.noise = f"{n_spmdc} vs {n_eager} of {want.numel()}"
         r.ok = n_spmdc <= 2 * n_eager + 2 and r.max_abs <= NOISE_FACTOR * scale + atol
     return all(r.ok for r in rows)

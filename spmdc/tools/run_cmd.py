@@ -667,7 +667,7 @@ def validate(cfg: RunConfig, mesh: Any, plan: Any) -> None:
 def run_main(cfg: RunConfig) -> int:
     """``spmdc run``: resolve and check everything before any rank starts, launch the ranks (or be
     one, under torchrun), print what they measured, and with ``--check`` compare with one device."""
-    from spmdc.tools.run_report import check_against_one_device, report, report_switches
+    from spmdc.tools.run_report import batch_pieces, check_against_one_device, report, report_switches
     from spmdc.tools.show import plain_console
 
     console = plain_console()
@@ -693,7 +693,8 @@ def run_main(cfg: RunConfig) -> int:
     report(console, cfg, job, plan, results)
     if not cfg.check:
         return 0
-    return 0 if check_against_one_device(console, cfg, plan, results[min(results)]) else 1
+    pieces = batch_pieces(cfg, mesh, plan) if cfg.mixed_precision and cfg.train else 1
+    return 0 if check_against_one_device(console, cfg, plan, results[min(results)], pieces) else 1
 
 
 def make_job(cfg: RunConfig, mesh: Any, plan: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@ pipeline stages, memory and files written, and ``--check``'s comparison with one
     results = launch(run_rank, nproc, (job,))        # {rank: what the rank reported}
     results = report_switches(console, results)      # the ranks that left the job dropped
     report(console, cfg, job, plan, results)         # the tables
-    ok = check_against_one_device(console, cfg, plan, results[min(results)])
+    ok = check_against_one_device(console, cfg, plan, results[min(results)], batch_pieces(cfg, mesh, plan))
 
 These functions print what the ranks measured (losses, step times, collective counts and bytes,
 peaks); nothing here runs the model but ``--check``'s eager reference.
@@ -12,6 +12,7 @@ peaks); nothing here runs the model but ``--check``'s eager reference.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.table import Table
@@ -197,9 +198,31 @@ def _measured_by() -> str:
     return "cuda max_memory_allocated" if torch.cuda.is_available() else "torch.profiler"
 
 
-def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, Any]) -> bool:
+def batch_pieces(cfg: Any, mesh: Any, plan: Any) -> int:
+    """How many pieces the ranks of a one-mesh plan split the batch into (the product of its
+    data-parallel axes, :func:`~spmdc.runtime.input_check.batch_axes`); 1 for other plans."""
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.runtime.input_check import batch_axes
+    from spmdc.tools.run_cmd import workload_args
+
+    if mesh is None or not hasattr(mesh, "axis_size"):
+        return 1
+    try:
+        first = load_workload(cfg.workload, **workload_args(cfg)).inputs[0]
+        axes = batch_axes(plan, mesh, first.dim())
+    except Exception:   # (a plan without a preset's input layouts: no split replayed)
+        return 1
+    if not first.dim():
+        return 1
+    # (the pieces a Shard(0) layout makes, as torch.chunk: a batch of 2 on 4 ranks is 2 pieces of 1)
+    pieces = len(range(first.shape[0])[::max(1, -(-first.shape[0] // math.prod(mesh.axis_size(a) for a in axes)))])
+    return pieces if first.shape[0] % (pieces * cfg.options.grad_accum) == 0 else 1
+
+
+def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, Any], pieces: int = 1) -> bool:
     """``--check``: the run against eager PyTorch on one device (losses, parameters), with a float64
-    (or, under mixed precision, float32) second opinion on values over tolerance; prints the table."""
+    (or, under mixed precision, float32 and the batch split into the ranks' ``pieces``) second
+    opinion on values over tolerance; prints the table."""
     from spmdc.tools.reference import NOISE_FACTOR, TrainSettings, compare, eager_reference, judge_by_float64
     from spmdc.tools.run_cmd import reference_settings, workload_args
 
@@ -233,7 +256,15 @@ def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, An
             return dataclasses.replace(s, mixed_precision=None)
         ref32 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, fp32(settings),
                                 before and (before[0], fp32(before[1])), workload_args=workload_args(cfg))
-        ok = judge_by_float32(rows, ref, ref32, r0, rtol, atol)
+        split = None
+        if pieces > 1:   # the ranks' rounding: each piece's low-precision gradient, summed in float32
+            try:
+                split = eager_reference(cfg.workload, cfg.steps, cfg.train, seed,
+                                        dataclasses.replace(settings, grad_accum=settings.grad_accum * pieces),
+                                        before, workload_args=workload_args(cfg))
+            except ValueError:   # (a batch the pieces do not divide evenly: not replayed)
+                split = None
+        ok = judge_by_float32(rows, ref, ref32, r0, rtol, atol, split)
     mp = f", both in {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else ""
     check = Table(title=f"--check: spmdc vs one device, eager PyTorch{mp} (rtol {rtol:g}, atol {atol:g})")
     extra_col = ("|err| vs fp64: spmdc vs eager fp32",) if second else \
@@ -249,8 +280,10 @@ def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, An
         console.print("values marked noise are over tolerance against eager float32 but as close to a float64 run "
                       f"as eager float32 itself (within {NOISE_FACTOR:g}x): rounding, amplified by training")
     if low and ok:
-        console.print("values marked noise have about as few elements over tolerance as eager float32 against eager "
-                      f"{cfg.mixed_precision} (within 2x + 2), none over {NOISE_FACTOR:g}x eager float32's largest "
-                      "difference: rounding, amplified by training (Adam: lr * sign of a near-zero gradient)")
+        split_note = f" or eager {cfg.mixed_precision} with the batch in the ranks' {pieces} pieces" \
+            if pieces > 1 else ""
+        console.print("values marked noise have about as few elements over tolerance as eager float32" + split_note
+                      + f" against eager {cfg.mixed_precision} (within 2x + 2), none over {NOISE_FACTOR:g}x their "
+                      "largest difference: rounding, amplified by training (Adam: lr * sign of a near-zero gradient)")
     console.print(Text("check passed", style="green") if ok else Text("check failed: over tolerance", style="red"))
     return ok

@@ -47,6 +47,29 @@ def test_float32_second_opinion_under_mixed_precision_counts_flipped_adam_steps(
     assert not judge_by_float32(rows, bf16, fp32, off, rtol=2e-2, atol=1e-3)
 
 
+def test_the_batch_split_as_the_ranks_split_it_counts_as_eager_noise():
+    """Data-parallel ranks round each piece's low-precision gradient and sum them in float32: where the
+    pieces cancel (a near-zero gradient) that rounds further from the whole batch's, and eager low
+    precision with the batch in those pieces (``split``) flips as many elements; spmdc is judged
+    against the larger of its and eager float32's counts, and a bug beyond both still fails."""
+    lr, n = 1e-3, 100
+    base = [1e-3 * k for k in range(n)]
+
+    def run(flipped: list[int], by: float = 2 * lr) -> dict:
+        return {"losses": [1.0], "state": {"w": torch.tensor([v + (by if k in flipped else 0.0)
+                                                              for k, v in enumerate(base)])}}
+    bf16, fp32, split = run([]), run([3]), run(list(range(20, 30)))
+    got = run(list(range(0, 15)))   # 15 flipped: over 2x eager float32's + 2, within 2x the split's + 2
+    ok, rows = compare(bf16, got, rtol=2e-2, atol=1e-3)
+    assert not ok and not judge_by_float32(rows, bf16, fp32, got, rtol=2e-2, atol=1e-3)
+    ok, rows = compare(bf16, got, rtol=2e-2, atol=1e-3)
+    assert judge_by_float32(rows, bf16, fp32, got, rtol=2e-2, atol=1e-3, split=split)
+    assert rows[1].noise == "15 vs 10 of 100"
+    many = run(list(range(0, 30)))   # 30: beyond the split's count too
+    ok, rows = compare(bf16, many, rtol=2e-2, atol=1e-3)
+    assert not judge_by_float32(rows, bf16, fp32, many, rtol=2e-2, atol=1e-3, split=split)
+
+
 def test_reference_with_micro_batches_and_clipping_is_one_big_batch():
     one = eager_reference("mlp", 3, True, 0, TrainSettings("adamw", 0.01, clip_grad_norm=0.1))
     four = eager_reference("mlp", 3, True, 0, TrainSettings("adamw", 0.01, clip_grad_norm=0.1, grad_accum=4))

@@ -203,6 +203,19 @@ def test_four_d_job_saved_and_resumed_under_fsdp_passes_check(tmp_path):
     assert "│ noise │" in out and "│ NO │" not in out   # rounding, as much as eager float32 has; no value over it
 
 
+def test_data_parallel_bf16_adamw_check_replays_the_ranks_pieces():
+    """gpt2-tiny (a batch of 2) on dp=4 in bf16 with AdamW: two ranks each round their sample's bf16
+    gradient and the job sums them in float32, which flips more near-zero Adam steps than one device's
+    whole-batch bf16 gradient (h.1.attn.c_proj.weight: 55 elements against eager bf16's 14 vs float32).
+    --check's second opinion replays the ranks' pieces in eager bf16 (32 there) and passes it as
+    noise, saying so; it said 'check failed' before."""
+    res = _run("gpt2-tiny", "--mesh", "dp=4", "--plan", "dp", "--mixed-precision", "bf16", "--optimizer", "adamw",
+               "--steps", "2", "--check")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())
+    assert "check passed" in out and "with the batch in the ranks' 2 pieces" in out and "│ NO │" not in out
+
+
 def test_pp_mesh_runs_fsdp_tp_stages_and_matches_one_device():
     """``--mesh pp=2,dp=2,tp=2 --plan fsdp+tp``: two pipeline stages of four ranks, each fsdp+tp on
     dp=2,tp=2; --check compares the losses and every parameter with one device. llama-tiny, since
