@@ -233,8 +233,15 @@ def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, An
         console.print(f"--check: the reference trains steps 1-{start_step} (as saved) before the compared ones")
     seed = r0.get("resumed_seed", cfg.seed)   # a resumed run's random numbers go on from the saved run's
     settings = reference_settings(cfg, plan)
-    ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, settings, before,
-                          workload_args=workload_args(cfg))
+    try:
+        ref = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, settings, before,
+                              workload_args=workload_args(cfg))
+    except RuntimeError as e:   # (eager PyTorch refuses the model as set: no reference, said so)
+        mp = f" under --mixed-precision {cfg.mixed_precision}" if cfg.mixed_precision else ""
+        first = str(e).splitlines()[0] if str(e) else ""
+        console.print(Text(f"check failed: eager PyTorch on one device cannot run this model{mp} "
+                           f"({type(e).__name__}: {first}), so there is nothing to compare the run with", style="red"))
+        return False
     rtol, atol = cfg.tolerances
     ok, rows = compare(ref, r0, rtol, atol)
     # noise or a bug? ask a float64 run (see spmdc.tools.reference.judge_by_float64); under mixed

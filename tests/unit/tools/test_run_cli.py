@@ -216,6 +216,18 @@ def test_data_parallel_bf16_adamw_check_replays_the_ranks_pieces():
     assert "check passed" in out and "with the batch in the ranks' 2 pieces" in out and "│ NO │" not in out
 
 
+def test_check_without_an_eager_reference_fails_clearly():
+    """A model eager PyTorch cannot run under the policy (tests/models/frozen_parts.py: a BatchNorm in
+    eval mode keeps float32 running statistics, which CPU batch_norm refuses with bf16 inputs): the
+    ranks trained, and --check says it has no reference to compare with (exit 1), not an internal error."""
+    res = _run(f"{MODELS / 'frozen_parts.py'}:factory", "--mesh", "dp=4", "--plan", "fsdp", "--mixed-precision",
+               "bf16", "--optimizer", "adamw", "--steps", "2", "--check")
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())
+    assert "step 2/2" in out and "internal error" not in res.stderr
+    assert "check failed: eager PyTorch on one device cannot run this model under --mixed-precision bf16" in out
+
+
 def test_pp_mesh_runs_fsdp_tp_stages_and_matches_one_device():
     """``--mesh pp=2,dp=2,tp=2 --plan fsdp+tp``: two pipeline stages of four ranks, each fsdp+tp on
     dp=2,tp=2; --check compares the losses and every parameter with one device. llama-tiny, since
