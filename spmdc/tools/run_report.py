@@ -212,11 +212,13 @@ def batch_pieces(cfg: Any, mesh: Any, plan: Any) -> int:
         axes = batch_axes(plan, mesh, first.dim())
     except Exception:   # (a plan without a preset's input layouts: no split replayed)
         return 1
-    if not first.dim():
+    if not first.dim() or not first.shape[0]:
         return 1
-    # (the pieces a Shard(0) layout makes, as torch.chunk: a batch of 2 on 4 ranks is 2 pieces of 1)
-    pieces = len(range(first.shape[0])[::max(1, -(-first.shape[0] // math.prod(mesh.axis_size(a) for a in axes)))])
-    return pieces if first.shape[0] % (pieces * cfg.options.grad_accum) == 0 else 1
+    batch = first.shape[0]
+    ranks = math.prod(mesh.axis_size(a) for a in axes)
+    per_rank = -(-batch // ranks)   # (a Shard(0) layout's pieces, as torch.chunk's: 2 rows on 4 ranks, 2 of 1)
+    pieces = -(-batch // per_rank)
+    return pieces if batch % (pieces * cfg.options.grad_accum) == 0 else 1
 
 
 def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, Any], pieces: int = 1) -> bool:
