@@ -21,8 +21,10 @@ micro-batch; its prediction is
 * **collectives**: its programs' per micro-batch, times the micro-batches, and on ``pp`` what the
   runtime records besides: ``recv`` and ``send`` (one message per source and destination rank, by
   the move tables the runtime builds: :func:`~spmdc.api.pipeline_boundaries.boundary_module`,
-  :func:`~spmdc.passes.pipeline_schedule.pipeline_layout`), ``all_reduce`` (a tied weight's whole
-  gradient over its stages) and ``broadcast`` (the step's loss);
+  :func:`~spmdc.passes.pipeline_schedule.pipeline_layout`), ``all_reduce`` (a tied weight's gradient
+  summed over its stages: this rank's piece over one rank per stage where the stages' meshes and
+  layouts agree, else the whole gradient over all their ranks, :meth:`~spmdc.api.pipeline_executor.
+  PipelineExecutor._tie_groups`; priced as such a call, a sync point) and ``broadcast`` (the step's loss);
 * **time**: a stage's busy time is the micro-batches times its programs' predicted times (plus
   its receives) and the optimizer's update; the step is the busiest device group's time plus the
   fill and drain, ``(groups - 1)`` times the slowest stage's time per micro-batch (1F1B, GPipe and
@@ -36,6 +38,7 @@ over them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -224,6 +227,39 @@ class _StageResult:
     timings: dict[str, float]
 
 
+def _tied_calls(split: Any, plan: Any, model: Any, layouts: dict[int, dict[str, Any]]
+                ) -> dict[int, list[tuple[int, dict[int, int]]]]:
+    """Per stage, per trained parameter it shares with other stages: ``(ranks in its sum, bytes per
+    mesh index)``, as :meth:`~spmdc.api.pipeline_executor.PipelineExecutor._tie_groups` sums it: one
+    rank per stage with this rank's piece where :func:`~spmdc.api.pipeline_parameters.tied_by_pieces`,
+    else the whole gradient over every rank of those stages."""
+    from spmdc.api.pipeline_parameters import _param_layout, tied_by_pieces
+    from spmdc.sharding.mesh import local_shape
+
+    out: dict[int, list[tuple[int, dict[int, int]]]] = {}
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for name, stages in sorted(split.shared.items()):
+        if name not in params or not params[name].requires_grad:
+            continue
+        p, stages = params[name], sorted(stages)
+        specs = [plan.stages[k] for k in stages]
+        lays = [_param_layout(layouts, k, name) for k in stages]
+        whole = p.numel() * p.element_size()
+        for k, spec, lay in zip(stages, specs, lays):
+            mesh = spec.mesh
+            if tied_by_pieces([s.mesh for s in specs], lays):
+                ranks = len({s.ranks[0] for s in specs})   # (interleaved stages of one group: one rank)
+                by_index = {}
+                for i in range(mesh.size):
+                    coords = tuple(mesh.coords(i).values())
+                    by_index[i] = math.prod(local_shape(tuple(p.shape), lay, mesh.shape, coords)) * p.element_size()
+            else:
+                ranks = len({r for s in specs for r in s.ranks})
+                by_index = dict.fromkeys(range(mesh.size), whole)
+            out.setdefault(k, []).append((ranks, by_index))
+    return out
+
+
 def _schedule_peak(facts: dict[int, _StageRole], actions: list[tuple[str, int, int]], last: int,
                    stage_name: Callable[[int], str]) -> tuple[int, int, int, str]:
     """Walk a device group's schedule (``(kind, stage, mb)``) keeping what it holds alive, as
@@ -269,7 +305,15 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
     from spmdc.api.dry_run import DryRun, Role, whole_storage
     from spmdc.api.forked import available_cpus, forked_map
     from spmdc.api.pipeline_boundaries import boundary_module, program_layouts
-    from spmdc.api.predict import CommRow, MemoryBreakdown, Prediction, pipeline_step, predict, step_memory
+    from spmdc.api.predict import (
+        CommRow,
+        MemoryBreakdown,
+        Prediction,
+        all_reduce_seconds,
+        pipeline_step,
+        predict,
+        step_memory,
+    )
     from spmdc.compiler.compilation import main_function
     from spmdc.compiler.driver import rank_module
     from spmdc.frontend.deferred_init import is_meta_model
@@ -351,12 +395,7 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
         return m * (f.traffic["msgs"] * device.latency_us * 1e-6 + f.traffic["recv"] / (device.inter_gbps * 1e9)
                     + f.traffic.get("waits", 0) * getattr(device, "sync_us", 0.0) * 1e-6)
 
-    tied: dict[int, list[tuple[str, int]]] = {}   # stage -> (parameter, its whole gradient's bytes)
-    params = dict(model.named_parameters(remove_duplicate=False))
-    for name, stages in split.shared.items():
-        if name in params and params[name].requires_grad:
-            for k in stages:
-                tied.setdefault(k, []).append((name, params[name].numel() * params[name].element_size()))
+    tied = _tied_calls(split, plan, model, layouts)   # stage -> (ranks summing, bytes) per tied parameter
     slowest = max(sum(p.step_seconds - p.update_seconds for p in f.preds) + recv_seconds(f) / m
                   for by_rank in stage_roles for f in by_rank.values())
     out_roles: list[Role] = []
@@ -400,11 +439,15 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
                         row.bytes += m * nbytes
                         row.seconds += m * secs
                         seconds_m += m * secs
-                for _, nbytes in tied.get(k, []):   # a tied weight's gradient summed over its stages
+                for ranks, by_index in tied.get(k, []):   # a tied weight's gradient summed over its stages
+                    if ranks < 2:
+                        continue
+                    nbytes = by_index[i]
                     row = rows.setdefault(("pp", "all_reduce"), CommRow("pp", "all_reduce"))
                     row.count += 1
                     row.bytes += nbytes
-                    row.seconds += device.latency_us * 1e-6 + nbytes / (device.inter_gbps * 1e9)
+                    row.seconds += all_reduce_seconds(nbytes, ranks, device)
+                    syncs += 1   # (it waits for the other stages' last backward)
             loss = rows.setdefault(("pp", "broadcast"), CommRow("pp", "broadcast"))   # the step's loss, to every rank
             loss.count, loss.bytes = 1, 4
             loss.seconds = device.latency_us * 1e-6

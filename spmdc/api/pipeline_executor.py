@@ -30,7 +30,9 @@ summed on arrival); sends are asynchronous, receives wait. The batch is split in
 along dim 0; the step's loss is their mean and each micro-batch's gradients are scaled by
 ``1/microbatches`` (one big batch, for a loss that is a mean over equal-sized micro-batches).
 Parameters several stages read (tied embeddings) get the sum of the stages' gradients before
-the optimizer step.
+the optimizer step: piece by piece, over the ranks at one place on each stage's mesh, where those
+stages have the same mesh and store the parameter alike (``pp=2,dp=4`` under fsdp: four groups of
+two ranks, each summing its shard); else the whole gradient over every rank of those stages.
 
 Training options, as for one mesh (``spmdc.compile``'s keywords):
 
@@ -625,7 +627,7 @@ class PipelineExecutor(StageParameters):
         from spmdc.dialects.shard import Replicate
 
         axes = self.device_mesh.mesh_dim_names
-        first = {name: min(stages) for name, (stages, _) in self._shared_groups.items()}
+        first = {name: min(stages) for name, (stages, *_) in self._shared_groups.items()}
         total = torch.zeros((), dtype=torch.float32, device=self.device)
         locals_ = []
         for name, p in self.params.items():
@@ -646,17 +648,25 @@ class PipelineExecutor(StageParameters):
         return norm
 
     def _set_grads(self, grads: dict[str, Any]) -> None:
-        """Sum shared parameters' gradients across their stages, then set ``p.grad`` (DTensors)."""
+        """Sum shared parameters' gradients across their stages (piece by piece where the stages'
+        meshes and layouts agree, else whole: :meth:`_tie_groups`), then set ``p.grad`` (DTensors)."""
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor
 
         from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
 
-        for name, (stages, group) in self._shared_groups.items():
+        for name, (stages, group, pieces) in self._shared_groups.items():
             if not set(self.my_stages) & set(stages) or name not in self.params:
                 continue
             p = self.params[name]
             g = grads.get(name, torch.zeros_like(p.to_local()))
+            if pieces:   # (the ranks at this place on each stage's mesh: the same piece)
+                if group is not None:
+                    g = g.contiguous()
+                    dist.all_reduce(g, group=group)
+                    self.comm.stats.add("all_reduce", g.numel() * g.element_size())
+                grads[name] = g
+                continue
             lay = self._storage[name]
             full = DTensor.from_local(g, self.device_mesh, dtensor_placements(lay), run_check=False,
                                       shape=tuple(p.shape), stride=contiguous_stride(p.shape)).full_tensor()

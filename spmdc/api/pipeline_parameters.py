@@ -101,14 +101,33 @@ class StageParameters:
                              f"'{missing[0]}'" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
         return out
 
-    def _tie_groups(self) -> dict[str, Any]:
-        """A process group over the ranks of every stage that holds a shared parameter."""
+    def _tie_groups(self) -> dict[str, tuple[list[int], Any, bool]]:
+        """Per parameter several stages share: ``(its stages, this rank's process group, by pieces)``.
+        By pieces (:func:`tied_by_pieces`: every such stage has the same mesh and stores it in the same
+        layout) the group is the ranks at this rank's place on each stage's mesh, which hold the same
+        piece: the stages' gradients are summed piece by piece (none when this rank is alone in it).
+        Otherwise one group over every rank of those stages sums the whole gradient. Every rank of the
+        job creates every group, in the same order."""
         import torch.distributed as dist
 
-        out = {}
+        out: dict[str, tuple[list[int], Any, bool]] = {}
+        made: dict[tuple[int, ...], Any] = {}
         for name, stages in sorted(self.split.shared.items()):
-            ranks = sorted({r for k in stages for r in self.plan.stages[k].ranks})
-            out[name] = (stages, dist.new_group(ranks))   # every rank of the job calls new_group
+            stages = sorted(stages)
+            specs = [self.plan.stages[k] for k in stages]
+            pieces = tied_by_pieces([s.mesh for s in specs], [_param_layout(self._layouts, k, name) for k in stages])
+            if pieces:
+                columns = [sorted({s.ranks[i] for s in specs}) for i in range(specs[0].mesh.size)]
+            else:
+                columns = [sorted({r for s in specs for r in s.ranks})]
+            mine = None
+            for ranks in columns:
+                key = tuple(ranks)
+                if key not in made:   # (a group of one rank sums nothing)
+                    made[key] = dist.new_group(ranks) if len(ranks) > 1 else None
+                if self.rank in ranks:
+                    mine = made[key]
+            out[name] = (stages, mine, pieces)
         return out
 
     def load_full_state(self, state: dict[str, Any]) -> None:
@@ -231,3 +250,23 @@ def _state_module(entries: dict[str, Any]) -> torch.nn.Module:
         else:
             owner.register_buffer(leaf, value)
     return root
+
+
+def _param_layout(layouts: dict[int, dict[str, Any]], stage: int, name: str) -> Any:
+    """The layout stage ``stage``'s training program stores parameter ``name`` in (None: it does not
+    read it), from every stage's program layouts (``PipelineExecutor._layouts``, ``program_layouts``)."""
+    args, _, kinds, _ = layouts[stage]["B"]
+    key = f"param:{name}"
+    return tuple(args[kinds.index(key)]) if key in kinds else None
+
+
+def tied_by_pieces(meshes: list[Any], layouts: list[Any]) -> bool:
+    """Whether a parameter several stages share can have its gradient summed piece by piece: every
+    stage has the same mesh (axis names and sizes) and stores it in the same layout, so the ranks at
+    one place on each stage's mesh hold the same piece.
+
+        tied_by_pieces([Mesh({"dp": 4})] * 2, [(Shard(0),), (Shard(0),)])   # True
+    """
+    first = (meshes[0].axis_names, meshes[0].shape)
+    return (all((m.axis_names, m.shape) == first for m in meshes)
+            and all(lay is not None and tuple(lay) == tuple(layouts[0]) for lay in layouts))

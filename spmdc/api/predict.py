@@ -42,8 +42,8 @@ from spmdc.ir.core import Operation, Value
 from spmdc.ir.types import HandleType, TensorType
 from spmdc.passes.memory import staging_bytes, staging_spans  # noqa: F401  (re-exported)
 
-__all__ = ["CommRow", "MemoryBreakdown", "Prediction", "optimizer_ops", "optimizer_seconds", "optimizer_state",
-           "predict"]
+__all__ = ["CommRow", "MemoryBreakdown", "Prediction", "all_reduce_seconds", "optimizer_ops", "optimizer_seconds",
+           "optimizer_state", "predict"]
 
 
 @dataclass
@@ -508,6 +508,18 @@ def comm_rows(func: Any, mesh: Any, device: Any, job_rank: int | None = None,
             continue
         _add_call(rows, kind, _axes_of(op), payload_bytes(op), mesh, device)
     return list(rows.values())
+
+
+def all_reduce_seconds(nbytes: int, n: int, device: Any) -> float:
+    """Seconds of one ``all_reduce`` of ``nbytes`` over a group of ``n`` ranks that is no mesh axis (a
+    tied weight's stages): the calibrated call of that size where the device has one, else the ring
+    model over the links between nodes."""
+    from spmdc.sharding.cost import AxisCost
+
+    measured = device.call_us("all_reduce", n, nbytes)
+    if measured is not None:
+        return measured * 1e-6
+    return AxisCost(latency_us=device.latency_us, bandwidth_gbps=device.inter_gbps).all_reduce(nbytes, max(n, 2)) * 1e-6
 
 
 def _add_call(rows: dict[tuple[str, str], CommRow], kind: str, axes: tuple[str, ...], nbytes: int, mesh: Any,

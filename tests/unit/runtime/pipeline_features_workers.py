@@ -72,7 +72,11 @@ def run_case(name: str, workload: str, plan: dict, opts: dict[str, Any], optimiz
             "recompute": back.step.global_ir.count("spmdc.recompute"),
             "wire": sorted({str(v.dtype) for v in pm.pipeline.split.values.values() if v.dtype.is_floating_point}),
             "param_dtypes": sorted({str(p.dtype) for p in pm.parameters()}),
-            "grad_accum": pm.pipeline.accum, "microbatches": pm.pipeline.micro, "draws": len(pm.pipeline._rng.draws)}
+            "grad_accum": pm.pipeline.accum, "microbatches": pm.pipeline.micro, "draws": len(pm.pipeline._rng.draws),
+            "tied": {name: (pieces, torch.distributed.get_world_size(group) if group is not None else 1,
+                            p.to_local().numel() * p.to_local().element_size())
+                     for name, (_, group, pieces) in pm.pipeline._shared_groups.items()
+                     for p in [pm.pipeline.params.get(name)] if p is not None}}
 
 
 def user_loop(workload: str = "gpt2-tiny", max_norm: float = 0.5) -> dict[str, Any]:

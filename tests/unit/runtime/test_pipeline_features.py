@@ -136,6 +136,22 @@ def test_clipping_costs_one_scalar_all_reduce(results):
                 assert 2 * clip["counts"][k] == accum["counts"][k], k
 
 
+def test_tied_gradients_are_summed_piece_by_piece_where_the_stages_agree(results):
+    """gpt2-tiny's wte/lm_head, read by both stages: under pp=2 x tp=2 (megatron in both stages: the same
+    mesh, the same layout) each rank all-reduces its own piece with the one rank at its place in the other
+    stage; with fsdp on dp=2 in stage 0 and megatron on tp=2 in stage 1 (the layouts differ) the whole
+    gradient over the four ranks. Both equal one device (above). (Pieces smaller than the whole, fsdp in
+    both stages: test_plan_predictions' pp=2,dp=2 case, whose measured bytes the dry run predicts.)"""
+    whole = 256 * 16 * 4   # gpt2-tiny's wte: 256 x 16 float32
+    for r in range(4):
+        (pieces, ranks, local), = results[r]["gpt2 accum"]["tied"].values()
+        assert pieces and ranks == 2
+        assert results[r]["gpt2 accum"]["bytes"]["all_reduce"] == local
+        (pieces, ranks, local), = results[r]["gpt2 dp-stage all fp32"]["tied"].values()
+        assert not pieces and ranks == 4
+        assert results[r]["gpt2 dp-stage all fp32"]["bytes"]["all_reduce"] == whole + 4   # (+ clipping's norm)
+
+
 def test_grad_accum_runs_the_schedule_n_times(results):
     for r in range(4):
         got = results[r]["gpt2 accum"]

@@ -180,3 +180,26 @@ def test_each_sync_point_is_priced_sync_us():
     for a, b in zip(flat, waits):   # each stage: its programs' points per micro-batch and its receives
         assert b.sync_points > 0 and b.comm_seconds > a.comm_seconds
         assert b.stage_seconds > a.stage_seconds
+
+
+def test_a_tied_weights_sum_is_priced_as_the_runtime_issues_it():
+    """gpt2-tiny's wte/lm_head is read by both stages. fsdp on dp=2 in both: each rank sums its shard
+    with one rank of the other stage (half the bytes, a group of 2); fsdp in stage 0 and megatron in
+    stage 1 (other layouts): the whole gradient over the 4 ranks. Each priced as that calibrated call."""
+    from spmdc.api.predict import all_reduce_seconds
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    w = load_workload("gpt2-tiny", batch=4)
+    dev = dataclasses.replace(device_profile("cpu"), collectives=(("all_reduce", 2, 100.0, 1.0),
+                                                                  ("all_reduce", 4, 400.0, 1.0)))
+    whole = 256 * 16 * 4
+    mixed = PipelinePlan.from_dict({"microbatches": 2, "stages": [
+        {"ranks": [0, 1], "mesh": "dp=2", "plan": "fsdp"}, {"ranks": [2, 3], "mesh": "tp=2", "plan": "megatron"}]})
+    for plan, nbytes, ranks in ((PipelinePlan.from_mesh("pp=2,dp=2", "fsdp"), whole // 2, 2), (mixed, whole, 4)):
+        report = dry_run(w.model, w.inputs, mesh=None, plan=plan, device=dev, train=True, loss_fn=w.loss_fn,
+                         loss_inputs=w.loss_inputs, optimizer="adamw")
+        for role in report.roles:
+            (row,) = [r for r in role.prediction.comm if (r.axes, r.kind) == ("pp", "all_reduce")]
+            assert (row.count, row.bytes) == (1, nbytes)
+            assert row.seconds == pytest.approx(all_reduce_seconds(nbytes, ranks, dev))
+            assert row.seconds == pytest.approx((100.0 if ranks == 2 else 400.0) * 1e-6 + nbytes * 1e-9)
