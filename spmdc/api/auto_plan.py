@@ -18,9 +18,10 @@ per setting, :func:`~spmdc.frontend.capture.reusing_captures`) and priced by its
 predictions: the slowest role's step time (roofline per op + launches + collectives, each call as
 a calibrated profile measured it or else α-β over the links, with overlap + the optimizer's update
 + a pipeline's bubble) and the largest role's peak memory per rank. A candidate over the memory
-cap (its predicted peak plus :data:`MARGIN`) is tried again with every repeated block recomputed
-in the backward (``checkpoint: blocks``); a candidate the compiler refuses (a batch that does not divide, heads that
-do not split over tp) is kept with its reason. Ranked: those that fit by predicted step time, then
+cap (its predicted peak plus :data:`MARGIN`) is tried again with every 2nd repeated block recomputed
+in the backward (``checkpoint: blocks/2``), then every block (``checkpoint: blocks``); a candidate
+the compiler refuses (a batch that does not divide, heads that do not split over tp) is kept with
+its reason. Ranked: those that fit by predicted step time, then
 the rest by peak memory.
 
 At real size (Llama-3-70B on 4096 ranks: ~180 candidates) two things keep the search within its
@@ -57,6 +58,9 @@ def fits_cap(peak_bytes: float, cap: float) -> bool:
     return peak_bytes * (1 + MARGIN) <= cap
 
 FSDP_PRESETS = ("fsdp", "hsdp", "fsdp+tp", "fsdp+ep", "fsdp+tp+ep")
+RECOMPUTE_EVERY = (2, 1)
+"""A candidate over the memory cap is tried again recomputing every 2nd repeated block in the backward
+(``checkpoint: blocks/2``: half the recomputation), then every block (``checkpoint: blocks``)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class Candidate:
     mesh: tuple[tuple[str, int], ...]     # (axis, size), as written: ("pp", 2), ("dp", 2)
     preset: str
     reshard_after_forward: bool = True    # fsdp presets: re-gather in the backward (False: keep)
-    checkpoint: bool = False              # recompute every repeated block in the backward
+    checkpoint: int = 0                   # recompute repeated blocks in the backward: 1 every one, K every K-th
     microbatches: int = 0                 # pipelines: micro-batches per step
 
     @property
@@ -90,14 +94,21 @@ class Candidate:
         if self.microbatches:
             parts.append(f"{self.microbatches} micro-batches")
         if self.checkpoint:
-            parts.append("checkpoint blocks")
+            parts.append(f"checkpoint {self.checkpoint_mode}")
         return ", ".join(parts)
+
+    @property
+    def checkpoint_mode(self) -> str | None:
+        """The plan's ``checkpoint``: ``blocks``, ``blocks/K``, or None."""
+        if not self.checkpoint:
+            return None
+        return "blocks" if int(self.checkpoint) == 1 else f"blocks/{int(self.checkpoint)}"
 
     def _stage_plan(self) -> Any:
         from spmdc.sharding.plan import Plan
 
         if self.checkpoint or (self.preset in FSDP_PRESETS and not self.reshard_after_forward):
-            return Plan(name=self.preset, preset=self.preset, checkpoint="blocks" if self.checkpoint else None,
+            return Plan(name=self.preset, preset=self.preset, checkpoint=self.checkpoint_mode,
                         reshard_after_forward=self.reshard_after_forward if self.preset in FSDP_PRESETS else True)
         return self.preset
 
@@ -120,7 +131,7 @@ class Candidate:
         if self.preset in FSDP_PRESETS:
             stage["reshard_after_forward"] = "true" if self.reshard_after_forward else "false"
         if self.checkpoint:
-            stage["checkpoint"] = "blocks"
+            stage["checkpoint"] = self.checkpoint_mode
         if not self.pipeline:
             lines.append(f"name: auto {self.label()}")
             lines.append(f"mesh: {self.mesh_text}")
@@ -252,8 +263,10 @@ def _price_deep(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, kw
         return _price(c, model, inputs, device, kw)
     per_stage = math.ceil(stack.count / pp)
     got: dict[int, dict] = {}
-    window = list(DEPTHS)
-    while 2 * window[-1] <= per_stage and window[0] <= DEPTHS[0] + MOVES:
+    k = max(1, int(c.checkpoint))   # (every K-th block recomputed: depths in steps of K, each stage alike)
+    first = -(-DEPTHS[0] // k) * k
+    window = [first + i * k for i in range(len(DEPTHS))]
+    while 2 * window[-1] <= per_stage and window[0] <= first + MOVES * k:
         for d in window:
             if d not in got:
                 with keep_blocks(model, stack, list(range(pp * d))):
@@ -263,7 +276,7 @@ def _price_deep(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, kw
                 _straight(*xs) for xs in zip(*([_slowest(g, pp)] + [x for key in sorted(g, key=str)
                                                                     for x in _figures(g[key])] for g in three))):
             return _extend(three[-2], three[-1], (per_stage - window[-1]) / (window[-1] - window[-2]), pp, device)
-        window = [d + 1 for d in window]
+        window = [d + k for d in window]
     return _price(c, model, inputs, device, kw)
 
 
@@ -392,8 +405,11 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
                 out.append(sketches[c])
                 continue
             s = _score(c, model, inputs, device, cap, kw, stack)
-            if s.ok and not s.fits and blocks and not c.checkpoint:   # over the cap: recompute the blocks
-                s = _score(dataclasses.replace(c, checkpoint=True), model, inputs, device, cap, kw, stack)
+            if s.ok and not s.fits and blocks and not c.checkpoint:   # over the cap: recompute blocks
+                for every in RECOMPUTE_EVERY if blocks >= 2 else (1,):   # (half of them first, then all)
+                    s = _score(dataclasses.replace(c, checkpoint=every), model, inputs, device, cap, kw, stack)
+                    if s.fits or not s.ok:
+                        break
             took.setdefault(c.pipeline, []).append(s.compile_seconds / dict(c.mesh).get("pp", 1))
             out.append(s)
             if progress is not None:
@@ -440,8 +456,10 @@ def _sketched(todo: list[Candidate], model: Any, inputs: Sequence[Any], device: 
     out = []
     for c in todo:
         step, peak = sketch(c, profile, device)
-        if not fits_cap(peak, cap):   # (priced with its blocks recomputed straight away)
-            c = dataclasses.replace(c, checkpoint=True)
+        for every in RECOMPUTE_EVERY:   # (over the cap: priced with blocks recomputed straight away)
+            if fits_cap(peak, cap):
+                break
+            c = dataclasses.replace(c, checkpoint=every)
             step, peak = sketch(c, profile, device)
         out.append(Scored(c, step, int(peak), fits_cap(peak, cap), sketched=True))
     return rank(out)

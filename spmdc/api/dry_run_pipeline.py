@@ -23,8 +23,8 @@ micro-batch; its prediction is
   the move tables the runtime builds: :func:`~spmdc.api.pipeline_boundaries.boundary_module`,
   :func:`~spmdc.passes.pipeline_schedule.pipeline_layout`), ``all_reduce`` (a tied weight's gradient
   summed over its stages: this rank's piece over one rank per stage where the stages' meshes and
-  layouts agree, else the whole gradient over all their ranks, :meth:`~spmdc.api.pipeline_executor.
-  PipelineExecutor._tie_groups`; priced as such a call, a sync point) and ``broadcast`` (the step's loss);
+  layouts agree, else the whole gradient over all their ranks, :meth:`~spmdc.api.pipeline_parameters.
+  StageParameters._tie_groups`; priced as such a call, a sync point) and ``broadcast`` (the step's loss);
 * **time**: a stage's busy time is the micro-batches times its programs' predicted times (plus
   its receives) and the optimizer's update; the step is the busiest device group's time plus the
   fill and drain, ``(groups - 1)`` times the slowest stage's time per micro-batch (1F1B, GPipe and
@@ -230,7 +230,7 @@ class _StageResult:
 def _tied_calls(split: Any, plan: Any, model: Any, layouts: dict[int, dict[str, Any]]
                 ) -> dict[int, list[tuple[int, dict[int, int]]]]:
     """Per stage, per trained parameter it shares with other stages: ``(ranks in its sum, bytes per
-    mesh index)``, as :meth:`~spmdc.api.pipeline_executor.PipelineExecutor._tie_groups` sums it: one
+    mesh index)``, as :meth:`~spmdc.api.pipeline_parameters.StageParameters._tie_groups` sums it: one
     rank per stage with this rank's piece where :func:`~spmdc.api.pipeline_parameters.tied_by_pieces`,
     else the whole gradient over every rank of those stages."""
     from spmdc.api.pipeline_parameters import _param_layout, tied_by_pieces

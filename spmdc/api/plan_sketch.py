@@ -16,8 +16,8 @@ The sketch of a candidate on ``pp × rep × dp × tp (× ep)`` ranks, ``L`` bloc
 ``dp`` for an fsdp preset, times ``ep``):
 
 * **compute**: the profile's compute (roofline per op) of those blocks, divided by ``D·tp``, plus a
-  launch per op per micro-batch; recomputed blocks (checkpointing, and a pipeline's backward that
-  recomputes its forward) add a third of a block's;
+  launch per op per micro-batch; recomputed blocks (checkpointing: all, or every K-th under
+  ``blocks/K``; a pipeline's backward that recomputes its forward) add a third of a block's;
 * **collectives** (α-β over the links, :class:`~spmdc.sharding.cost.AxisCost`, one call per block
   and one for the rest): ``dp`` all-reduces the gradients; an fsdp preset gathers each block's
   parameters (twice when resharding after the forward) and reduce-scatters its gradients, hsdp
@@ -33,7 +33,8 @@ The sketch of a candidate on ``pp × rep × dp × tp (× ep)`` ranks, ``L`` bloc
 * **memory**: parameters, optimizer state and gradients of the stage over ``Z`` (``dp``: gradients
   over ``tp`` only); an fsdp preset's gathered parameters (all of them when kept, two blocks' when
   resharded); activations at the profile's peak over ``D·tp`` (a pipeline: one micro-batch's, plus
-  each stashed micro-batch's block input; checkpointed blocks: each block's input and one block's).
+  each stashed micro-batch's block input; checkpointed blocks: each recomputed block's input, the
+  others' whole, and one block's while it recomputes).
 
 It is a sketch: layouts the compiler would refuse (heads that do not split) are sketched anyway,
 and where a preset places things differently from these rules the figures differ. The search
@@ -224,7 +225,7 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
 
     per_mb = profile.batch / m   # (a micro-batch smaller than the ranks sharing it is kept whole)
     share = (math.ceil(per_mb / data) if per_mb >= data else per_mb) / profile.batch   # a rank's samples
-    redo = 1 if c.checkpoint else 0
+    redo = 1 / c.checkpoint if c.checkpoint else 0   # (the share of blocks recomputed: every K-th)
     redo += 1 if pp > 1 else 0
     compute = (total("compute_s") + redo * blocks * b.compute_s / 3) * share * m / tp
     compute += (total("kernels") + redo * blocks * b.kernels / 3) * m * device.launch_us * 1e-6
@@ -272,8 +273,9 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
         split = min(max(2 * (1 - b.tp_activations / b.activations), 0.0), 1.0)
     over_tp = (1 - split) + split / tp
     acts = total("activations") * share * over_tp
-    if c.checkpoint:
-        acts = (r.activations + b.activations) * share * over_tp + blocks * tokens
+    if c.checkpoint:   # a recomputed block keeps its input; the others all they hold; one recomputes at a time
+        again = math.ceil(blocks / c.checkpoint)
+        acts = (r.activations + (blocks - again + 1) * b.activations) * share * over_tp + again * tokens
     if pp > 1:
         acts += min(pp, m) * tokens
     peak = (total("params") + total("optimizer")) / shard + grads + gathered + acts

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spmdc.compiler.pass_pipeline import RNG_MODES, TARGETS, PipelineOptions
+from spmdc.dialects.attrs import checkpoint_every
 
 EXECUTIONS = ("compiled", "eager")
 INPUT_MODES = ("global", "local")
 OUTPUT_MODES = ("dtensor", "full", "local")
 ACTIVATION_MODES = ("saved", "recompute")
-CHECKPOINT_MODES = ("blocks",)
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b", "interleaved")   # (Interleaved1F1B: any case; interleaved: its alias)
 
 
@@ -52,6 +52,15 @@ def positive(kind: type) -> Any:
         return value
     convert.__name__ = f"positive {kind.__name__}"
     return convert
+
+
+def checkpoint_mode(text: str) -> str:
+    """An argparse type: an activation checkpointing mode, ``blocks`` or ``blocks/K``."""
+    try:
+        checkpoint_every(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def byte_size(text: str) -> int:
@@ -110,7 +119,8 @@ class CompileOptions:
         "--rng", choices=RNG_MODES)
     checkpoint: str | None = _opt(
         None, "activation checkpointing: recompute every repeated block (layers.N) in the backward "
-        "(torch.utils.checkpoint calls in the model are kept either way)", "--checkpoint", choices=CHECKPOINT_MODES)
+        "(torch.utils.checkpoint calls in the model are kept either way); blocks/K: every K-th block (0, K, 2K, ...)",
+        "--checkpoint", type=checkpoint_mode, metavar="blocks|blocks/K")
     clip_grad_norm: float | None = _opt(
         None, "clip gradients to global 2-norm X inside the step (as torch.nn.utils.clip_grad_norm_)",
         "--clip-grad-norm", type=positive(float), metavar="X")
@@ -176,7 +186,11 @@ class CompileOptions:
             from spmdc.sharding.pipeline_plan import schedule_name
 
             object.__setattr__(self, "pp_schedule", schedule_name(self.pp_schedule))
-        for name, choices in (("target", TARGETS), ("rng", RNG_MODES), ("checkpoint", CHECKPOINT_MODES),
+        try:
+            checkpoint_every(self.checkpoint)
+        except ValueError as e:
+            raise bad("checkpoint", str(e)) from None
+        for name, choices in (("target", TARGETS), ("rng", RNG_MODES),
                               ("inputs", INPUT_MODES), ("execution", EXECUTIONS), ("pp_schedule", SCHEDULES),
                               ("outputs", OUTPUT_MODES), ("autograd_activations", ACTIVATION_MODES)):
             value = getattr(self, name)

@@ -15,10 +15,15 @@ In the IR::
         attributes {spmdc.train_step}
 
 ``tests/unit/dialects/test_attr_names.py`` fails on a quoted ``"spmdc.<name>"`` of this list
-anywhere else in ``spmdc/``.
+anywhere else in ``spmdc/``. The activation checkpointing modes whose recomputed ops carry
+``spmdc.recompute`` are read here too (:func:`checkpoint_every`: ``blocks``, ``blocks/K``), for the
+plan files, the options and the frontend alike.
 """
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 # -- function arguments (set by the frontend, spmdc.frontend.translate) --------------------------
 PARAM_ATTR = "spmdc.param"                # the argument is parameter (or buffer) <fqn>: StringAttr
@@ -61,3 +66,25 @@ ATTR_NAMES = (PARAM_ATTR, BUFFER_ATTR, TIED_ATTR, BUCKET_ATTR, LOSS_ATTR, GRAD_O
               GRAD_NORM_ATTR, BUFFER_UPDATE_ATTR, TRAIN_STEP_ATTR, RANK_ATTR, UNEVEN_ATTR, STAGE_ATTR, STAGES_ATTR,
               SCHEDULE_ATTR, GROUP_ATTR, GROUP_INDEX_ATTR, BUCKETS_ATTR, RECOMPUTE_ATTR, LATE_ATTR, KIND_ATTR,
               NAME_ATTR, FQN_ATTR, USER_INDEX_ATTR, CAPTURE_LOC)
+
+
+# -- activation checkpointing modes (whose regions' recomputed ops carry RECOMPUTE_ATTR) ----------------
+CHECKPOINT_FORMS = "'blocks' (recompute every repeated block) or 'blocks/K' (every K-th: blocks 0, K, 2K, ...)"
+
+
+def checkpoint_every(mode: Any) -> int:
+    """How often activation checkpointing ``mode`` (a plan's or ``CompileOptions``' ``checkpoint``)
+    recomputes the model's repeated blocks in the backward: 0 for None (none), 1 for ``"blocks"``
+    (every one), K for ``"blocks/K"`` (blocks 0, K, 2K, ... of the model's list of repeated blocks,
+    as torchtitan's selective checkpointing of every K-th layer). Anything else: ValueError.
+
+        checkpoint_every("blocks/2") == 2     # layers.0, layers.2, ... recompute; layers.1, ... keep
+    """
+    if mode is None:
+        return 0
+    if mode == "blocks":
+        return 1
+    m = re.fullmatch(r"blocks/([0-9]+)", mode) if isinstance(mode, str) else None
+    if m and int(m.group(1)) >= 1:
+        return int(m.group(1))
+    raise ValueError(f"expected {CHECKPOINT_FORMS}, got {mode!r}")

@@ -8,7 +8,7 @@ the recomputation silently gone). spmdc keeps it in two steps:
    ``torch.utils.checkpoint`` at call time) runs ``fn`` under an FX annotation naming its
    region; with ``blocks`` set, every repeated block (an element of an ``nn.ModuleList`` /
    ``nn.Sequential`` of same-type modules: ``layers.3``, ``h.0``) is a region too, as a plan's
-   ``checkpoint: blocks`` asks.
+   ``checkpoint: blocks`` asks (``blocks/K``: every K-th block, ``layers.0``, ``layers.K``, ...).
 2. :func:`rematerialize` — in the joint forward+backward graph, the forward values of a region
    that the backward reads are recomputed right before the backward first needs them, from the
    region's inputs; the backward reads the copies, so the originals die in the forward. The
@@ -73,8 +73,10 @@ class _Regions:
 
 
 @contextlib.contextmanager
-def marking_checkpoints(model: nn.Module, blocks: bool = False) -> Iterator[None]:
-    """Trace ``model`` with checkpointed regions annotated (see the module doc)."""
+def marking_checkpoints(model: nn.Module, blocks: bool | int = False) -> Iterator[None]:
+    """Trace ``model`` with checkpointed regions annotated (see the module doc); ``blocks``: every
+    repeated block a region (True or 1), or every K-th of them (K: blocks 0, K, 2K, ... of
+    :func:`block_modules`, as a plan's ``checkpoint: blocks/K``)."""
     import torch.utils.checkpoint as ckpt
 
     regions = _Regions()
@@ -106,7 +108,7 @@ def marking_checkpoints(model: nn.Module, blocks: bool = False) -> Iterator[None
     handles = []
     if blocks:
         named = dict(model.named_modules())
-        for path in block_modules(model):
+        for path in block_modules(model)[::int(blocks)]:   # (blocks=K: every K-th, from the first)
             handles.append(named[path].register_forward_pre_hook(lambda m, a: regions.enter()))
             handles.append(named[path].register_forward_hook(lambda m, a, o: regions.exit()))
     try:
@@ -147,9 +149,10 @@ def rematerialize(graph: torch.fx.Graph) -> int:
     copied = 0
     for r, members in by_region.items():
         inside = set(members)
-        # a value another region reads in the forward is that region's input: saved anyway
+        # a value read in the forward outside this region (another region's input, the next op after
+        # it, an output) is the region's output: saved anyway, as eager checkpoint() returns it
         needed = [n for n in members if any(_is_backward(u) for u in n.users)
-                  and not any(region_of(u) not in (None, r) for u in n.users)]
+                  and not any(not _is_backward(u) and region_of(u) != r for u in n.users)]
         if not needed:
             continue
         first = min((u for n in needed for u in n.users if _is_backward(u)), key=order.__getitem__)

@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 from torch.export import ExportedProgram
 
+from spmdc.dialects.attrs import checkpoint_every
 from spmdc.frontend.checkpoint import marking_checkpoints, rematerialize
 from spmdc.frontend.decompositions import default_decomposition_table
 from spmdc.frontend.graph_surgery import (
@@ -194,7 +195,7 @@ def export_program(
       decomposition_table: overrides :func:`default_decomposition_table`.
       example_kwargs: keyword model inputs (e.g. ``labels=`` for HF models).
       checkpoint: ``"blocks"`` checkpoints every repeated block (a plan's ``checkpoint:
-        blocks``); ``torch.utils.checkpoint`` regions are kept either way
+        blocks``), ``"blocks/K"`` every K-th; ``torch.utils.checkpoint`` regions are kept either way
         (:mod:`spmdc.frontend.checkpoint`).
       mixed_precision: ``"bf16"``, a :class:`~spmdc.frontend.mixed_precision.MixedPrecision` or
         FSDP2's ``MixedPrecisionPolicy``: the model runs with its parameters cast to
@@ -248,8 +249,10 @@ def trace_program(
     kwargs: dict[str, Any] = dict(example_kwargs or {})
     table = (default_decomposition_table() if decomposition_table is None
              else dict(decomposition_table))
-    if checkpoint not in (None, "blocks"):
-        raise ExportError(f"checkpoint={checkpoint!r}: expected None or 'blocks'")
+    try:
+        every = checkpoint_every(checkpoint)
+    except ValueError as e:
+        raise ExportError(f"checkpoint={checkpoint!r}: {e}") from None
     if not train and (loss_fn is not None or loss_inputs):
         raise ExportError("loss_fn / loss_inputs require train=True")
     policy = MixedPrecision.parse(mixed_precision)
@@ -259,7 +262,7 @@ def trace_program(
     else:
         root, args = OutputWrapper(model, policy), example_inputs
     t0 = time.perf_counter()
-    marking = marking_checkpoints(model, blocks=checkpoint == "blocks") if train else contextlib.nullcontext()
+    marking = marking_checkpoints(model, blocks=every) if train else contextlib.nullcontext()
     with kept_modes(model):   # traced in every module's own mode, and each flag kept as it was
         with marking:
             ep = _export(root, args, kwargs)

@@ -220,16 +220,18 @@ def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, l
     """The model + loss as one fx graph over aten ops, parameters read by their model names;
     under a mixed-precision ``policy`` with its casts (parameters and inputs to ``param_dtype``,
     every dtype-dependent op traced in that dtype), with ``checkpoint="blocks"`` each repeated
-    block's ops marked as a checkpoint region (:mod:`spmdc.frontend.checkpoint`)."""
+    block's ops (``"blocks/K"``: every K-th) marked as a checkpoint region (:mod:`spmdc.frontend.checkpoint`)."""
     import contextlib
 
+    from spmdc.dialects.attrs import checkpoint_every
     from spmdc.frontend.checkpoint import marking_checkpoints
     from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
     from spmdc.frontend.export import kept_modes
     from spmdc.frontend.loss import LossWrapper
 
     root = LossWrapper(model, loss_fn, len(inputs), False, policy)
-    marking = marking_checkpoints(model, blocks=True) if checkpoint == "blocks" else contextlib.nullcontext()
+    every = checkpoint_every(checkpoint)
+    marking = marking_checkpoints(model, blocks=every) if every else contextlib.nullcontext()
     # (a meta model is traced from fake tensors; the stages then hold its meta tensors, see spmdc.api.pipeline_executor)
     fake = fake_parameters(model) if is_meta_model(model) else contextlib.nullcontext()
     try:   # every module traced in its own mode (a frozen submodule in eval), each flag kept

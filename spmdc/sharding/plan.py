@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spmdc.dialects.attrs import checkpoint_every
 from spmdc.dialects.shard import (
     Partial,
     Placement,
@@ -139,7 +140,7 @@ class Plan:
     (embeddings, final norm, head) are kept, as FSDP2 does for its root module; or a list of
     FQN globs to re-gather."""
     name: str = "custom"
-    checkpoint: str | None = None   # "blocks": recompute every repeated block in the backward
+    checkpoint: str | None = None   # "blocks": recompute every repeated block in the backward; "blocks/K": every K-th
     buckets: list[str] | str = field(default_factory=list)
     """Manual buckets, as ``fully_shard`` groups: FQN globs, each one bucket of collectives
     (the parameters' all-gathers, their gradients' reductions); parameters matching none are
@@ -179,8 +180,10 @@ class Plan:
             else:
                 params[pat] = spec
         checkpoint = d.get("checkpoint")
-        if checkpoint not in (None, "blocks"):
-            raise PlanError(f"checkpoint: expected 'blocks' (recompute every repeated block), got {checkpoint!r}")
+        try:
+            checkpoint_every(checkpoint)
+        except ValueError as e:
+            raise PlanError(f"checkpoint: {e}") from None
         base = d.get("preset")
         if base is not None and (not isinstance(base, str) or base not in PRESETS):
             near = difflib.get_close_matches(str(base), PRESETS, n=1)

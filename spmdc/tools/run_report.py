@@ -172,7 +172,7 @@ def report_memory_and_files(console: Any, cfg: Any, r0: dict[str, Any]) -> None:
     if r0.get("kernels"):
         console.print(f"kernels (target {r0['target']}): {r0['kernels']}")
     if r0.get("peak_bytes") is not None:
-        note = " with --checkpoint blocks" if cfg.options.checkpoint else ""
+        note = f" with --checkpoint {cfg.options.checkpoint}" if cfg.options.checkpoint else ""
         line = (f"memory the step allocates beyond parameters and inputs (rank 0{note}): "
                 f"estimated peak {r0['peak_bytes'] / 1024:,.1f} KiB (static liveness with collective buffers)")
         if r0.get("measured_peak"):

@@ -41,7 +41,8 @@ def test_frozen_and_picklable():
     (dict(rng="cuda"), ["rng='cuda'", "'eager', 'philox'"]),
     (dict(inputs="mine"), ["inputs='mine'", "'global', 'local'"]),
     (dict(target="cuda"), ["target='cuda'"]),
-    (dict(checkpoint="all"), ["checkpoint='all'", "'blocks'"]),
+    (dict(checkpoint="all"), ["checkpoint='all'", "'blocks'", "'blocks/K'"]),
+    (dict(checkpoint="blocks/0"), ["checkpoint='blocks/0'", "every K-th"]),
     (dict(bucket="yes"), ["bucket='yes'", "True or False"]),
     (dict(microbatches=0), ["microbatches=0"]),
     (dict(autograd_activations="keep"), ["autograd_activations='keep'", "'saved', 'recompute'"]),
@@ -73,5 +74,6 @@ def test_command_line_flags_come_from_the_fields():
     assert o == CompileOptions(bucket=False, memory_cap=2 << 20, mixed_precision="bf16", clip_grad_norm=0.5,
                                grad_accum=2, check_inputs=False, checkpoint="blocks", pp_schedule="gpipe")
     assert CompileOptions.from_arguments(ap.parse_args([])) == CompileOptions()
+    assert CompileOptions.from_arguments(ap.parse_args(["--checkpoint", "blocks/2"])).checkpoint == "blocks/2"
     with pytest.raises(SystemExit):
         ap.parse_args(["--grad-accum", "0"])

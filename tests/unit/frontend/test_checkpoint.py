@@ -93,6 +93,38 @@ def test_checkpointed_regions_are_recomputed_and_match_eager(mode):
     assert peak_bytes(cap.module) < 0.75 * peak_bytes(plain.module)
 
 
+def _regions(text: str) -> set[int]:
+    return {int(line.split("spmdc.recompute = ")[1].split("}")[0].split(",")[0])
+            for line in text.splitlines() if "spmdc.recompute" in line}
+
+
+def test_every_kth_block_is_recomputed_with_blocks_k():
+    """``checkpoint="blocks/2"`` on 4 blocks recomputes blocks 0 and 2 (two regions), the same loss and
+    gradients as eager PyTorch; its static peak lies between no checkpointing and every block."""
+    torch.manual_seed(0)
+    model, x = Net(None, layers=4), torch.randn(64, 16)
+    peaks = {}
+    for opt, want in ((None, 0), ("blocks/2", 2), ("blocks/4", 1), ("blocks", 4), ("blocks/1", 4)):
+        cap, got, loss = _run(model, x, opt)
+        _check_numerics(cap, got, loss, model)
+        text = print_module(cap.module)
+        assert len(_regions(text)) == want, opt
+        peaks[opt] = peak_bytes(cap.module)
+    assert peaks["blocks"] < peaks["blocks/2"] < peaks[None]
+    assert peaks["blocks/1"] == peaks["blocks"]
+
+
+@pytest.mark.parametrize("bad", ["layers", "blocks/0", "blocks/x", "blocks/", 2])
+def test_a_checkpoint_mode_spmdc_does_not_know_is_refused(bad):
+    from spmdc.dialects.attrs import checkpoint_every
+    from spmdc.frontend.export import ExportError
+
+    with pytest.raises(ValueError, match="expected 'blocks' .* or 'blocks/K'"):
+        checkpoint_every(bad)
+    with pytest.raises(ExportError, match="blocks/K"):
+        capture_program(Net(None), (torch.randn(4, 16),), train=True, checkpoint=bad)
+
+
 def test_cse_keeps_the_recomputation():
     torch.manual_seed(0)
     model, x = Net("non-reentrant"), torch.randn(8, 16)

@@ -27,6 +27,7 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # float32 options together, one compilation each (each named feature is a cell of the matrix)
     "eager clip accum ckpt": ("eager", "gpt2-tiny", {"clip_grad_norm": 0.5, "grad_accum": 2, "checkpoint": "blocks"}),
     "eager hf-gpt2 dropout": ("eager", HF_GPT2, {}),
+    "eager ckpt/2": ("eager", "gpt2-tiny", {"checkpoint": "blocks/2"}),   # (h.0 recomputes, h.1 does not)
     # one mesh: compiled fsdp+tp on dp=2,tp=2 (test_simple_fsdp.py judges bf16 against FSDP2, not one device)
     "mesh bf16": ("one mesh", "gpt2-tiny", {"mixed_precision": "bf16"}),
     "groups bf16": ("device groups", "gpt2-tiny", {"mixed_precision": "bf16"}),

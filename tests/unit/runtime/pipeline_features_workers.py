@@ -31,6 +31,8 @@ CASES: dict[str, tuple[str, dict, dict[str, Any], tuple]] = {
     "gpt2 clip": ("gpt2-tiny", PP_TP, {"clip_grad_norm": 0.5}, OPT),
     "gpt2 accum": ("gpt2-tiny", PP_TP, {"grad_accum": 2}, OPT),
     "gpt2 ckpt": ("gpt2-tiny", PP_TP, {"checkpoint": "blocks"}, OPT),
+    # every 2nd block of the whole model: h.0 (stage 0) recomputes, h.1 (stage 1) does not
+    "gpt2 ckpt/2": ("gpt2-tiny", PP_TP, {"checkpoint": "blocks/2"}, OPT),
     "gpt2 bf16": ("gpt2-tiny", PP_TP, {"mixed_precision": "bf16"}, SGD),
     "gpt2 dp-stage all fp32": ("gpt2-tiny", PP_DP, ALL_FP32, OPT),
     "llama-tiny all fp32": ("llama-tiny", PP_TP, ALL_FP32, OPT),

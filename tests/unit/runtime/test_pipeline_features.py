@@ -162,6 +162,9 @@ def test_checkpoint_recomputes_blocks_in_every_stage(results):
     for r in range(4):
         assert results[r]["gpt2 ckpt"]["recompute"] > 0
         assert results[r]["gpt2 clip"]["recompute"] == 0
+        # blocks/2 counts the whole model's blocks: h.0 in stage 0 recomputes, h.1 in stage 1 does not
+        half = results[r]["gpt2 ckpt/2"]
+        assert (half["recompute"] > 0) == (half["stage"] == 0), (r, half["stage"], half["recompute"])
 
 
 def test_refusals_name_the_option_on_every_rank(results):
@@ -169,7 +172,8 @@ def test_refusals_name_the_option_on_every_rank(results):
         got = results[r]["refused"]
         assert "grad_accum=3 rounds of 2 micro-batches split every input along dim 0 into 6 pieces" \
             in got["grad_accum=3"]
-        assert "option checkpoint='layers': expected one of 'blocks'" in got["checkpoint='layers'"]
+        assert "option checkpoint='layers': expected 'blocks' (recompute every repeated block) or 'blocks/K'" \
+            in got["checkpoint='layers'"]
         assert "option clip_grad_norm=0.0: expected a finite positive number" in got["clip_grad_norm=0"]
 
 

@@ -80,6 +80,11 @@ def test_every_known_key_is_still_accepted(tmp_path):
     plan = Plan.load(str(path))
     assert (plan.name, plan.checkpoint, plan.buckets, plan.reshard_after_forward) == ("full", "blocks", ["fc*"], False)
     assert plan.params["fc1.weight"].compute == ["R"]
+    path.write_text("preset: fsdp\ncheckpoint: blocks/2\n")
+    assert Plan.load(str(path)).checkpoint == "blocks/2"
+    path.write_text("preset: fsdp\ncheckpoint: layers\n")
+    with pytest.raises(PlanError, match="checkpoint: expected 'blocks' .* or 'blocks/K' .* got 'layers'"):
+        Plan.load(str(path))
 
 
 # -- meshes ---------------------------------------------------------------------------------------

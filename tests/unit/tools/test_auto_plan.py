@@ -10,6 +10,7 @@ auto --check`` searches, runs the best layout on ranks and matches one device.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -54,6 +55,9 @@ def test_plan_files_load_back_as_the_same_plan(tmp_path):
     loaded = Plan.load(str(path))
     assert (loaded.preset, loaded.mesh, loaded.reshard_after_forward, loaded.checkpoint) == \
         ("fsdp+tp", "dp=2,tp=2", False, "blocks")
+    half = Candidate((("dp", 4),), "fsdp", checkpoint=2)
+    path.write_text(half.plan_file())
+    assert Plan.load(str(path)).checkpoint == "blocks/2" and "checkpoint blocks/2" in half.label()
     p = Candidate((("pp", 2), ("dp", 2)), "fsdp", microbatches=4)
     path.write_text(p.plan_file())
     pipe = Plan.load(str(path))
@@ -87,6 +91,27 @@ def test_search_prices_every_candidate_and_respects_the_cap():
     low = search(w.model, w.inputs, memory_cap=1024, **kw)
     assert not any(s.fits for s in low)
     assert all(s.candidate.checkpoint for s in low if s.ok)
+
+
+def test_over_the_cap_half_the_blocks_are_recomputed_first():
+    """A cap the plain candidate's peak is over but every 2nd block recomputed (blocks/2: h.0 and h.2 of a
+    4-block gpt2-tiny under fsdp on dp=4) fits: the search keeps blocks/2, not every block (less
+    recomputation); a lower cap takes every block."""
+    from spmdc.api.auto_plan import MARGIN, _score
+
+    w = load_workload("gpt2-tiny", batch=8, n_layer=4)
+    dev = device_profile("cpu")
+    kw = dict(train=True, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs, kwargs=None, optimizer="adamw", options=None)
+    c = Candidate((("dp", 4),), "fsdp")
+    peaks = {k: _score(dataclasses.replace(c, checkpoint=k), w.model, w.inputs, dev, float("inf"), kw).peak_bytes
+             for k in (0, 2, 1)}
+    assert peaks[1] < peaks[2] < peaks[0], peaks
+    only = dict(nproc=4, device=dev, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs, optimizer="adamw",
+                only=lambda x: x.label() == c.label())
+    (s,) = search(w.model, w.inputs, memory_cap=peaks[2] * (1 + MARGIN) + 1, **only)
+    assert s.fits and s.candidate.checkpoint == 2 and s.candidate.plan()[1].checkpoint == "blocks/2"
+    (s,) = search(w.model, w.inputs, memory_cap=peaks[1] * (1 + MARGIN) + 1, **only)
+    assert s.fits and s.candidate.checkpoint == 1
 
 
 def _cli(*args, env=None, timeout=600):

@@ -107,6 +107,9 @@ CASES = [
          "spmdc run: error: argument --nproc: must be positive, got 0"),
     Case("run-nproc-negative", "spmdc", ["run", "mlp", "--nproc", "-2"], 2,
          "spmdc run: error: argument --nproc: must be positive, got -2"),
+    Case("run-checkpoint-unknown", "spmdc", ["run", "mlp", "--nproc", "2", "--checkpoint", "layers"], 2,
+         "spmdc run: error: argument --checkpoint: expected 'blocks' (recompute every repeated block) or 'blocks/K' "
+         "(every K-th: blocks 0, K, 2K, ...), got 'layers'"),
     Case("run-yaml-plan-syntax", "spmdc", ["run", "mlp", "--nproc", "2", "--mesh", "dp=2", "--plan", "{d}/p.yaml"], 1,
          "{d}/p.yaml:3:8: error: invalid YAML plan: expected ',' or ']', but got ':'",
          {"p.yaml": b'params:\n  "*.weight": [S(0)\n inputs: []\n'}),
