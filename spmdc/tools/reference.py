@@ -23,10 +23,11 @@ class TrainSettings:
     clip_grad_norm: float | None = None
     grad_accum: int = 1
     mixed_precision: str | None = None   # "bf16" / "fp16": FSDP2-style param_dtype, float32 reduction
+    batch: int | None = None   # the workload's batch (--batch, a plan's batch: None, the factory's default)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(optimizer=self.optimizer, lr=self.lr, clip_grad_norm=self.clip_grad_norm,
-                    grad_accum=self.grad_accum, mixed_precision=self.mixed_precision)
+                    grad_accum=self.grad_accum, mixed_precision=self.mixed_precision, batch=self.batch)
 
 
 def _first_tensor(out: Any) -> Any:
@@ -56,7 +57,8 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
                     before: tuple[int, TrainSettings] | None = None, dtype: Any = None,
                     workload_args: dict[str, Any] | None = None) -> dict[str, Any]:
     """Losses (or output norms) of ``steps`` steps on one device and the final state.
-    ``before``: (steps, settings) trained first and not reported (a resumed run's history).
+    ``before``: (steps, settings) trained first and not reported (a resumed run's history, on the
+    batch it trained on: ``settings.batch``).
     ``dtype=torch.float64``: the same run in double precision (floating inputs and parameters
     converted; dropout draws the same masks in either precision)."""
     import torch
@@ -66,15 +68,21 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.optimizers import Optimizer
 
-    w = load_workload(workload, **(workload_args or {}))
+    def cast(t: Any) -> Any:
+        return t.to(dtype) if dtype is not None and isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    def batch_of(args: dict[str, Any]) -> Any:
+        """The workload's data as built with ``args`` (floating tensors in ``dtype``)."""
+        b = load_workload(workload, **args)
+        b.inputs, b.loss_inputs = tuple(map(cast, b.inputs)), tuple(map(cast, b.loss_inputs))
+        b.kwargs = {k: cast(v) for k, v in b.kwargs.items()}
+        return b
+
+    args = dict(workload_args or {})
+    w = batch_of(args)
     model = w.model
     if dtype is not None:
         model.to(dtype)
-
-        def cast(t: Any) -> Any:
-            return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-        w.inputs, w.loss_inputs = tuple(map(cast, w.inputs)), tuple(map(cast, w.loss_inputs))
-        w.kwargs = {k: cast(v) for k, v in w.kwargs.items()}
     torch.manual_seed(seed)   # as every rank does before its first step
     if not train:
         with torch.no_grad():
@@ -91,9 +99,15 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
             group["lr"] = s.lr
         losses = []
         policy = MixedPrecision.parse(s.mixed_precision)
+        own = {k: v for k, v in args.items() if k != "batch"} | ({"batch": s.batch} if s.batch is not None else {})
+        data = w
+        if s.batch is not None and own != args:   # a resumed run's history, trained on another batch
+            state = torch.get_rng_state()   # (building it re-seeds: the steps go on drawing as they did)
+            data = batch_of(own)
+            torch.set_rng_state(state)
         for _ in range(n_steps):
             opt.zero_grad()
-            micro = _micro_batches(w, s.grad_accum)
+            micro = _micro_batches(data, s.grad_accum)
             total = 0.0
             for inputs, loss_inputs, kwargs in micro:
                 out = call_model(model, tuple(inputs), dict(kwargs), policy)

@@ -80,7 +80,8 @@ class RunConfig:
         from spmdc.tools.reference import TrainSettings
 
         o = self.options
-        return TrainSettings(self.optimizer, self.lr, o.clip_grad_norm, o.grad_accum, self.mixed_precision)
+        return TrainSettings(self.optimizer, self.lr, o.clip_grad_norm, o.grad_accum, self.mixed_precision,
+                             self.batch)
 
 
 

@@ -200,7 +200,9 @@ def _measured_by() -> str:
 
 def batch_pieces(cfg: Any, mesh: Any, plan: Any) -> int:
     """How many pieces the ranks of a one-mesh plan split the batch into (the product of its
-    data-parallel axes, :func:`~spmdc.runtime.input_check.batch_axes`); 1 for other plans."""
+    data-parallel axes, :func:`~spmdc.runtime.input_check.batch_axes`); 1 for other plans, and for
+    a model whose forward draws random numbers (dropout): eager PyTorch run piece by piece draws
+    other numbers than the ranks do, so its differences are no measure of the ranks' rounding."""
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.input_check import batch_axes
     from spmdc.tools.run_cmd import workload_args
@@ -208,9 +210,12 @@ def batch_pieces(cfg: Any, mesh: Any, plan: Any) -> int:
     if mesh is None or not hasattr(mesh, "axis_size"):
         return 1
     try:
-        first = load_workload(cfg.workload, **workload_args(cfg)).inputs[0]
+        w = load_workload(cfg.workload, **workload_args(cfg))
+        first = w.inputs[0]
         axes = batch_axes(plan, mesh, first.dim())
     except Exception:   # (a plan without a preset's input layouts: no split replayed)
+        return 1
+    if _draws_random(w):   # (split, eager would draw other numbers: dropout masks per piece, layer by layer)
         return 1
     if not first.dim() or not first.shape[0]:
         return 1
@@ -219,6 +224,19 @@ def batch_pieces(cfg: Any, mesh: Any, plan: Any) -> int:
     per_rank = -(-batch // ranks)   # (a Shard(0) layout's pieces, as torch.chunk's: 2 rows on 4 ranks, 2 of 1)
     pieces = -(-batch // per_rank)
     return pieces if batch % (pieces * cfg.options.grad_accum) == 0 else 1
+
+
+def _draws_random(w: Any) -> bool:
+    """Whether the workload's forward, in the modes its factory set, draws from the CPU generator."""
+    import torch
+
+    state = torch.get_rng_state()
+    try:
+        with torch.no_grad():
+            w.model(*w.inputs, **w.kwargs)
+        return not torch.equal(state, torch.get_rng_state())
+    finally:
+        torch.set_rng_state(state)
 
 
 def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, Any], pieces: int = 1) -> bool:

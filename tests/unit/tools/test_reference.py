@@ -84,3 +84,50 @@ def test_resumed_reference_replays_the_saved_steps_first():
     assert tail["losses"] == whole["losses"][2:]
     changed = eager_reference("mlp", 2, True, 0, TrainSettings("sgd", 0.5), before=(2, TrainSettings("sgd", 0.05)))
     assert changed["losses"][0] == whole["losses"][2] and changed["losses"][1] != whole["losses"][3]
+
+
+def test_the_split_is_replayed_only_for_models_that_draw_no_random_numbers(tmp_path):
+    """batch_pieces: gpt2-tiny on dp=4 (batch 2: two pieces) is replayed split; a model with dropout on
+    (several per step, drawn layer by layer) is not — eager PyTorch piece by piece would draw other
+    masks than the ranks, so its differences would excuse anything; the same model in eval draws none."""
+    from spmdc.sharding.mesh import Mesh
+    from spmdc.tools.run_cmd import RunConfig
+    from spmdc.tools.run_report import batch_pieces
+
+    dp4 = Mesh({"dp": 4})
+    assert batch_pieces(RunConfig(workload="gpt2-tiny", mesh="dp=4", plan="dp"), dp4, "dp") == 2
+    path = tmp_path / "drop.py"
+    path.write_text("import torch, torch.nn as nn\n"
+                    "def factory(train: bool = True):\n"
+                    "    torch.manual_seed(0)\n"
+                    "    m = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.Linear(8, 8), nn.Dropout(0.1))\n"
+                    "    m.train(train)\n"
+                    "    return m, (torch.randn(4, 8),), None\n"
+                    "def frozen():\n"
+                    "    return factory(train=False)\n")
+    assert batch_pieces(RunConfig(workload=f"{path}:factory", mesh="dp=4", plan="dp"), dp4, "dp") == 1
+    assert batch_pieces(RunConfig(workload=f"{path}:frozen", mesh="dp=4", plan="dp"), dp4, "dp") == 4
+
+
+def test_a_resumed_runs_history_is_replayed_on_the_batch_it_trained_on():
+    """A checkpoint saved by a run on another batch (a pipeline plan's ``batch: 8`` and 8 micro-batches)
+    resumed under the workload's default batch (2): --check replays the saved steps on batch 8 (no
+    IndexError splitting 2 rows into 8), then the new step on 2 — the same as training the two stretches
+    by hand; an old checkpoint without a batch replays on the current one, as before."""
+    from spmdc.frontend.workloads import load_workload
+
+    now = TrainSettings(optimizer="sgd", lr=0.1)
+    saved = TrainSettings(optimizer="sgd", lr=0.1, grad_accum=8, batch=8)
+    got = eager_reference("gpt2-tiny", 1, True, 0, now, before=(1, saved))
+    torch.manual_seed(0)
+    model = load_workload("gpt2-tiny").model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for w, n in ((load_workload("gpt2-tiny", batch=8), 8), (load_workload("gpt2-tiny"), 1)):
+        opt.zero_grad()
+        for ids, tgt in zip(w.inputs[0].chunk(n), w.loss_inputs[0].chunk(n)):
+            (w.loss_fn(model(ids), tgt) / n).backward()
+        opt.step()
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(got["state"][k], v, rtol=1e-5, atol=1e-6)
+    old = eager_reference("gpt2-tiny", 1, True, 0, now, before=(1, TrainSettings(optimizer="sgd", lr=0.1)))
+    assert any(not torch.equal(old["state"][k], got["state"][k]) for k in got["state"])
