@@ -22,9 +22,10 @@ micro-batch; its prediction is
   runtime records besides: ``recv`` and ``send`` (one message per source and destination rank, by
   the move tables the runtime builds: :func:`~spmdc.api.pipeline_boundaries.boundary_module`,
   :func:`~spmdc.passes.pipeline_schedule.pipeline_layout`), ``all_reduce`` (a tied weight's gradient
-  summed over its stages: this rank's piece over one rank per stage where the stages' meshes and
-  layouts agree, else the whole gradient over all their ranks, :meth:`~spmdc.api.pipeline_parameters.
-  StageParameters._tie_groups`; priced as such a call, a sync point) and ``broadcast`` (the step's loss);
+  summed over its stages as
+  :meth:`~spmdc.api.pipeline_parameters.StageParameters._tie_groups` sums it: this rank's piece
+  over one rank per stage where the stages' meshes and layouts agree, else the whole gradient over
+  all their ranks; priced as such a call, a sync point) and ``broadcast`` (the step's loss);
 * **time**: a stage's busy time is the micro-batches times its programs' predicted times (plus
   its receives) and the optimizer's update; the step is the busiest device group's time plus the
   fill and drain, ``(groups - 1)`` times the slowest stage's time per micro-batch (1F1B, GPipe and
@@ -245,9 +246,10 @@ def _tied_calls(split: Any, plan: Any, model: Any, layouts: dict[int, dict[str, 
         specs = [plan.stages[k] for k in stages]
         lays = [_param_layout(layouts, k, name) for k in stages]
         whole = p.numel() * p.element_size()
+        pieces = tied_by_pieces([s.mesh for s in specs], lays)
         for k, spec, lay in zip(stages, specs, lays):
             mesh = spec.mesh
-            if tied_by_pieces([s.mesh for s in specs], lays):
+            if pieces:
                 ranks = len({s.ranks[0] for s in specs})   # (interleaved stages of one group: one rank)
                 by_index = {}
                 for i in range(mesh.size):
