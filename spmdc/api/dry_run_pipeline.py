@@ -18,9 +18,12 @@ micro-batch; its prediction is
   a forward's inputs stashed until its backward, every send's buffer until the round ends, its
   gradients accumulated from its first backward on (each micro-batch's added in), each program's
   own liveness peak on top; or, when larger, the optimizer update after the last round;
-* **collectives**: its programs' per micro-batch, times the micro-batches, and on ``pp`` what the
-  runtime records besides: ``recv`` and ``send`` (one message per source and destination rank, by
-  the move tables the runtime builds: :func:`~spmdc.api.pipeline_boundaries.boundary_module`,
+* **collectives**: its programs' per micro-batch, times the micro-batches; the gradients its
+  training program leaves unreduced (stored replicated where the batch is split: ``dp``,
+  ``rep``), all-reduced once per step, one ``comm.all_reduce_bucket`` per mesh axis
+  (:func:`_pending_bytes`); and on ``pp`` what the runtime records besides: ``recv`` and
+  ``send`` (one message per source and destination rank, by the move tables the runtime
+  builds: :func:`~spmdc.api.pipeline_boundaries.boundary_module`,
   :func:`~spmdc.passes.pipeline_schedule.pipeline_layout`), ``all_reduce`` (a tied weight's gradient
   summed over its stages as
   :meth:`~spmdc.api.pipeline_parameters.StageParameters._tie_groups` sums it: this rank's piece
@@ -193,6 +196,32 @@ def _grad_bytes(module: Any, step: Any) -> tuple[int, int]:
     return sum(sizes), max(sizes, default=0)
 
 
+def _pending_bytes(module: Any, step: Any, shared_here: set[str]) -> dict[str, int]:
+    """Per mesh axis, the bytes of the training program's gradients it leaves unreduced there
+    (pending sums over replicated storage, :func:`~spmdc.api.pipeline_executor.stage_jobs`), which
+    the runtime sums over the micro-batches and all-reduces once per step, one bucket per axis
+    (:meth:`~spmdc.api.pipeline_executor.PipelineExecutor._sum_later`); ``shared_here``: parameters
+    another stage of the same ranks also holds (reduced per micro-batch instead)."""
+    from spmdc.api.pipeline_boundaries import program_layouts
+    from spmdc.compiler.compilation import main_function
+    from spmdc.runtime.gradients import reduction_moves
+
+    args, res, arg_kinds, res_kinds = program_layouts(module, step, range(len(step.result_kinds)))
+    storage = {kind[6:]: lay for kind, lay in zip(arg_kinds, args) if kind.startswith("param:")}
+    types = main_function(module).function_type.results
+    axes = step.mesh.axis_names
+    out: dict[str, int] = {}
+    for r, (kind, lay) in enumerate(zip(res_kinds, res)):
+        name = kind[5:]
+        if not kind.startswith("grad:") or name in shared_here or name not in storage:
+            continue
+        moves = reduction_moves(tuple(lay), tuple(storage[name]))
+        if moves and all(m[0] == "all_reduce" for m in moves):
+            for m in moves:
+                out[axes[m[1]]] = out.get(axes[m[1]], 0) + _tensor_bytes(types[r])
+    return out
+
+
 def _update_bytes(module: Any, step: Any, optimizer: str | None) -> int:
     from spmdc.api.predict import optimizer_transient
     from spmdc.compiler.compilation import main_function
@@ -216,6 +245,7 @@ class _StageRole:
     largest_grad: int
     update: int                  # the optimizer update's temporaries
     ops: int
+    pending: dict[str, int] = dataclasses.field(default_factory=dict)   # axis -> gradient bytes reduced once a step
 
 
 @dataclass
@@ -311,6 +341,7 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
         CommRow,
         MemoryBreakdown,
         Prediction,
+        _add_call,
         all_reduce_seconds,
         pipeline_step,
         predict,
@@ -337,6 +368,10 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             return list(interleaved_actions(groups, plan.virtual_stages, m, g))
         return [(kind, g, mb) for kind, mb in stage_actions(plan.schedule, n, m, g)]
 
+    def shared_here(k: int) -> set[str]:   # parameters stage k shares with another stage of its ranks
+        return {name for name, ks in split.shared.items()
+                if k in ks and len({j for j in ks if j % groups == k % groups}) > 1}
+
     def stage(k: int) -> _StageResult:
         """Stage ``k`` compiled, its ranks split into roles, one rank per role partitioned and predicted."""
         spec = plan.stages[k]
@@ -362,7 +397,8 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
             fact = _StageRole(j, preds, [(p.gradients, p.activations, p.comm_buffers) for p in peaks],
                               _local_inputs(split, k, steps, modules), grads, largest,
                               _update_bytes(modules[-1], steps[-1], optimizer),
-                              sum(1 for mod in modules for _ in mod.walk()))
+                              sum(1 for mod in modules for _ in mod.walk()),
+                              _pending_bytes(modules[-1], steps[-1], shared_here(k)))
             if j == 0:   # (every role's arguments and results have the same global layouts)
                 out.layouts["B"] = program_layouts(modules[-1], steps[-1])
                 if len(steps) > 1:
@@ -450,6 +486,15 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
                     row.bytes += nbytes
                     row.seconds += all_reduce_seconds(nbytes, ranks, device)
                     syncs += 1   # (it waits for the other stages' last backward)
+            pending: dict[str, int] = {}   # every stage's gradients reduced once: one bucket per axis
+            for f in facts.values():
+                for axis, nbytes in f.pending.items():
+                    pending[axis] = pending.get(axis, 0) + nbytes
+            for axis, nbytes in sorted(pending.items(), key=lambda kv: mesh.axis_names.index(kv[0])):
+                before = sum(r.seconds for r in rows.values())
+                _add_call(rows, "comm.all_reduce_bucket", (axis,), nbytes, mesh, device)
+                seconds_m += sum(r.seconds for r in rows.values()) - before
+                syncs += 1   # (after the last backward, from the stage's own work)
             loss = rows.setdefault(("pp", "broadcast"), CommRow("pp", "broadcast"))   # the step's loss, to every rank
             loss.count, loss.bytes = 1, 4
             loss.seconds = device.latency_us * 1e-6

@@ -155,8 +155,10 @@ def stage_examples(split: Any, k: int, mb: list[Any], fake: bool = False) -> tup
 def stage_jobs(split: Any, k: int, mb: list[Any], options: Any, dump: Any = None,
                fake: bool = False) -> list[dict[str, Any]]:
     """Stage ``k``'s programs as ``compile_global`` keyword arguments: its forward (not on the last
-    stage) and its training program (the last stage's loss, else :class:`StageSurrogate`), for
-    one micro-batch ``mb`` (what :class:`PipelineExecutor` and ``spmdc plan`` compile)."""
+    stage) and its training program (the last stage's loss, else :class:`StageSurrogate`; its
+    gradients reduced in the program only where the storage is sharded along the batch, else
+    left for one reduction per step), for one micro-batch ``mb`` (what :class:`PipelineExecutor`
+    and ``spmdc plan`` compile)."""
     stage, last = split.stages[k], k == len(split.stages) - 1
     ins, grads = stage_examples(split, k, mb, fake)
     plain = [t.detach() for t in ins]
@@ -169,8 +171,10 @@ def stage_jobs(split: Any, k: int, mb: list[Any], options: Any, dump: Any = None
     if not last:
         jobs.append(dict(inputs=plain, train=False, dump=dump, kwargs={}, options=opts))
     surrogate = StageSurrogate(tuple(split.values[v].differentiable for v in stage.outputs))
+    # (gradients stored replicated where the batch is split come back unreduced: each micro-batch's
+    # summed here, all-reduced once per step, :meth:`PipelineExecutor._reduce_pending`)
     jobs.append(dict(inputs=ins, train=True, dump=dump, kwargs={}, loss_fn=None if last else surrogate,
-                     loss_inputs=[] if last else grads, options=opts))
+                     loss_inputs=[] if last else grads, options=opts, partial_grads="replicated"))
     return jobs
 
 
@@ -302,6 +306,7 @@ class PipelineExecutor(StageParameters):
         self.last_messages = 0
         self.last_bytes_sent = 0
         self.last_grad_norm: Any = None
+        self._pending: dict[str, tuple[Any, ...]] = {}   # gradients summed unreduced: their layouts (_sum_later)
 
     # -- building ---------------------------------------------------------------------------------
     def _use(self, stage: int) -> None:
@@ -583,6 +588,7 @@ class PipelineExecutor(StageParameters):
                           [n if n.startswith("input #") else f"input '{n}'" for n in names])
         micro = chunks(values, self.micro * self.accum, names)
         grads: dict[str, Any] = {}
+        self._pending = {}
         loss: Any = None
         self.last_timeline: list[tuple[str, float, float]] = []
         self.last_messages = self.last_bytes_sent = 0
@@ -647,13 +653,50 @@ class PipelineExecutor(StageParameters):
             local.mul_(coef.to(local.dtype))
         return norm
 
+    def _sum_later(self, name: str, layout: tuple[Any, ...]) -> bool:
+        """Whether a gradient the training program returns in ``layout`` is summed over the step's
+        micro-batches as it is and reduced once after them (:meth:`_reduce_pending`): pending sums
+        (``P(sum)``) where its storage is replicated, nothing else to move (the stage's program
+        leaves them so: :func:`stage_jobs`), and not a parameter two of this rank's stages share
+        (interleaved: each stage's program may leave it otherwise)."""
+        from spmdc.runtime.gradients import reduction_moves
+
+        if name in self._pending:
+            return True
+        moves = reduction_moves(layout, self._storage[name])
+        later = bool(moves) and all(m[0] == "all_reduce" for m in moves) and not (
+            name in self._shared_groups and len(set(self._shared_groups[name][0]) & set(self.my_stages)) > 1)
+        if later:
+            self._pending[name] = layout
+        return later
+
+    def _reduce_pending(self, grads: dict[str, Any]) -> None:
+        """The step's gradients left unreduced (:meth:`_sum_later`), each the sum over its
+        micro-batches: all-reduced once to their storage layouts, one bucket per mesh axis
+        (:func:`~spmdc.runtime.gradients.reduce_gradients`; PyTorch's schedules likewise reduce
+        data-parallel gradients after the last micro-batch only)."""
+        from spmdc.runtime.collectives import CountingComm
+        from spmdc.runtime.gradients import reduce_gradients
+
+        if not self._pending:
+            return
+        todo = {name: (grads[name], lay) for name, lay in self._pending.items() if name in grads}
+        def local(fqn: str, g: Any, lay: Any) -> Any:
+            return g
+
+        grads.update(reduce_gradients(todo, self._storage, CountingComm(self.comm), local, local))
+        self._pending = {}
+
     def _set_grads(self, grads: dict[str, Any]) -> None:
-        """Sum shared parameters' gradients across their stages (piece by piece where the stages'
-        meshes and layouts agree, else whole: :meth:`_tie_groups`), then set ``p.grad`` (DTensors)."""
+        """Reduce the gradients summed unreduced (:meth:`_reduce_pending`); sum shared parameters'
+        gradients across their stages (piece by piece where the stages' meshes and layouts agree,
+        else whole: :meth:`_tie_groups`), then set ``p.grad`` (DTensors)."""
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor
 
         from spmdc.runtime.dtensors import contiguous_stride, dtensor_placements
+
+        self._reduce_pending(grads)
 
         for name, (stages, group, pieces) in self._shared_groups.items():
             if not set(self.my_stages) & set(stages) or name not in self.params:

@@ -6,7 +6,9 @@
 It executes the ``pipe`` ops of this rank's function in order: receives boundary pieces (a partial
 source's terms summed on arrival; a value with several consumers' gradients summed), runs the
 stage's forward program (stashing its inputs for the backward, which recomputes the forward),
-its backward program (parameter gradients scaled and accumulated, input gradients sent back),
+its backward program (parameter gradients scaled and accumulated — those the program leaves
+unreduced, ``P(sum)`` over replicated storage, summed as they are and reduced once per step —
+input gradients sent back),
 and sends asynchronously; it tracks the bytes live (stash, inbox, outbox) for the memory report.
 """
 
@@ -173,7 +175,8 @@ class StepState:
             elif kind.startswith("grad:"):
                 g = out * scale if scale != 1.0 else out
                 name = kind[5:]
-                if tuple(prog.res_layouts[i]) != tuple(pm._storage[name]):
+                if tuple(prog.res_layouts[i]) != tuple(pm._storage[name]) and \
+                        not pm._sum_later(name, tuple(prog.res_layouts[i])):
                     g = pm._relayout(g, prog.res_layouts[i], pm._storage[name], prog.step.res_shapes[i])
                 self.grads[name] = g if name not in self.grads else self.grads[name] + g
             elif kind.startswith("grad_input:"):

@@ -19,7 +19,8 @@ The sketch of a candidate on ``pp × rep × dp × tp (× ep)`` ranks, ``L`` bloc
   launch per op per micro-batch; recomputed blocks (checkpointing: all, or every K-th under
   ``blocks/K``; a pipeline's backward that recomputes its forward) add a third of a block's;
 * **collectives** (α-β over the links, :class:`~spmdc.sharding.cost.AxisCost`, one call per block
-  and one for the rest): ``dp`` all-reduces the gradients; an fsdp preset gathers each block's
+  and one for the rest): ``dp`` all-reduces the gradients (in a pipeline, each stage's summed over
+  its micro-batches, in one call per step); an fsdp preset gathers each block's
   parameters (twice when resharding after the forward) and reduce-scatters its gradients, hsdp
   all-reduces the shards over ``rep`` (in a pipeline, per micro-batch, gathering twice: its
   forward and its backward are two programs); ``tp`` all-reduces a block's input four times (two in the
@@ -238,11 +239,14 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
     us = syncs = 0.0   # (syncs: the waits on peers after computing alone, predict.sync_points)
     per = m if pp > 1 else 1   # (a pipeline's stage programs gather and reduce per micro-batch)
     tokens = profile.boundary * share               # one block's input per micro-batch and rank
+    summed = 0.0   # (dp in a pipeline: the stage's gradients summed over its micro-batches, all-reduced once)
     for part, k, in_block in ((r, 1, False), (b, blocks, True)):
         params, grads = part.params / (tp * ep), part.params * profile.trainable / (tp * ep)
-        if c.preset == "dp":
-            us += k * per * spread(axis("dp").all_reduce, grads, part.grad_calls, rep * dp)
-            syncs += per if in_block and rep * dp > 1 else 0   # (the gradients' reductions, waited at the end)
+        if c.preset == "dp" and pp > 1:
+            summed += k * grads
+        elif c.preset == "dp":
+            us += k * spread(axis("dp").all_reduce, grads, part.grad_calls, rep * dp)
+            syncs += 1 if in_block and rep * dp > 1 else 0   # (the gradients' reductions, waited at the end)
         elif fsdp:
             twice = c.reshard_after_forward or pp > 1   # (its forward and backward are two programs)
             gathers = part.gathers if twice else part.gathers / 2
@@ -257,6 +261,9 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
             syncs += k * m * part.tp_calls
         if ep > 1 and in_block:
             us += k * m * 4 * axis("ep").all_to_all(tokens * ep, ep)
+    if summed and rep * dp > 1:   # (one bucket, after the last micro-batch)
+        us += axis("dp").all_reduce(summed, rep * dp)
+        syncs += 1
     if pp > 1:
         us += 2 * m * (device.latency_us + tokens / (device.axis_bandwidth(mesh, "pp") * 1e3))
         syncs += 2 * m   # (each micro-batch's activations and gradients received)

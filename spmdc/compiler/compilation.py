@@ -57,7 +57,8 @@ class Compilation:
     loss_fn: Callable | None = None
     loss_inputs: tuple = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    partial_grads: bool = False     # gradients returned before their reduction (accumulation)
+    partial_grads: bool | str = False   # gradients returned before their reduction (accumulation); "replicated":
+    # only where no trained parameter is stored sharded along an axis that splits the batch
     options: CompileOptions = field(default_factory=CompileOptions)
     dump: Dump | None = None
     hetero: Any = None              # the HeteroPlan of device groups (05), or None
@@ -77,7 +78,7 @@ class Compilation:
     @staticmethod
     def of_model(model: Any, inputs: Sequence[Any], *, mesh: Any = None, plan: Any, train: bool = False,
                  loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
-                 kwargs: Mapping[str, Any] | None = None, partial_grads: bool = False, dump: Dump | None = None,
+                 kwargs: Mapping[str, Any] | None = None, partial_grads: bool | str = False, dump: Dump | None = None,
                  options: CompileOptions | None = None, rank: int = 0, target: str | None = None,
                  last: str = STAGES[-1], **option_kw: Any) -> Compilation:
         """A compilation from the model: ``plan`` on ``mesh``, or a HeteroPlan (its groups' meshes)."""

@@ -125,7 +125,8 @@ def plan_layouts(c: Compilation) -> None:
     for g in c.groups:
         func = main_function(g.module)
         g.resolved = plan_for(g.plan, g.mesh, func, c.model)
-        apply_plan(g.module, g.mesh, g.resolved, reduce_grads=not c.partial_grads)
+        apply_plan(g.module, g.mesh, g.resolved, reduce_grads="sharded" if c.partial_grads == "replicated"
+                   else not c.partial_grads)
         if isinstance(g.plan, GroupPlan):   # runs at coordinate plan.index of the virtual mesh's grp axis
             func.set_attr(GROUP_INDEX_ATTR, IntegerAttr(g.plan.index))
         else:   # a mesh axis no planned layout uses would make ranks repeat each other (PlanError)
@@ -249,7 +250,7 @@ def schedule_pipeline(module: Operation, schedule: str, microbatches: int, dump:
 
 def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | Plan, train: bool = False,
                    loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (), dump: Dump | None = None,
-                   kwargs: Mapping[str, Any] | None = None, partial_grads: bool = False,
+                   kwargs: Mapping[str, Any] | None = None, partial_grads: bool | str = False,
                    options: CompileOptions | None = None, **option_kw: Any) -> CompiledStep:
     """Stages 00-05 of :func:`compile_program`: capture ``model``, apply ``plan`` on ``mesh``, run the global passes.
 
@@ -263,7 +264,9 @@ def compile_global(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: str | 
     ``kwargs``: keyword model inputs (``labels=`` for HuggingFace models); they become the
     program's last user inputs, in their order. ``mesh``: a Mesh, ``"dp=2,tp=2"``, ``{"dp": 2}``
     or a named DeviceMesh. ``partial_grads``: gradients are returned before their reduction
-    (``P(sum)`` where the batch is split), for gradient accumulation."""
+    (``P(sum)`` where the batch is split), for gradient accumulation; ``"replicated"``: only
+    when no trained parameter is stored sharded where the batch is split
+    (:func:`~spmdc.sharding.apply.caller_sums_grads`; a pipeline stage's training program)."""
     opts = CompileOptions.of(options, "compile_global", **option_kw)
     c = Compilation.of_model(model, inputs, mesh=mesh, plan=plan, train=train, loss_fn=loss_fn,
                              loss_inputs=loss_inputs, kwargs=kwargs, partial_grads=partial_grads, dump=dump,

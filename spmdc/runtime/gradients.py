@@ -23,7 +23,7 @@ import torch
 from spmdc.dialects.shard import Partial, RaggedShard, Replicate, Shard
 
 
-def _moves(src: Sequence[Any], dst: Sequence[Any]) -> list[tuple[str, int, int, Any]] | None:
+def reduction_moves(src: Sequence[Any], dst: Sequence[Any]) -> list[tuple[str, int, int, Any]] | None:
     """Per mesh axis what turns ``src`` into ``dst``: ("all_reduce" | "reduce_scatter", axis,
     dim, explicit sizes or None); None when it is more than reductions of a pending sum (left to
     DTensor)."""
@@ -54,7 +54,7 @@ def reduce_gradients(grads: dict[str, tuple[Any, Sequence[Any]]], storage: dict[
     stored = stored or to_dtensor
     axes = comm.mesh.mesh_dim_names   # comm: a CountingComm, so the run's table shows these
     locals_ = {fqn: g for fqn, (g, _) in grads.items()}
-    plans = {fqn: _moves(lay, storage[fqn]) for fqn, (_, lay) in grads.items()}
+    plans = {fqn: reduction_moves(lay, storage[fqn]) for fqn, (_, lay) in grads.items()}
     out = {}
     for fqn, moves in plans.items():   # anything but pending sums: DTensor's redistribute
         if moves is None:

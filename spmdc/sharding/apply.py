@@ -9,7 +9,15 @@
   ``shard.annotate``, placed just before the first of them, so the gathered copy is not
   kept from forward to backward;
 * user inputs get the plan's input layouts; gradients (``spmdc.grad_of``) are stored like
-  their parameter; the loss (``spmdc.loss``) is replicated.
+  their parameter; the loss (``spmdc.loss``) is replicated. A caller that accumulates
+  gradients over micro-batches asks for them unreduced (``reduce_grads=False``: propagation
+  leaves ``P(sum)`` where the inputs are split), or unreduced only where that costs no memory
+  (``reduce_grads="sharded"``: when no trained parameter is stored sharded along an axis that
+  splits the inputs, :func:`caller_sums_grads`; a pipeline stage then sums its micro-batches'
+  gradients locally and all-reduces them once per step)::
+
+      // reduce_grads=True, plan dp on dp=2:     return ..., %g {shard.sharding = #shard<@m, [R]>}
+      // reduce_grads="sharded", the same plan:  return ..., %g   (propagation: [P(sum)])
 
 Forward ops are the ones the loss or the model outputs depend on; the others are backward.
 """
@@ -111,10 +119,24 @@ def _regather_for_backward(func: FuncOp, arg: Value, ann: AnnotateOp, fwd: set[i
             op.set_operand(idx, copy(v))
 
 
-def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main", reduce_grads: bool = True) -> dict:
+def caller_sums_grads(mesh: Mesh, input_layouts: list, storage: list) -> bool:
+    """Whether a program's gradients are left unreduced for its caller under
+    ``reduce_grads="sharded"``: some mesh axis (of size > 1) splits a user input, and no trained
+    parameter's ``storage`` layout is sharded along such an axis (its unreduced gradient would be
+    whole where the reduced one is a shard: memory held for the whole step)."""
+    from spmdc.dialects.shard import Replicate
+
+    split = {a for lay in input_layouts if lay for a, p in enumerate(lay)
+             if not isinstance(p, Replicate) and mesh.shape[a] > 1}
+    return bool(split) and not any(not isinstance(lay[a], Replicate) for lay in storage for a in split)
+
+
+def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main",
+               reduce_grads: bool | str = True) -> dict:
     """Annotate ``@func_name`` of ``module`` with ``plan`` on ``mesh``; returns the resolved params.
     ``reduce_grads=False`` leaves the gradients' layouts to propagation (unreduced, for
-    accumulating them over micro-batches before one reduction)."""
+    accumulating them over micro-batches before one reduction); ``"sharded"`` does so only
+    where :func:`caller_sums_grads` (else as ``True``)."""
     func = next((op for op in module.body.ops if isinstance(op, FuncOp) and op.sym_name == func_name), None)
     if func is None:
         raise PlanError(f"no function '@{func_name}' to apply the plan to")
@@ -161,6 +183,10 @@ def apply_plan(module: Operation, mesh: Mesh, plan: Plan, func_name: str = "main
                     op.set_operand(idx, ann.result)
         if r.compute != r.storage and plan.reshards(fqn, param_args):
             _regather_for_backward(func, used, ann, fwd, mesh.name, r.compute, arg.name_hint or "p")
+    if reduce_grads == "sharded":
+        trained = [resolved[a.value].storage for i in range(len(func.return_op.operands))
+                   if isinstance(a := func.res_attrs(i).get(GRAD_OF_ATTR), StringAttr) and a.value in resolved]
+        reduce_grads = not caller_sums_grads(mesh, in_layouts, trained)
     model_outputs = [i for i in range(len(func.return_op.operands)) if is_model_output(func, i)]
     out_specs = plan.resolve_outputs(mesh, [func.return_op.operand(i).type.shape for i in model_outputs])  # type: ignore[attr-defined]
     for i in range(len(func.return_op.operands)):

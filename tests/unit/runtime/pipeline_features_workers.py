@@ -22,6 +22,9 @@ def stage(ranks: list[int], mesh: str, plan: str) -> dict[str, Any]:
 PP_TP = {"microbatches": 2, "stages": [stage([0, 1], "tp=2", "megatron"), stage([2, 3], "tp=2", "megatron")]}
 # data parallelism inside stage 0 (fsdp: gradients reduce-scattered there), tensor parallelism in stage 1
 PP_DP = {"microbatches": 2, "stages": [stage([0, 1], "dp=2", "fsdp"), stage([2, 3], "tp=2", "megatron")]}
+# data parallelism with replicated storage in both stages: each stage's gradients summed over the step's
+# micro-batches unreduced, all-reduced once per step; the tied embedding summed piece by piece between them
+PP_DP_REP = {"microbatches": 2, "stages": [stage([0, 1], "dp=2", "dp"), stage([2, 3], "dp=2", "dp")]}
 ALL = {"mixed_precision": "bf16", "checkpoint": "blocks", "clip_grad_norm": 0.5, "grad_accum": 2}
 ALL_FP32 = {k: v for k, v in ALL.items() if k != "mixed_precision"}
 
@@ -42,6 +45,8 @@ CASES: dict[str, tuple[str, dict, dict[str, Any], tuple]] = {
     # would turn from rounding noise into lr-sized steps
     "hf-gpt2 dropout": (HF_GPT2, PP_TP, {}, SGD),
     "hf-gpt2 dropout all fp32": (HF_GPT2, PP_DP, ALL_FP32, SGD),
+    "gpt2 dp-stages all fp32": ("gpt2-tiny", PP_DP_REP, ALL_FP32, OPT),
+    "gpt2 dp-stages bf16": ("gpt2-tiny", PP_DP_REP, {"mixed_precision": "bf16"}, SGD),
 }
 # cases whose one-device reference runs the pipeline's micro-batches one after the other (a gradient-
 # accumulation loop): dropout masks are drawn per micro-batch, in that order
@@ -75,6 +80,8 @@ def run_case(name: str, workload: str, plan: dict, opts: dict[str, Any], optimiz
             "wire": sorted({str(v.dtype) for v in pm.pipeline.split.values.values() if v.dtype.is_floating_point}),
             "param_dtypes": sorted({str(p.dtype) for p in pm.parameters()}),
             "grad_accum": pm.pipeline.accum, "microbatches": pm.pipeline.micro, "draws": len(pm.pipeline._rng.draws),
+            "grad_bytes": sum(p.to_local().numel() * p.to_local().element_size() for n, p in pm.named_parameters()
+                              if p.requires_grad),
             "tied": {name: (pieces, torch.distributed.get_world_size(group) if group is not None else 1,
                             p.to_local().numel() * p.to_local().element_size())
                      for name, (_, group, pieces) in pm.pipeline._shared_groups.items()

@@ -152,6 +152,25 @@ def test_tied_gradients_are_summed_piece_by_piece_where_the_stages_agree(results
         assert results[r]["gpt2 dp-stage all fp32"]["bytes"]["all_reduce"] == whole + 4   # (+ clipping's norm)
 
 
+def test_replicated_gradients_are_reduced_once_per_step(results):
+    """dp (replicated storage) in both stages, grad_accum=2 rounds of 2 micro-batches: the stages'
+    training programs leave their gradients unreduced; each rank sums its 4 micro-batches' and
+    all-reduces them over dp once per step: what its collectives move over dp in a step is its
+    stage's trained gradients once (at most 10 % more: what the programs reduce themselves, the
+    loss per micro-batch, a position embedding's gradient summed over the batch), not 4 times.
+    The tied embedding's piece is summed between the stages after it (2 ranks), clipping adds 4
+    bytes. Equal to one device above; under bf16 too."""
+    for name in ("gpt2 dp-stages all fp32", "gpt2 dp-stages bf16"):
+        for r in range(4):
+            got = results[r][name]
+            moved = sum(v for k, v in got["bytes"].items() if k.startswith("comm."))
+            assert got["grad_bytes"] <= moved < 1.1 * got["grad_bytes"], (name, r, got["bytes"], got["grad_bytes"])
+    for r in range(4):
+        got = results[r]["gpt2 dp-stages all fp32"]
+        (pieces, ranks, local), = got["tied"].values()
+        assert pieces and ranks == 2 and got["bytes"]["all_reduce"] == local + 4
+
+
 def test_grad_accum_runs_the_schedule_n_times(results):
     for r in range(4):
         got = results[r]["gpt2 accum"]

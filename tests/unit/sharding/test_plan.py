@@ -103,3 +103,37 @@ def test_presets():
         preset("fdsp", MESH, PARAMS)
     with pytest.raises(PlanError, match="needs mesh axis 'tp'"):
         preset("megatron", Mesh({"dp": 2}), PARAMS)
+
+
+@pytest.mark.parametrize("mesh,plan,later", [
+    (Mesh({"dp": 2}), "dp", True),              # replicated storage, the batch split: summed by the caller
+    (Mesh({"dp": 2}), "fsdp", False),           # sharded along the batch: reduce-scattered in the program
+    (Mesh({"rep": 2, "dp": 2}), "hsdp", False),  # sharded along dp (one axis suffices)
+    (Mesh({"tp": 2}), "megatron", False),       # nothing splits the batch
+    (Mesh({"dp": 1}), "dp", False),             # an axis of one rank splits nothing
+])
+def test_a_stage_leaves_replicated_gradients_to_its_caller(mesh, plan, later):
+    """``partial_grads="replicated"`` (a pipeline stage's training program): gradients come back
+    unreduced (pending sums where the batch is split) only where every trained parameter is stored
+    replicated along the axes that split it; else reduced to the storage layout in the program."""
+    from spmdc.api.pipeline_boundaries import program_layouts
+    from spmdc.compiler.driver import compile_global
+    from spmdc.frontend.workloads import load_workload
+    from spmdc.runtime.gradients import reduction_moves
+
+    w = load_workload("mlp", batch=4)
+    step = compile_global(w.model, w.inputs, mesh=mesh, plan=plan, train=True, loss_fn=w.loss_fn,
+                          loss_inputs=w.loss_inputs, partial_grads="replicated")
+    whole = compile_global(w.model, w.inputs, mesh=mesh, plan=plan, train=True, loss_fn=w.loss_fn,
+                           loss_inputs=w.loss_inputs)
+    args, res, arg_kinds, res_kinds = program_layouts(step.rank_module(0), step, range(len(step.result_kinds)))
+    storage = {k[6:]: tuple(lay) for k, lay in zip(arg_kinds, args) if k.startswith("param:")}
+    left = {k[5:]: tuple(lay) for k, lay in zip(res_kinds, res) if k.startswith("grad:")}
+    assert len(left) == 4
+    if later:
+        assert all(any(isinstance(p, Partial) for p in lay) for lay in left.values())
+        assert all(all(m[0] == "all_reduce" for m in reduction_moves(lay, storage[n])) for n, lay in left.items())
+        assert step.global_ir.count("comm.all_reduce") < whole.global_ir.count("comm.all_reduce")
+    else:
+        assert left == {n: storage[n] for n in left}
+        assert step.global_ir == whole.global_ir

@@ -51,6 +51,8 @@ CASES = [("gpt2-tiny", Mesh({"dp": 2, "tp": 2}), "fsdp+tp", "adamw"),
          ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=2,dp=2", "fsdp"), "adamw", {"batch": 8}),
          ("llama-tiny", None, PipelinePlan.from_mesh("pp=2,tp=2", "megatron"), "sgd", {"batch": 4}),
          ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=4", "dp"), "adam", {"batch": 8, "n_layer": 4}),
+         # dp stages: each stage's gradients all-reduced once per step (one bucket), the tied one's piece
+         ("gpt2-tiny", None, PipelinePlan.from_mesh("pp=2,dp=2", "dp"), "adamw", {"batch": 8}),
          # the rotary tables are replicated: one rank of stage 0 sends them, its role is its own
          ("llama-tiny", None, PipelinePlan.from_mesh("pp=2,dp=2", "fsdp"), "adamw", {"batch": 8})]
 CPU = device_profile("cpu")
