@@ -199,6 +199,21 @@ def _sync_cost(dist: Any, work: Callable[[], Any], small: Any, reps: int = 12, t
     return max(0.0, both - alone - aligned)
 
 
+RUNTIME_WINDOW_S = 1.5   # seconds every rank trains RUNTIME_MODEL for (_runtime_costs), then half the ranks
+
+
+def _for_a_while(dist: Any, fn: Callable[[], Any], seconds: float, at_least: int, mine: bool = True) -> list[Any]:
+    """``fn()``'s results, called back to back from a barrier for ``seconds`` of wall time (at least
+    ``at_least`` times) where ``mine``, while the other ranks wait in the next barrier."""
+    dist.barrier()
+    out = []
+    end = time.perf_counter() + seconds
+    while mine and (time.perf_counter() < end or len(out) < at_least):
+        out.append(fn())
+    dist.barrier()
+    return out
+
+
 def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 12) -> tuple[float, float, float]:
     """What a kernel and an optimizer op cost when spmdc's runtime runs them, every rank at once:
     ``(µs per kernel, µs per update op, idle speedup)``. Each rank compiles :data:`RUNTIME_MODEL` on a mesh of its
@@ -209,7 +224,8 @@ def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 
     The raw torch op figures above miss both (the runtime's kernel: ~5-10x a bare op on gloo ranks
     sharing cores; a DTensor AdamW op ~2-3x a bare ``mul_``), and the dry run prices with these. The
     idle speedup: the program's time with every rank running over its time on half the ranks while
-    the others wait (ranks sharing cores: ~2; a device per rank: 1)."""
+    the others wait (ranks sharing cores: ~2; a device per rank: 1). Each is the median step of
+    :data:`RUNTIME_WINDOW_S` seconds of training (at least ``reps`` steps)."""
     import dataclasses
 
     import torch
@@ -231,9 +247,8 @@ def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 
                         loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
                         optimizer=Optimizer("adamw", lr=1e-3))
     batch = (*w.inputs, *w.loss_inputs)
-    program, update, alone = [], [], []
 
-    def train(k: int) -> tuple[float, float]:
+    def train() -> tuple[float, float]:
         cm.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         cm.backward(*batch, **w.kwargs)
@@ -241,16 +256,15 @@ def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 
         cm.optimizer.step()
         return t1 - t0, time.perf_counter() - t1
 
-    dist.barrier()   # (every rank compiled: they run at once, as a job's ranks do)
-    for k in range(reps + 2):   # (the first two allocate the optimizer's state and warm up)
-        t_program, t_update = train(k)
-        if k >= 2:
-            program.append(t_program)
-            update.append(t_update)
-    dist.barrier()
-    if dist.get_rank() % 2 == 0:   # half the ranks again while the others wait (a pipeline's fill and drain)
-        alone = [train(k)[0] for k in range(reps)]
-    dist.barrier()
+    train(), train()   # (the first allocates the optimizer's state; warm up)
+    # every rank trains for the same stretch of wall time, so that they all run at once throughout
+    # (timing a fixed number of steps, the first ranks the scheduler woke after a barrier could
+    # finish theirs before the others started: measured 2-3x apart, turn to turn, on 4 ranks)
+    steps = _for_a_while(dist, train, RUNTIME_WINDOW_S, reps)
+    program, update = [p for p, _ in steps], [u for _, u in steps]
+    # half the ranks again while the others wait (a pipeline's fill and drain)
+    halves = _for_a_while(dist, train, RUNTIME_WINDOW_S, reps, dist.get_rank() % 2 == 0)
+    alone = [p for p, _ in halves]
     every: list[Any] = [None] * n
     dist.all_gather_object(every, statistics.median(program) / statistics.median(alone) if alone else None)
     speedup = statistics.median(x for x in every if x is not None) if n > 1 else 1.0
