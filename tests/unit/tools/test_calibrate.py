@@ -11,6 +11,8 @@ and a training step's predicted time includes the update once.
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,9 @@ from spmdc.frontend.workloads import load_workload
 from spmdc.runtime.launcher import launch
 from spmdc.sharding.mesh import Mesh
 from spmdc.tools.calibrate import calibrated_profile, measure_device
+
+sys.path.insert(0, str(Path(__file__).parent))
+import calibrate_workers as W  # noqa: E402
 
 FIGURES = ("launch_us", "dtensor_op_us", "latency_us", "intra_gbps", "inter_gbps", "flops", "hbm_gbps", "overlap",
            "idle_speedup")
@@ -42,6 +47,21 @@ def test_every_rank_gets_the_same_positive_figures(figures):
     assert {(kind, k) for kind, k, _, _ in f["collectives"]} == {("all_reduce", 2), ("all_gather", 2),
                                                                  ("reduce_scatter", 2), ("all_to_all", 2)}
     assert all(alpha >= 1.0 and 0 < gbps <= f["hbm_gbps"] for _, _, alpha, gbps in f["collectives"])
+
+
+def test_every_rank_times_the_same_stretch_then_half_of_them():
+    """The runtime's kernel and update costs and the idle speedup are timed over a stretch of wall
+    time every rank runs through (so that all of them run at once throughout; a fixed number of steps
+    let the first-woken ranks finish before the others started): each rank's calls cover at least
+    the stretch and overlap the other's; then only rank 0 calls while rank 1 waits for it."""
+    got = launch(W.windows, 2, (0.3,), timeout_s=120)
+    for r in (0, 1):
+        calls = got[r]["every"]
+        assert len(calls) >= 3 and calls[-1][1] - calls[0][0] >= 0.3
+    (a0, a1), (b0, b1) = [(got[r]["every"][0][0], got[r]["every"][-1][1]) for r in (0, 1)]
+    assert max(a0, b0) < min(a1, b1) - 0.2   # (run at once for most of the stretch)
+    assert len(got[0]["alone"]) >= 3 and got[1]["alone"] == []
+    assert got[1]["left_alone"] >= got[0]["alone"][-1][1]   # rank 1 waited for rank 0's stretch
 
 
 def test_calibrated_calls_price_the_collectives(figures):
