@@ -204,7 +204,7 @@ def _pending_bytes(module: Any, step: Any, shared_here: set[str]) -> dict[str, i
     another stage of the same ranks also holds (reduced per micro-batch instead)."""
     from spmdc.api.pipeline_boundaries import program_layouts
     from spmdc.compiler.compilation import main_function
-    from spmdc.runtime.gradients import reduction_moves
+    from spmdc.runtime.gradients import summed_later
 
     args, res, arg_kinds, res_kinds = program_layouts(module, step, range(len(step.result_kinds)))
     storage = {kind[6:]: lay for kind, lay in zip(arg_kinds, args) if kind.startswith("param:")}
@@ -215,10 +215,8 @@ def _pending_bytes(module: Any, step: Any, shared_here: set[str]) -> dict[str, i
         name = kind[5:]
         if not kind.startswith("grad:") or name in shared_here or name not in storage:
             continue
-        moves = reduction_moves(tuple(lay), tuple(storage[name]))
-        if moves and all(m[0] == "all_reduce" for m in moves):
-            for m in moves:
-                out[axes[m[1]]] = out.get(axes[m[1]], 0) + _tensor_bytes(types[r])
+        for a in summed_later(tuple(lay), tuple(storage[name])) or []:
+            out[axes[a]] = out.get(axes[a], 0) + _tensor_bytes(types[r])
     return out
 
 

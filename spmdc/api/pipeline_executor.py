@@ -659,12 +659,11 @@ class PipelineExecutor(StageParameters):
         (``P(sum)``) where its storage is replicated, nothing else to move (the stage's program
         leaves them so: :func:`stage_jobs`), and not a parameter two of this rank's stages share
         (interleaved: each stage's program may leave it otherwise)."""
-        from spmdc.runtime.gradients import reduction_moves
+        from spmdc.runtime.gradients import summed_later
 
         if name in self._pending:
             return True
-        moves = reduction_moves(layout, self._storage[name])
-        later = bool(moves) and all(m[0] == "all_reduce" for m in moves) and not (
+        later = summed_later(layout, self._storage[name]) is not None and not (
             name in self._shared_groups and len(set(self._shared_groups[name][0]) & set(self.my_stages)) > 1)
         if later:
             self._pending[name] = layout

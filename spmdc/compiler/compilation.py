@@ -85,6 +85,9 @@ class Compilation:
         from spmdc.sharding.device_groups import HeteroPlan
         from spmdc.sharding.mesh import Mesh
 
+        if partial_grads not in (False, True, "replicated"):
+            raise ValueError(f"partial_grads={partial_grads!r}: expected False (gradients reduced in the program), "
+                             "True (returned unreduced) or 'replicated' (unreduced where stored replicated)")
         hetero = plan if isinstance(plan, HeteroPlan) else None
         if mesh is not None and not hetero:   # "dp=2,tp=2", {"dp": 2}, a DeviceMesh: the documented spellings
             mesh = Mesh.of(mesh)

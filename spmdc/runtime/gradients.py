@@ -44,6 +44,16 @@ def reduction_moves(src: Sequence[Any], dst: Sequence[Any]) -> list[tuple[str, i
     return moves
 
 
+def summed_later(src: Sequence[Any], dst: Sequence[Any]) -> list[int] | None:
+    """The mesh axes along which a gradient in layout ``src`` is only a pending sum (``P(sum)``)
+    where its storage ``dst`` is replicated — what a caller may sum over micro-batches as it is and
+    all-reduce once —, or None when moving it to ``dst`` takes anything else (or nothing)."""
+    moves = reduction_moves(src, dst)
+    if not moves or any(m[0] != "all_reduce" for m in moves):
+        return None
+    return [m[1] for m in moves]
+
+
 def reduce_gradients(grads: dict[str, tuple[Any, Sequence[Any]]], storage: dict[str, Sequence[Any]],
                      comm: Any, to_dtensor: Any, stored: Any = None, relayout: Any = None) -> dict[str, Any]:
     """``{fqn: (local sum, its layout)}`` → ``{fqn: gradient in its storage layout}``, made by

@@ -137,3 +137,13 @@ def test_a_stage_leaves_replicated_gradients_to_its_caller(mesh, plan, later):
     else:
         assert left == {n: storage[n] for n in left}
         assert step.global_ir == whole.global_ir
+
+
+def test_an_unknown_partial_grads_mode_is_refused_by_name():
+    from spmdc.compiler.driver import compile_global
+    from spmdc.frontend.workloads import load_workload
+
+    w = load_workload("mlp", batch=4)
+    with pytest.raises(ValueError, match=r"partial_grads='sharded': expected False .* True .* or 'replicated'"):
+        compile_global(w.model, w.inputs, mesh=Mesh({"dp": 2}), plan="dp", train=True, loss_fn=w.loss_fn,
+                       loss_inputs=w.loss_inputs, partial_grads="sharded")
