@@ -71,7 +71,11 @@ class RunConfig:
     def tolerances(self) -> tuple[float, float]:
         """--check's (rtol, atol): 1e-4 / 1e-5, or 2e-2 / 1e-3 under --mixed-precision (the
         reference computes in the same low precision, but in another order)."""
-        low = self.mixed_precision is not None
+        return self.tolerances_for(self.mixed_precision is not None)
+
+    def tolerances_for(self, low: bool) -> tuple[float, float]:
+        """--check's (rtol, atol) for a run trained in low precision (``low``: this run's policy, or a
+        resumed run's history trained under one) or not; the user's --rtol/--atol win."""
         return (self.rtol if self.rtol is not None else (2e-2 if low else 1e-4),
                 self.atol if self.atol is not None else (1e-3 if low else 1e-5))
 

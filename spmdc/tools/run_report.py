@@ -262,18 +262,21 @@ def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, An
         console.print(Text(f"check failed: eager PyTorch on one device cannot run this model{mp} "
                            f"({type(e).__name__}: {first}), so there is nothing to compare the run with", style="red"))
         return False
-    rtol, atol = cfg.tolerances
+    # a resumed run whose history trained under mixed precision carries that rounding into the
+    # compared steps (eager replays the history in it, in another order): judged as low precision
+    low_precision = cfg.mixed_precision or (before[1].mixed_precision if before else None)
+    rtol, atol = cfg.tolerances_for(low_precision is not None)
     ok, rows = compare(ref, r0, rtol, atol)
     # noise or a bug? ask a float64 run (see spmdc.tools.reference.judge_by_float64); under mixed
     # precision both sides round to bf16/fp16 on purpose and a float64 run is no arbiter
-    second = not ok and cfg.train and cfg.mixed_precision is None
+    second = not ok and cfg.train and low_precision is None
     if second:
         import torch
 
         ref64 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, settings, before, dtype=torch.float64,
                                 workload_args=workload_args(cfg))
         ok = judge_by_float64(rows, ref, ref64, r0, atol)
-    low = not ok and cfg.train and cfg.mixed_precision is not None
+    low = not ok and cfg.train and low_precision is not None
     if low:   # as close to eager low precision as eager float32 is? (spmdc.tools.reference.judge_by_float32)
         import dataclasses
 
@@ -292,7 +295,8 @@ def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, An
             except ValueError:   # (a batch the pieces do not divide evenly: not replayed)
                 split = None
         ok = judge_by_float32(rows, ref, ref32, r0, rtol, atol, split)
-    mp = f", both in {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else ""
+    mp = f", both in {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else \
+        (f", the resumed history in {low_precision} mixed precision" if low_precision else "")
     check = Table(title=f"--check: spmdc vs one device, eager PyTorch{mp} (rtol {rtol:g}, atol {atol:g})")
     extra_col = ("|err| vs fp64: spmdc vs eager fp32",) if second else \
         ("elements over tolerance: spmdc vs eager fp32",) if low else ()

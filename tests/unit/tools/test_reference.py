@@ -131,3 +131,16 @@ def test_a_resumed_runs_history_is_replayed_on_the_batch_it_trained_on():
         torch.testing.assert_close(got["state"][k], v, rtol=1e-5, atol=1e-6)
     old = eager_reference("gpt2-tiny", 1, True, 0, now, before=(1, TrainSettings(optimizer="sgd", lr=0.1)))
     assert any(not torch.equal(old["state"][k], got["state"][k]) for k in got["state"])
+
+
+def test_a_history_trained_in_low_precision_is_judged_as_low_precision():
+    """A float32 run resumed from a bf16 run's checkpoint: eager replays the history in bf16 (in
+    another order than the ranks), so the compared steps carry bf16 rounding; ``--check`` takes the
+    mixed-precision tolerances for it (the user's --rtol/--atol still win)."""
+    from spmdc.tools.run_cmd import RunConfig
+
+    cfg = RunConfig(workload="gpt2-tiny", mesh="dp=4", plan="fsdp")
+    assert cfg.tolerances == cfg.tolerances_for(False) == (1e-4, 1e-5)
+    assert cfg.tolerances_for(True) == (2e-2, 1e-3)
+    own = RunConfig(workload="gpt2-tiny", mesh="dp=4", plan="fsdp", rtol=1e-6, atol=1e-7)
+    assert own.tolerances_for(True) == (1e-6, 1e-7)
