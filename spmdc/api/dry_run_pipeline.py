@@ -196,8 +196,8 @@ def _grad_bytes(module: Any, step: Any) -> tuple[int, int]:
     return sum(sizes), max(sizes, default=0)
 
 
-def _pending_bytes(module: Any, step: Any, shared_here: set[str]) -> dict[str, int]:
-    """Per mesh axis, the bytes of the training program's gradients it leaves unreduced there
+def _pending_bytes(module: Any, step: Any, shared_here: set[str]) -> dict[str, tuple[int, int]]:
+    """Per mesh axis, (bytes, how many) of the training program's gradients it leaves unreduced there
     (pending sums over replicated storage, :func:`~spmdc.api.pipeline_executor.stage_jobs`), which
     the runtime sums over the micro-batches and all-reduces once per step, one bucket per axis
     (:meth:`~spmdc.api.pipeline_executor.PipelineExecutor._sum_later`); ``shared_here``: parameters
@@ -210,13 +210,14 @@ def _pending_bytes(module: Any, step: Any, shared_here: set[str]) -> dict[str, i
     storage = {kind[6:]: lay for kind, lay in zip(arg_kinds, args) if kind.startswith("param:")}
     types = main_function(module).function_type.results
     axes = step.mesh.axis_names
-    out: dict[str, int] = {}
+    out: dict[str, tuple[int, int]] = {}
     for r, (kind, lay) in enumerate(zip(res_kinds, res)):
         name = kind[5:]
         if not kind.startswith("grad:") or name in shared_here or name not in storage:
             continue
         for a in summed_later(tuple(lay), tuple(storage[name])) or []:
-            out[axes[a]] = out.get(axes[a], 0) + _tensor_bytes(types[r])
+            nbytes, count = out.get(axes[a], (0, 0))
+            out[axes[a]] = (nbytes + _tensor_bytes(types[r]), count + 1)
     return out
 
 
@@ -243,7 +244,8 @@ class _StageRole:
     largest_grad: int
     update: int                  # the optimizer update's temporaries
     ops: int
-    pending: dict[str, int] = dataclasses.field(default_factory=dict)   # axis -> gradient bytes reduced once a step
+    pending: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)   # axis -> (bytes, gradients)
+    # reduced once a step
 
 
 @dataclass
@@ -484,13 +486,14 @@ def pipeline_dry_run(model: Any, inputs: Sequence[Any], *, plan: Any, device: An
                     row.bytes += nbytes
                     row.seconds += all_reduce_seconds(nbytes, ranks, device)
                     syncs += 1   # (it waits for the other stages' last backward)
-            pending: dict[str, int] = {}   # every stage's gradients reduced once: one bucket per axis
+            pending: dict[str, tuple[int, int]] = {}   # every stage's gradients reduced once: one bucket per axis
             for f in facts.values():
-                for axis, nbytes in f.pending.items():
-                    pending[axis] = pending.get(axis, 0) + nbytes
-            for axis, nbytes in sorted(pending.items(), key=lambda kv: mesh.axis_names.index(kv[0])):
+                for axis, (nbytes, count) in f.pending.items():
+                    had = pending.get(axis, (0, 0))
+                    pending[axis] = (had[0] + nbytes, had[1] + count)
+            for axis, (nbytes, count) in sorted(pending.items(), key=lambda kv: mesh.axis_names.index(kv[0])):
                 before = sum(r.seconds for r in rows.values())
-                _add_call(rows, "comm.all_reduce_bucket", (axis,), nbytes, mesh, device)
+                _add_call(rows, "comm.all_reduce_bucket", (axis,), nbytes, mesh, device, members=count)
                 seconds_m += sum(r.seconds for r in rows.values()) - before
                 syncs += 1   # (after the last backward, from the stage's own work)
             loss = rows.setdefault(("pp", "broadcast"), CommRow("pp", "broadcast"))   # the step's loss, to every rank

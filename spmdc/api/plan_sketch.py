@@ -25,7 +25,9 @@ The sketch of a candidate on ``pp × rep × dp × tp (× ep)`` ranks, ``L`` bloc
   all-reduces the shards over ``rep`` (in a pipeline, per micro-batch, gathering twice: its
   forward and its backward are two programs); ``tp`` all-reduces a block's input four times (two in the
   forward, two in the backward); ``ep`` exchanges it four times (all-to-all); ``pp`` sends it
-  forward and back per micro-batch; hidden behind compute by the device's ``overlap``; plus the
+  forward and back per micro-batch; each bucketed call also its members' packing (the device's
+  :meth:`~spmdc.compiler.devices.DeviceProfile.member_us` per tensor); hidden behind compute by the
+  device's ``overlap``; plus the
   device's ``sync_us`` per wait on peers after computing alone (:func:`~spmdc.api.predict.sync_points`:
   each fsdp gather, each ``tp`` all-reduce, each micro-batch's receives, the gradients' reductions);
 * **the update**: as a prediction prices it (:func:`~spmdc.api.predict.optimizer_seconds`: a host
@@ -239,13 +241,21 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
     us = syncs = 0.0   # (syncs: the waits on peers after computing alone, predict.sync_points)
     per = m if pp > 1 else 1   # (a pipeline's stage programs gather and reduce per micro-batch)
     tokens = profile.boundary * share               # one block's input per micro-batch and rank
-    summed = 0.0   # (dp in a pipeline: the stage's gradients summed over its micro-batches, all-reduced once)
+    summed = summed_members = 0.0   # (dp in a pipeline: the stage's gradients summed over its micro-batches,
+    # all-reduced once)
+
+    def members(kind: str, n: int, count: float) -> float:   # µs of packing ``count`` tensors into buckets
+        return count * device.member_us(kind, n) if n > 1 and hasattr(device, "member_us") else 0.0
+
     for part, k, in_block in ((r, 1, False), (b, blocks, True)):
         params, grads = part.params / (tp * ep), part.params * profile.trainable / (tp * ep)
+        held = profile.block_tensors if in_block else profile.rest_tensors
         if c.preset == "dp" and pp > 1:
             summed += k * grads
+            summed_members += k * held
         elif c.preset == "dp":
             us += k * spread(axis("dp").all_reduce, grads, part.grad_calls, rep * dp)
+            us += members("all_reduce", rep * dp, k * held)
             syncs += 1 if in_block and rep * dp > 1 else 0   # (the gradients' reductions, waited at the end)
         elif fsdp:
             twice = c.reshard_after_forward or pp > 1   # (its forward and backward are two programs)
@@ -253,8 +263,11 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
             syncs += (k * per * gathers + (per if in_block else 0)) if dp > 1 else 0   # (each gather; the scatters)
             us += k * per * spread(axis("dp").all_gather, params * (2 if twice else 1), gathers, dp)
             us += k * per * spread(axis("dp").reduce_scatter, grads, part.scatters, dp)
+            us += members("all_gather", dp, k * per * held * (2 if twice else 1))
+            us += members("reduce_scatter", dp, k * per * held)
             if rep > 1:
                 us += k * per * spread(axis("rep").all_reduce, grads / dp, part.scatters, rep)
+                us += members("all_reduce", rep, k * per * held)
         if tp > 1:
             tp_bytes = part.tp_bytes * share if part.tp_bytes else (4 * tokens if in_block else 0.0)
             us += k * m * spread(axis("tp").all_reduce, tp_bytes, part.tp_calls, tp)
@@ -262,7 +275,7 @@ def sketch(c: Any, profile: ModelProfile, device: Any) -> tuple[float, float]:
         if ep > 1 and in_block:
             us += k * m * 4 * axis("ep").all_to_all(tokens * ep, ep)
     if summed and rep * dp > 1:   # (one bucket, after the last micro-batch)
-        us += axis("dp").all_reduce(summed, rep * dp)
+        us += axis("dp").all_reduce(summed, rep * dp) + members("all_reduce", rep * dp, summed_members)
         syncs += 1
     if pp > 1:
         us += 2 * m * (device.latency_us + tokens / (device.axis_bandwidth(mesh, "pp") * 1e3))

@@ -23,7 +23,8 @@ table equals the prediction for every collective whose sizes are static (an expe
 rows depend on the routing: its capacity bound is given, marked ``≤``).
 
 **Time**: every op a roofline ``max(flops / peak, bytes / HBM) + launch``; every collective
-``α-β`` over its axes' link (:class:`~spmdc.sharding.cost.AxisCost`); a program scheduled with
+``α-β`` over its axes' link (:class:`~spmdc.sharding.cost.AxisCost`; on a calibrated profile as
+measured per kind and group size, a bucketed call plus its members' packing); a program scheduled with
 overlap (``comm.*_start``/``comm.wait``) hides collectives behind compute up to the compute time,
 a synchronous one adds them; each of the program's :func:`sync_points` (a wait on peers after
 computing alone) adds the device's ``sync_us`` (ranks sharing cores; 0 for a device per rank).
@@ -506,7 +507,7 @@ def comm_rows(func: Any, mesh: Any, device: Any, job_rank: int | None = None,
                 row.bytes += nbytes
                 row.seconds += cost.all_reduce(nbytes, max(n, 2)) * 1e-6
             continue
-        _add_call(rows, kind, _axes_of(op), payload_bytes(op), mesh, device)
+        _add_call(rows, kind, _axes_of(op), payload_bytes(op), mesh, device, members=len(op.operands))
     return list(rows.values())
 
 
@@ -523,9 +524,14 @@ def all_reduce_seconds(nbytes: int, n: int, device: Any) -> float:
 
 
 def _add_call(rows: dict[tuple[str, str], CommRow], kind: str, axes: tuple[str, ...], nbytes: int, mesh: Any,
-              device: Any) -> None:
+              device: Any, members: int = 1) -> None:
     """Count one call of collective ``kind`` over ``axes`` with ``nbytes`` of payload into its row,
-    with its α-β seconds."""
+    with its α-β seconds; a bucketed call (``comm.*_bucket``) of ``members`` tensors also with the
+    host time of packing and unpacking them (the device's :meth:`~spmdc.compiler.devices.DeviceProfile.member_us`
+    per member)::
+
+        %g:2 = comm.all_gather_bucket %a, %b {axis = "dp", ...}   // one call + 2 members' packing
+    """
     from spmdc.sharding.cost import AxisCost
 
     key = (",".join(axes) or "(groups)", kind)
@@ -541,6 +547,8 @@ def _add_call(rows: dict[tuple[str, str], CommRow], kind: str, axes: tuple[str, 
     short = kind.removeprefix("comm.").removesuffix("_bucket")
     if short == "all_slice":
         return
+    if kind.endswith("_bucket") and n > 1 and hasattr(device, "member_us"):
+        row.seconds += members * device.member_us(short, n) * 1e-6
     measured = device.call_us("all_to_all" if short.startswith("expert_") else short, n, nbytes) if n > 1 else None
     if measured is not None:   # (a calibrated profile: what one such call took on these ranks)
         row.seconds += measured * 1e-6

@@ -69,6 +69,12 @@ class DeviceProfile:
     ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` (an expert dispatch or combine is
     one ``all_to_all``); a call of a kind listed is priced as
     α + payload / bandwidth (:meth:`call_us`), others by the ring model over the links."""
+    bucket_members: tuple[tuple[str, int, float], ...] = ()
+    """Measured host time of a bucketed call's members (``spmdc calibrate``): ``(kind, group size, µs
+    per member)`` for ``all_gather``, ``reduce_scatter``, ``all_reduce``: the runtime packs each member
+    into the bucket and unpacks it after (per rank's piece: views, splits, a copy each), a bucket of
+    ``k`` members costs ``k`` times this on top of its call (:meth:`member_us`); none on the
+    data-sheet profiles."""
 
     def call_us(self, kind: str, n: int, nbytes: float) -> float | None:
         """A measured call's µs (the entry of ``kind`` with the nearest group size), or None."""
@@ -77,6 +83,12 @@ class DeviceProfile:
             return None
         _, _, alpha, gbps = min(rows, key=lambda c: (abs(c[1] - n), c[1]))
         return alpha + nbytes / (gbps * 1e3)
+
+    def member_us(self, kind: str, n: int) -> float:
+        """µs a member of a bucketed ``kind`` call adds (the entry with the nearest group size), 0 if
+        none was measured."""
+        rows = [c for c in self.bucket_members if c[0] == kind]
+        return min(rows, key=lambda c: (abs(c[1] - n), c[1]))[2] if rows else 0.0
 
     def axis_bandwidth(self, mesh: Any, axes: tuple[str, ...] | list[str] | str) -> float:
         """GB/s of a collective over ``axes`` of ``mesh``: ``intra`` when every rank of the group is
@@ -109,7 +121,7 @@ DEVICES: dict[str, DeviceProfile] = {p.name: p for p in (
                   rough=True),
 )}
 ALIASES = {"h100-sxm": "h100", "a100-80gb": "a100"}
-_FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough", "collectives"}
+_FIELDS = {f.name for f in dataclasses.fields(DeviceProfile)} - {"name", "rough", "collectives", "bucket_members"}
 _MAY_BE_ZERO = {"scatter_staging", "overlap", "sync_us"}   # (gloo ranks sharing cores may hide none)
 
 
@@ -148,8 +160,9 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"device profile '{path}': unknown field '{unknown[0]}' (fields: {', '.join(sorted(names))})")
-    if "collectives" in data:
-        data["collectives"] = tuple(tuple(c) for c in data["collectives"])
+    for table in ("collectives", "bucket_members"):
+        if table in data:
+            data[table] = tuple(tuple(c) for c in data[table])
     try:
         return DeviceProfile(**data)
     except TypeError as e:

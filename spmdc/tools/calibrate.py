@@ -22,17 +22,26 @@ ranks' contention for the cores is in the figures):
 * ``intra_gbps``/``inter_gbps``: from an all-reduce of 4 MiB less the small one's time (every rank
   on one machine: ``node_size`` is the job);
 * ``flops``: a 256×256×256 float32 matmul; ``hbm_gbps``: a 32 MiB copy (read and write);
-* ``overlap``: how much of the big all-reduce hides behind as many matmuls as take as long, run
-  together (1: all of it, 0: none; gloo ranks sharing their cores hide little);
+* ``overlap``: the share of its collectives' time spmdc's runtime hides behind its compute, measured
+  in place: :data:`RUNTIME_MODEL` trained under ``fsdp`` over the whole job with its collectives
+  started early (``schedule-collectives``) against the same program with each collective synchronous
+  (``--no-overlap``), the difference over the part that could hide (the smaller of the program on a
+  mesh of its own and the synchronous program's collectives) (:func:`_overlap_in_place`; 1: all of
+  it, 0: none; 4 or 8 gloo ranks sharing 2 cores: ~0.05-0.3). A big all-reduce beside as many
+  matmuls, timed a few times, had given 0.0-0.7 from one calibration to the next;
 * ``collectives``: per kind spmdc's runtime issues (all-reduce, all-gather, reduce-scatter, all-to-all) and
   group size, the time of one call as α + payload / bandwidth, fitted to calls of 16 KiB and 1 MiB
   per rank with every group of that size running at once (what the dry run prices each call with,
   in place of the ring model's α-β per hop, which on gloo ranks sharing cores is off by ~10x);
+* ``bucket_members``: per bucketed kind (all-gather, reduce-scatter, all-reduce) and group size, the
+  host time one more member adds to a bucket (packing it, unpacking each rank's piece): a bucket of
+  :data:`MEMBERS` tensors against one tensor of the same bytes (an fsdp bucket holds a block's
+  parameters, ~10 of them);
 * ``sync_us``: what each of a program's :func:`~spmdc.api.predict.sync_points` (a wait on peers
   after computing alone) costs beyond the call's price: rounds of a few ms of the ops above each
   followed by a small all-reduce, less the ops alone and the all-reduce after a barrier
-  (:func:`_sync_cost`; on ranks sharing cores the slowest peer's lag, ~0.5-0.8 ms on 4 ranks
-  sharing 2 cores, ~1-1.8 ms on 8); ~0 for a device per rank;
+  (:func:`_sync_cost`; on ranks sharing cores the slowest peer's lag, ~0.8-1.2 ms on 4 ranks
+  sharing 2 cores, ~1-1.7 ms on 8); ~0 for a device per rank;
 * ``idle_speedup``: how much faster that program runs on half the ranks while the others wait in a
   barrier (ranks sharing cores: a pipeline's fill and drain run that much faster; 1 for a device per rank);
 * ``scatter_staging``: the memory the backend allocates of its own while the runtime reduce-scatters
@@ -110,25 +119,10 @@ def measure_device(reps: int = 20) -> dict[str, float]:
         src = torch.ones(8 << 20, device=dev)   # 32 MiB
         dst = torch.empty_like(src)
         t_copy = _median_seconds(lambda: (dst.copy_(src), sync()), max(3, reps // 4))
-        k = max(1, round(t_big / t_mm))   # matmuls as long as the big all-reduce
-
-        def matmuls() -> None:
-            for _ in range(k):
-                a @ a
-            sync()
-
-        def both() -> None:
-            work = dist.all_reduce(big, async_op=True)
-            matmuls()
-            work.wait()
-            sync()
-
         skew = _sync_cost(dist, ops, small) if n > 1 else 0.0
-        t_k = _median_seconds(matmuls, max(3, reps // 4), dist.barrier)
-        t_both = _median_seconds(both, max(3, reps // 4), dist.barrier)
         scatter = _scatter_staging(dist, dev, n) if n > 1 else 0.0
-        program_us, update_us, speedup = _runtime_costs(dev, n, 2 * 256 ** 3 / t_mm,
-                                               2 * src.numel() * src.element_size() / t_copy / 1e9)
+        program_us, update_us, speedup, overlap = _runtime_costs(dev, n, 2 * 256 ** 3 / t_mm,
+                                                        2 * src.numel() * src.element_size() / t_copy / 1e9)
         steps = max(1, 2 * (n - 1))
         moved = 2 * big.numel() * big.element_size() * (n - 1) / max(n, 1)   # ring all-reduce: bytes per rank
         mine = {"launch_us": max(launch * 1e6, program_us), "dtensor_op_us": max(dtensor_op * 1e6, update_us),
@@ -136,7 +130,7 @@ def measure_device(reps: int = 20) -> dict[str, float]:
                 "intra_gbps": moved / max(t_big - t_small, 1e-9) / 1e9 if n > 1 else 0.0,
                 "flops": 2 * 256 ** 3 / t_mm,
                 "hbm_gbps": 2 * src.numel() * src.element_size() / t_copy / 1e9,
-                "overlap": min(1.0, max(0.0, (t_k + t_big - t_both) / min(t_k, t_big))), "idle_speedup": speedup,
+                "overlap": overlap, "idle_speedup": speedup,
                 "sync_us": skew * 1e6,
                 "scatter_staging": scatter}
         copy_gbps = 2 * src.numel() * src.element_size() / t_copy / 1e9
@@ -148,6 +142,8 @@ def measure_device(reps: int = 20) -> dict[str, float]:
             out["collectives"] = tuple((kind, k, statistics.median(r[1][(kind, k)][0] for r in every),
                                         statistics.median(r[1][(kind, k)][1] for r in every))
                                        for kind, k in sorted(costs))
+            out["bucket_members"] = tuple((kind, k, statistics.median(r[1][(kind, k)][2] for r in every))
+                                          for kind, k in sorted(costs) if kind in BUCKETED)
         if n == 1:
             for key in ("intra_gbps", "latency_us", "overlap", "scatter_staging", "idle_speedup", "sync_us"):
                 out.pop(key)
@@ -164,16 +160,17 @@ RUNTIME_MODEL = ("gpt2-tiny", {"n_layer": 1, "batch": 4})   # what _runtime_cost
 SYNC_WORK = 4   # the work between waits _sync_cost measures: this many rounds of measure_device's ops
 
 
-def _sync_cost(dist: Any, work: Callable[[], Any], small: Any, reps: int = 12, turns: int = 5) -> float:
+def _sync_cost(dist: Any, work: Callable[[], Any], small: Any, reps: int = 12, turns: int = 20) -> float:
     """Seconds a collective waits beyond its price when the ranks come to it from their own work
     (:func:`~spmdc.api.predict.sync_points`), on this rank: ``reps`` rounds of :data:`SYNC_WORK`
     times ``work`` (~2-5 ms on ranks sharing cores, what a small model computes between waits) each
     followed by a small all-reduce, less as many rounds of the work alone (every rank at once) and
     as many all-reduces each after a barrier (how :func:`_collective_costs` prices a call), per
-    round, in ``turns`` turns. On ranks sharing cores the scheduler runs the ranks unevenly, and a
-    rank that finished its work waits for the slowest peer (measured on 2 cores: ~0.5-0.8 ms per
-    wait for 4 ranks, ~1-1.8 ms for 8; it grows with the work between waits); with a device per rank
-    it is ~0 (a device's skew is in its compute)."""
+    round, in ``turns`` turns (the median of 20: with 5, one launch's figure was 0.5-1.6 ms on 4
+    ranks sharing 2 cores, with 20 0.8-1.2 ms). On ranks sharing cores the scheduler runs the ranks
+    unevenly, and a rank that finished its work waits for the slowest peer (measured on 2 cores:
+    ~0.8-1.2 ms per wait for 4 ranks, ~1-1.7 ms for 8; it grows with the work between waits); with a
+    device per rank it is ~0 (a device's skew is in its compute)."""
     def loop(what: str) -> float:
         dist.barrier()
         took = 0.0
@@ -214,18 +211,51 @@ def _for_a_while(dist: Any, fn: Callable[[], Any], seconds: float, at_least: int
     return out
 
 
-def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 12) -> tuple[float, float, float]:
-    """What a kernel and an optimizer op cost when spmdc's runtime runs them, every rank at once:
-    ``(µs per kernel, µs per update op, idle speedup)``. Each rank compiles :data:`RUNTIME_MODEL` on a mesh of its
-    own (one rank: no collectives) and trains it; a kernel's cost is the program's time (forward and
-    backward) less the roofline of its kernels at ``flops``/``hbm_gbps``, over the kernels the dry run
-    counts (the generated code's Python, views and the autograd around it included); an update op's
-    is the time of ``torch.optim``'s AdamW update over the ops it issues (:func:`optimizer_ops`).
-    The raw torch op figures above miss both (the runtime's kernel: ~5-10x a bare op on gloo ranks
-    sharing cores; a DTensor AdamW op ~2-3x a bare ``mul_``), and the dry run prices with these. The
-    idle speedup: the program's time with every rank running over its time on half the ranks while
-    the others wait (ranks sharing cores: ~2; a device per rank: 1). Each is the median step of
-    :data:`RUNTIME_WINDOW_S` seconds of training (at least ``reps`` steps)."""
+def _agreed(dist: Any, fn: Callable[[], float], seconds: float, at_least: int) -> list[float]:
+    """``fn()``'s seconds, called back to back from a barrier as many times on every rank (``fn``
+    issues collectives): the fewest any rank expects to fill ``seconds`` from two calls, at least
+    ``at_least``."""
+    import torch
+
+    dist.barrier()
+    took = max(1e-6, min(fn(), fn()))
+    count = torch.tensor([max(at_least, int(seconds / took))])
+    dist.all_reduce(count, op=dist.ReduceOp.MIN)
+    dist.barrier()
+    return [fn() for _ in range(int(count))]
+
+
+def _overlap_in_place(train: Callable[[Any], Callable[[], float]], overlapped: Any, synchronous: Any, alone: float,
+                      dist: Any, reps: int, turns: int = 3) -> float:
+    """The share of the collectives' time the runtime hides behind compute: ``train(cm)`` times a
+    step of ``overlapped`` (:data:`RUNTIME_MODEL` under ``fsdp`` over the job, its collectives started
+    early) and of ``synchronous`` (the same, ``overlap=False``), in ``turns`` turns of
+    :data:`RUNTIME_WINDOW_S` / ``turns`` seconds each (every rank the same number of steps);
+    ``(synchronous - overlapped) / min(alone, synchronous - alone)`` of their median steps, ``alone``
+    the program's seconds on a mesh of its own (its compute), clamped to [0, 1]."""
+    times: dict[str, list[float]] = {"overlapped": [], "synchronous": []}
+    for _ in range(turns):   # (taking turns: a burst of other work slows each a little)
+        for key, cm in (("overlapped", overlapped), ("synchronous", synchronous)):
+            times[key] += _agreed(dist, train(cm), RUNTIME_WINDOW_S / turns, max(3, reps // turns))
+    ov, syn = statistics.median(times["overlapped"]), statistics.median(times["synchronous"])
+    hideable = min(alone, syn - alone)
+    return min(1.0, max(0.0, (syn - ov) / hideable)) if hideable > 0 else 0.0
+
+
+def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float,
+                   reps: int = 12) -> tuple[float, float, float, float]:
+    """What a kernel and an optimizer op cost when spmdc's runtime runs them, every rank at once: ``(µs per kernel,
+    µs per update op, idle speedup, overlap)``. Each rank compiles :data:`RUNTIME_MODEL` on a mesh of its own
+    (one rank: no collectives) and trains it; a kernel's cost is the program's time (forward and backward) less
+    the roofline of its kernels at ``flops``/``hbm_gbps``, over the kernels the dry run counts (the generated
+    code's Python, views and the autograd around it included); an update op's is the time of ``torch.optim``'s
+    AdamW update over the ops it issues (:func:`optimizer_ops`). The raw torch op figures above miss both (the
+    runtime's kernel: ~5-10x a bare op on gloo ranks sharing cores; a DTensor AdamW op ~2-3x a bare ``mul_``),
+    and the dry run prices with these. The idle speedup: the program's time with every rank running over its
+    time on half the ranks while the others wait (ranks sharing cores: ~2; a device per rank: 1). Each is the
+    median step of :data:`RUNTIME_WINDOW_S` seconds of training (at least ``reps`` steps). The overlap: the same
+    model trained under ``fsdp`` over the job, its collectives started early and synchronous
+    (:func:`_overlap_in_place`; 0 for one rank)."""
     import dataclasses
 
     import torch
@@ -242,20 +272,27 @@ def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 
     name, sizes = RUNTIME_MODEL
     own = init_device_mesh(dev.type, (n, 1), mesh_dim_names=("rank", "dp"))["dp"]
     w = load_workload(name, **sizes)
-    torch.manual_seed(0)
-    cm = CompiledModule(w.model, tuple(w.inputs), mesh=Mesh({"dp": 1}), device_mesh=own, plan="dp", train=True,
-                        loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
-                        optimizer=Optimizer("adamw", lr=1e-3))
+
+    def compiled(**kw: Any) -> Any:
+        torch.manual_seed(0)
+        return CompiledModule(w.model, tuple(w.inputs), train=True, loss_fn=w.loss_fn,
+                              loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
+                              optimizer=Optimizer("adamw", lr=1e-3), **kw)
+
     batch = (*w.inputs, *w.loss_inputs)
 
-    def train() -> tuple[float, float]:
-        cm.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        cm.backward(*batch, **w.kwargs)
-        t1 = time.perf_counter()
-        cm.optimizer.step()
-        return t1 - t0, time.perf_counter() - t1
+    def timed(cm: Any) -> Callable[[], tuple[float, float]]:
+        def step() -> tuple[float, float]:
+            cm.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            cm.backward(*batch, **w.kwargs)
+            t1 = time.perf_counter()
+            cm.optimizer.step()
+            return t1 - t0, time.perf_counter() - t1
+        return step
 
+    cm = compiled(mesh=Mesh({"dp": 1}), device_mesh=own, plan="dp")
+    train = timed(cm)
     train(), train()   # (the first allocates the optimizer's state; warm up)
     # every rank trains for the same stretch of wall time, so that they all run at once throughout
     # (timing a fixed number of steps, the first ranks the scheduler woke after a barrier could
@@ -275,22 +312,36 @@ def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float, reps: int = 
     per, fixed = optimizer_ops("adamw")
     params = [p for p in cm.parameters() if p.requires_grad]
     moved = per * 2 * sum(p.numel() * p.element_size() for p in params) / (hbm_gbps * 1e9)
+    overlap = 0.0
+    if n > 1:   # the runtime's own collectives over the whole job, started early or where needed
+        fsdp = [compiled(mesh=Mesh({"dp": n}), plan="fsdp", overlap=ov) for ov in (True, False)]
+        for c in fsdp:
+            timed(c)()   # (allocates the optimizer's state)
+        mine = _overlap_in_place(lambda c: (lambda: timed(c)()[0]), *fsdp, statistics.median(program), dist, reps)
+        dist.all_gather_object(every, mine)
+        overlap = statistics.median(every)
     return (max(0.0, statistics.median(program) - seconds) / max(kernels, 1) * 1e6,
-            max(0.0, statistics.median(update) - moved) / (per * len(params) + fixed) * 1e6, max(1.0, speedup))
+            max(0.0, statistics.median(update) - moved) / (per * len(params) + fixed) * 1e6, max(1.0, speedup),
+            overlap)
 
 
 SMALL, LARGE = 16 << 10, 1 << 20   # payload bytes per rank of a collective call measured
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")   # the runtime's calls, measured per group size
+BUCKETED = ("all_reduce", "all_gather", "reduce_scatter")   # the kinds the runtime also issues as buckets
+MEMBERS = 16   # tensors in the bucket _collective_costs times (SMALL bytes in all) against one of SMALL bytes
 
 
-def _collective_costs(dev: Any, n: int, reps: int, copy_gbps: float) -> dict[tuple[str, int], tuple[float, float]]:
+def _collective_costs(dev: Any, n: int, reps: int,
+                      copy_gbps: float) -> dict[tuple[str, int], tuple[float, float, float]]:
     """Per collective kind spmdc's runtime issues (:data:`KINDS`:
     :class:`~spmdc.runtime.collectives.Collectives`, gloo's pairwise exchanges included) and group
     size ``k`` (each divisor of ``n`` from 2, every group of that size running at once, as a mesh
-    axis's do): ``(α µs per call, GB/s of payload)`` fitted to calls of 16 KiB and 1 MiB of payload
-    per rank (the operand bytes the dry run counts), the median of ``reps`` calls each, the calls
-    taking turns; the bandwidth at most ``copy_gbps`` (a call that took no longer for 1 MiB than for
-    16 KiB still copies its bytes)."""
+    axis's do): ``(α µs per call, GB/s of payload, µs per bucket member)``, the first two fitted to
+    calls of 16 KiB and 1 MiB of payload per rank (the operand bytes the dry run counts), the median
+    of ``reps`` calls each, the calls taking turns; the bandwidth at most ``copy_gbps`` (a call that
+    took no longer for 1 MiB than for 16 KiB still copies its bytes). The last (:data:`BUCKETED`
+    kinds; 0 for the others): a bucketed call (``all_gather_bucket`` ...) of :data:`MEMBERS` tensors
+    of 16 KiB in all less one of a single 16 KiB tensor, over the members added."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -308,6 +359,13 @@ def _collective_costs(dev: Any, n: int, reps: int, copy_gbps: float) -> dict[tup
                                          "all_gather": lambda x=x: comm.all_gather(x, "g", 0, (k * x.numel(),)),
                                          "reduce_scatter": lambda x=x: comm.reduce_scatter(x, "g", 0, "sum"),
                                          "all_to_all": lambda x=x: comm.all_to_all(x, "g", 0, 0, tuple(x.shape))}[kind]
+            for m in ((1, MEMBERS) if kind in BUCKETED else ()):
+                xs = [torch.ones(SMALL // 4 // m, device=dev) for _ in range(m)]
+                calls[(kind, -m)] = {
+                    "all_reduce": lambda xs=xs: comm.all_reduce_bucket(xs, ["g"], "sum"),
+                    "all_gather": lambda xs=xs: comm.all_gather_bucket(xs, "g", [0] * len(xs),
+                                                                       [(k * x.numel(),) for x in xs]),
+                    "reduce_scatter": lambda xs=xs: comm.reduce_scatter_bucket(xs, "g", [0] * len(xs), "sum")}[kind]
         times: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
         for _ in range(reps):   # the calls take turns: a burst of other work slows each a little
             for key, call in calls.items():
@@ -316,7 +374,11 @@ def _collective_costs(dev: Any, n: int, reps: int, copy_gbps: float) -> dict[tup
             small, large = (statistics.median(times[(kind, b)]) for b in (SMALL, LARGE))
             per_byte = max(large - small, 0.0) / (LARGE - SMALL)
             gbps = min(copy_gbps, 1 / per_byte / 1e9) if per_byte > 0 else copy_gbps
-            out[(kind, k)] = (max(1.0, (small - SMALL / (gbps * 1e9)) * 1e6), gbps)
+            member = 0.0
+            if kind in BUCKETED:
+                one, many = (statistics.median(times[(kind, -m)]) for m in (1, MEMBERS))
+                member = max(0.0, many - one) / (MEMBERS - 1) * 1e6
+            out[(kind, k)] = (max(1.0, (small - SMALL / (gbps * 1e9)) * 1e6), gbps, member)
     return out
 
 
@@ -349,6 +411,7 @@ def calibrated_profile(base: str, figures: dict[str, float]) -> Any:
 
     from spmdc.compiler.devices import device_profile
 
-    p = device_profile(base, {k: v for k, v in figures.items() if k != "collectives"})
+    p = device_profile(base, {k: v for k, v in figures.items() if k not in ("collectives", "bucket_members")})
     return dataclasses.replace(p, name=f"{p.name}-calibrated", rough=False,
-                               collectives=tuple(tuple(c) for c in figures.get("collectives", ())))
+                               collectives=tuple(tuple(c) for c in figures.get("collectives", ())),
+                               bucket_members=tuple(tuple(c) for c in figures.get("bucket_members", ())))

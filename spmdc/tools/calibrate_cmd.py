@@ -63,16 +63,17 @@ def calibrate_main(args: argparse.Namespace) -> int:
     table.add_column("figure")
     table.add_column("value", justify="right")
     for k, v in sorted(figures.items()):
-        if k != "collectives":
+        if k not in ("collectives", "bucket_members"):
             table.add_row(k, f"{v:.4g}")
     console.print(table)
     if profile.collectives:
         calls = Table(title="one collective call: α + payload / bandwidth (spmdc's runtime, every group at once)")
-        for col in ("collective", "group size", "α µs", "GB/s", "16 KiB µs", "1 MiB µs"):
+        for col in ("collective", "group size", "α µs", "GB/s", "16 KiB µs", "1 MiB µs", "µs per bucket member"):
             calls.add_column(col, justify="left" if col == "collective" else "right")
         for kind, k, alpha, gbps in profile.collectives:
             calls.add_row(kind, str(k), f"{alpha:,.0f}", f"{gbps:.3g}", f"{profile.call_us(kind, k, 16 << 10):,.0f}",
-                          f"{profile.call_us(kind, k, 1 << 20):,.0f}")
+                          f"{profile.call_us(kind, k, 1 << 20):,.0f}",
+                          f"{profile.member_us(kind, k):,.0f}" if kind != "all_to_all" else "")
         console.print(calls)
     console.print(f"wrote {path} (use it with --device {args.name if args.out is None else path})")
     return 0

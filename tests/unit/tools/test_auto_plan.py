@@ -159,7 +159,8 @@ def test_run_plan_auto_runs_the_best_layout_and_matches_one_device(tmp_path):
 
 def test_stored_profiles_round_trip_and_are_found_by_name(tmp_path, monkeypatch):
     monkeypatch.setenv("SPMDC_DEVICE_DIR", str(tmp_path / "devices"))
-    p = DeviceProfile("mybox", 1e11, 15, 6, 0.5, 0.5, node_size=4, latency_us=900.0)
+    p = DeviceProfile("mybox", 1e11, 15, 6, 0.5, 0.5, node_size=4, latency_us=900.0,
+                      collectives=(("all_gather", 2, 100.0, 0.5),), bucket_members=(("all_gather", 2, 40.0),))
     path = save_profile(p)
     assert path == tmp_path / "devices" / "mybox.json"
     assert device_profile("mybox") == p == load_profile(path) == device_profile(str(path))

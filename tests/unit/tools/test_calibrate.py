@@ -2,7 +2,8 @@
 update's time in the dry run's step (spmdc.api.predict.optimizer_seconds).
 
 Two gloo ranks measure together; every rank gets the same medians, each a positive figure, the
-overlap a share in [0, 1]; the calibrated profile is the table's entry with those figures, no
+overlap a share in [0, 1] (measured on the runtime's own fsdp program, its collectives started early
+against synchronous); the calibrated profile is the table's entry with those figures, no
 longer marked a guess, and a dry run prices a step with it. The optimizer's update is counted per
 parameter tensor (a dispatch mode over one real update): AdamW runs more ops per tensor than SGD,
 and a training step's predicted time includes the update once.
@@ -22,7 +23,7 @@ from spmdc.compiler.devices import device_profile
 from spmdc.frontend.workloads import load_workload
 from spmdc.runtime.launcher import launch
 from spmdc.sharding.mesh import Mesh
-from spmdc.tools.calibrate import calibrated_profile, measure_device
+from spmdc.tools.calibrate import _overlap_in_place, calibrated_profile, measure_device
 
 sys.path.insert(0, str(Path(__file__).parent))
 import calibrate_workers as W  # noqa: E402
@@ -64,6 +65,42 @@ def test_every_rank_times_the_same_stretch_then_half_of_them():
     assert got[1]["left_alone"] >= got[0]["alone"][-1][1]   # rank 1 waited for rank 0's stretch
 
 
+class _OneRank:
+    """What _overlap_in_place asks of torch.distributed, on one rank that counts its steps."""
+
+    class ReduceOp:
+        MIN = "min"
+
+    def barrier(self):
+        pass
+
+    def all_reduce(self, t, op=None):   # (another rank expects fewer steps: the count every rank takes)
+        t.fill_(min(int(t), 4))
+
+
+def test_the_overlap_is_measured_in_place_on_the_runtimes_programs():
+    """The overlap is how much faster the runtime's program with started collectives runs than the
+    same program with synchronous ones, over the part that could hide (the smaller of its compute
+    and its collectives); every rank steps each program the same number of times (the fewest any
+    rank expects), taking turns; a program slower with its collectives started hides nothing."""
+    calls = {"overlapped": 0, "synchronous": 0}
+
+    def train(seconds):
+        def step():
+            calls[name[seconds]] += 1
+            return seconds
+        return step
+
+    name = {0.010: "overlapped", 0.014: "synchronous"}
+    # compute 6 ms, synchronous collectives 8 ms: 4 of the 6 ms that could hide are hidden
+    assert _overlap_in_place(train, 0.010, 0.014, 0.006, _OneRank(), reps=3, turns=3) == pytest.approx(4 / 6)
+    assert calls == {"overlapped": 3 * (2 + 4), "synchronous": 3 * (2 + 4)}   # (2 to estimate, 4 agreed)
+    name = {0.016: "overlapped", 0.014: "synchronous"}
+    assert _overlap_in_place(train, 0.016, 0.014, 0.006, _OneRank(), reps=3) == 0.0
+    name = {0.006: "overlapped", 0.014: "synchronous"}
+    assert _overlap_in_place(train, 0.006, 0.014, 0.006, _OneRank(), reps=3) == 1.0
+
+
 def test_calibrated_calls_price_the_collectives(figures):
     p = calibrated_profile("cpu", figures[0])
     alpha = {kind: a for kind, _, a, _ in p.collectives}
@@ -82,6 +119,31 @@ def test_calibrated_calls_price_the_collectives(figures):
         kind = row.kind.removeprefix("comm.").removesuffix("_bucket")
         if kind in alpha:
             assert row.seconds >= row.count * alpha[kind] * 1e-6 * 0.999
+    # every bucketed kind's members were timed, per group size
+    assert {(kind, k) for kind, k, _ in p.bucket_members} == {("all_reduce", 2), ("all_gather", 2),
+                                                            ("reduce_scatter", 2)}
+    assert all(us >= 0.0 for _, _, us in p.bucket_members)
+
+
+def test_a_buckets_members_add_their_host_time():
+    """A bucketed call costs its call plus each member's packing and unpacking (the profile's
+    measured µs per member for that kind, the nearest group size); a plain call and a profile that
+    measured none add nothing."""
+    p = dataclasses.replace(device_profile("cpu"), collectives=(("all_gather", 4, 100.0, 1.0),),
+                            bucket_members=(("all_gather", 2, 30.0), ("all_gather", 4, 50.0)))
+    mesh = Mesh({"dp": 4})
+
+    def seconds(kind, members, profile=p):
+        rows: dict = {}
+        _add_call(rows, kind, ("dp",), 1 << 12, mesh, profile, members=members)
+        return rows[("dp", kind)].seconds
+
+    call = p.call_us("all_gather", 4, 1 << 12) * 1e-6
+    assert seconds("comm.all_gather", 1) == pytest.approx(call)
+    assert seconds("comm.all_gather_bucket", 3) == pytest.approx(call + 3 * 50e-6)
+    assert p.member_us("all_gather", 8) == 50.0 and p.member_us("reduce_scatter", 4) == 0.0
+    bare = dataclasses.replace(p, bucket_members=())
+    assert seconds("comm.all_gather_bucket", 3, bare) == pytest.approx(call)
 
 
 def test_the_calibrated_profile_prices_a_step(figures):
