@@ -147,9 +147,36 @@ def save_profile(profile: DeviceProfile, path: str | os.PathLike | None = None) 
     return out
 
 
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")   # a profile's measured calls
+BUCKETED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")   # the kinds the runtime also issues as buckets
+_TABLES = {   # a measured table's rows: the kinds a row may name, what a row holds, the check of its numbers
+    "collectives": (COLLECTIVE_KINDS, "(kind, group size >= 2, alpha us >= 0, GB/s > 0)",
+                    lambda r: r[2] >= 0 and r[3] > 0, 4),
+    "bucket_members": (BUCKETED_KINDS, "(kind, group size >= 2, us per member >= 0)", lambda r: r[2] >= 0, 3),
+}
+
+
+def _table_rows(path: Any, table: str, rows: Any) -> tuple[tuple[Any, ...], ...]:
+    """``rows`` of measured table ``table`` as tuples; a malformed row raises ValueError naming the
+    file, the table, the row and what a row holds."""
+    kinds, shape, ok, width = _TABLES[table]
+    if not isinstance(rows, list):
+        raise ValueError(f"device profile '{path}': '{table}' must be a list of rows {shape}, got {rows!r}")
+    out = []
+    for i, row in enumerate(rows):
+        good = (isinstance(row, list) and len(row) == width and row[0] in kinds and isinstance(row[1], int)
+                and row[1] >= 2 and all(isinstance(v, (int, float)) for v in row[2:]) and ok(row))
+        if not good:
+            raise ValueError(f"device profile '{path}': '{table}' row {i} is {row!r}; expected {shape} with the "
+                             f"kind one of {', '.join(kinds)}")
+        out.append(tuple(row))
+    return tuple(out)
+
+
 def load_profile(path: str | os.PathLike) -> DeviceProfile:
-    """A profile from its JSON file (:func:`save_profile`); a missing or unknown field, or a file
-    that is not such a profile, raises ValueError naming the file."""
+    """A profile from its JSON file (:func:`save_profile`); a missing or unknown field, a malformed
+    row of a measured table (``collectives``, ``bucket_members``), or a file that is not such a
+    profile, raises ValueError naming the file."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -160,9 +187,9 @@ def load_profile(path: str | os.PathLike) -> DeviceProfile:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"device profile '{path}': unknown field '{unknown[0]}' (fields: {', '.join(sorted(names))})")
-    for table in ("collectives", "bucket_members"):
+    for table in _TABLES:
         if table in data:
-            data[table] = tuple(tuple(c) for c in data[table])
+            data[table] = _table_rows(path, table, data[table])
     try:
         return DeviceProfile(**data)
     except TypeError as e:

@@ -60,6 +60,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from spmdc.compiler.devices import BUCKETED_KINDS, COLLECTIVE_KINDS
+
 __all__ = ["calibrated_profile", "measure_device"]
 
 
@@ -326,8 +328,8 @@ def _runtime_costs(dev: Any, n: int, flops: float, hbm_gbps: float,
 
 
 SMALL, LARGE = 16 << 10, 1 << 20   # payload bytes per rank of a collective call measured
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")   # the runtime's calls, measured per group size
-BUCKETED = ("all_reduce", "all_gather", "reduce_scatter")   # the kinds the runtime also issues as buckets
+KINDS = COLLECTIVE_KINDS   # the runtime's calls, measured per group size
+BUCKETED = BUCKETED_KINDS   # the kinds the runtime also issues as buckets, their members timed
 MEMBERS = 16   # tensors in the bucket _collective_costs times (SMALL bytes in all) against one of SMALL bytes
 
 

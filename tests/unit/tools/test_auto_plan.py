@@ -171,6 +171,12 @@ def test_stored_profiles_round_trip_and_are_found_by_name(tmp_path, monkeypatch)
     bad.write_text(json.dumps({"name": "x", "flop": 1}))
     with pytest.raises(ValueError, match=r"bad.json': unknown field 'flop'"):
         load_profile(bad)
+    good = json.loads(path.read_text())
+    for table, row in (("bucket_members", ["all_gather", 2]), ("bucket_members", ["all_gathr", 2, 3.0]),
+                       ("collectives", ["all_reduce", 1, 10.0, 1.0])):
+        bad.write_text(json.dumps({**good, table: [row]}))   # (a measured table's row malformed: named)
+        with pytest.raises(ValueError, match=rf"bad.json': '{table}' row 0 is .*; expected \(kind, group size"):
+            load_profile(bad)
     bad.write_text("{not json")
     with pytest.raises(ValueError, match=r"device profile '.*bad.json'"):
         load_profile(bad)
