@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 2
@@ -52,7 +52,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def sigterm_interrupts() -> Callable[[], None]:
     """From now on SIGTERM ends the tool as Ctrl-C does (``finally`` blocks run: the launch's
     temporary files are removed, ranks stopped; :func:`guard` prints ``interrupted``, exit 143)
-    instead of killing it on the spot. Returns the undo (a no-op off the main thread)."""
+    instead of killing it on the spot. Returns the undo (a no-op off the main thread).
+
+    A signal that lands while Python runs a finalizer or a weakref callback (an import's module
+    lock released while torch is imported, an object's ``__del__``) raises there, where Python
+    prints "Exception ignored" and goes on: the interruption would be lost and the run would go on
+    to its end. :func:`_interrupts_again` sees such an interruption and delivers it again to the
+    main thread's next bytecode."""
     import signal
     import threading
 
@@ -61,7 +67,38 @@ def sigterm_interrupts() -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    hook = sys.unraisablehook
+    sys.unraisablehook = _interrupts_again(hook)
+
+    def undo() -> None:
+        signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
+    return undo
+
+
+def _interrupts_again(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A ``sys.unraisablehook``: an interruption (SIGTERM's :class:`~spmdc.runtime.launcher.Terminated`,
+    Ctrl-C's ``KeyboardInterrupt``) raised where Python cannot raise it is signalled to the main
+    thread again from a helper thread a few ms later (``_thread.interrupt_main``: the handler runs at
+    the main thread's next bytecode, out of the finalizer by then; signalled from the hook itself it
+    would run inside the hook, and be ignored again); anything else goes to ``hook``."""
+    import _thread
+    import signal
+    import time
+
+    from spmdc.runtime.launcher import Terminated
+
+    def again(info: Any) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            hook(info)
+            return
+        signum = signal.SIGTERM if isinstance(info.exc_value, Terminated) else signal.SIGINT
+
+        def deliver() -> None:
+            time.sleep(0.01)
+            _thread.interrupt_main(signum)
+        _thread.start_new_thread(deliver, ())
+    return again
 
 
 def read_text(path: str, what: str = "") -> str:

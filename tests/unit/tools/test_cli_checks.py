@@ -218,3 +218,38 @@ def test_sigterm_cleans_up_and_says_interrupted(when, tmp_path):
     assert err.strip().endswith("interrupted") and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in out + err
     assert _leftovers(tmp_path) == []
+
+
+class _SignalledWhileFinalized:
+    """An object whose finalizer takes a signal: its handler raises inside ``__del__``, where Python
+    prints "Exception ignored" and goes on (what a SIGTERM landing in importlib's module-lock
+    callback while torch is imported did: the run went on to its end)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+    def __del__(self):
+        signal.raise_signal(self.signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interruption_raised_in_a_finalizer_is_not_lost(signum, capsys):
+    """SIGTERM or Ctrl-C while a finalizer runs still ends the tool: the interruption Python could
+    not raise there is delivered again to the main thread's next bytecode, nothing printed."""
+    from spmdc.runtime.launcher import Terminated
+    from spmdc.tools.errors import sigterm_interrupts
+
+    hook, handler = sys.unraisablehook, signal.getsignal(signal.SIGTERM)
+    undo = sigterm_interrupts()
+    try:
+        with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt) as got:
+            obj = _SignalledWhileFinalized(signum)
+            del obj   # (the handler raises in __del__: ignored there)
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                pass
+        assert signum == signal.SIGTERM or not isinstance(got.value, Terminated)
+    finally:
+        undo()
+    assert "Exception ignored" not in capsys.readouterr().err
+    assert sys.unraisablehook is hook and signal.getsignal(signal.SIGTERM) is handler   # (undone)
