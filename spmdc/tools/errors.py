@@ -78,7 +78,8 @@ def sigterm_interrupts() -> Callable[[], None]:
 
 def _interrupts_again(hook: Callable[[Any], None]) -> Callable[[Any], None]:
     """A ``sys.unraisablehook``: an interruption (SIGTERM's :class:`~spmdc.runtime.launcher.Terminated`,
-    Ctrl-C's ``KeyboardInterrupt``) raised where Python cannot raise it is signalled to the main
+    Ctrl-C's ``KeyboardInterrupt``, torch elastic's ``SignalException`` while ranks run) raised where
+    Python cannot raise it is signalled to the main
     thread again from a helper thread a few ms later (``_thread.interrupt_main``: the handler runs at
     the main thread's next bytecode, out of the finalizer by then; signalled from the hook itself it
     would run inside the hook, and be ignored again); anything else goes to ``hook``."""
@@ -89,15 +90,22 @@ def _interrupts_again(hook: Callable[[Any], None]) -> Callable[[Any], None]:
     from spmdc.runtime.launcher import Terminated
 
     def again(info: Any) -> None:
-        if not isinstance(info.exc_value, KeyboardInterrupt):
+        exc = info.exc_value
+        if isinstance(exc, KeyboardInterrupt):
+            signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        elif isinstance(getattr(exc, "sigval", None), signal.Signals):   # (torch elastic's handler while ranks run)
+            signum = exc.sigval
+        else:
             hook(info)
             return
-        signum = signal.SIGTERM if isinstance(info.exc_value, Terminated) else signal.SIGINT
 
         def deliver() -> None:
             time.sleep(0.01)
             _thread.interrupt_main(signum)
-        _thread.start_new_thread(deliver, ())
+        try:
+            _thread.start_new_thread(deliver, ())
+        except RuntimeError:   # (the interpreter is shutting down: ending anyway; say what was ignored)
+            hook(info)
     return again
 
 

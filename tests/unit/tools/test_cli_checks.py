@@ -240,6 +240,7 @@ def test_an_interruption_raised_in_a_finalizer_is_not_lost(signum, capsys):
     from spmdc.tools.errors import sigterm_interrupts
 
     hook, handler = sys.unraisablehook, signal.getsignal(signal.SIGTERM)
+    ctrl_c = signal.signal(signal.SIGINT, signal.default_int_handler)   # (Python's, as the tool starts with)
     undo = sigterm_interrupts()
     try:
         with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt) as got:
@@ -251,5 +252,30 @@ def test_an_interruption_raised_in_a_finalizer_is_not_lost(signum, capsys):
         assert signum == signal.SIGTERM or not isinstance(got.value, Terminated)
     finally:
         undo()
+        signal.signal(signal.SIGINT, ctrl_c)
     assert "Exception ignored" not in capsys.readouterr().err
     assert sys.unraisablehook is hook and signal.getsignal(signal.SIGTERM) is handler   # (undone)
+
+
+def test_torch_elastics_signal_exception_in_a_finalizer_is_delivered_again():
+    """While ranks run, torch elastic's handler turns SIGINT into its SignalException (the launch
+    makes it Ctrl-C's KeyboardInterrupt): raised in a finalizer, it is delivered again too."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from spmdc.tools.errors import sigterm_interrupts
+
+    def elastic(signum, frame):
+        raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
+
+    ctrl_c = signal.signal(signal.SIGINT, elastic)
+    undo = sigterm_interrupts()
+    try:
+        with pytest.raises(SignalException):
+            obj = _SignalledWhileFinalized(signal.SIGINT)
+            del obj
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                pass
+    finally:
+        undo()
+        signal.signal(signal.SIGINT, ctrl_c)
