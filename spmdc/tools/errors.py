@@ -79,10 +79,10 @@ def sigterm_interrupts() -> Callable[[], None]:
 def _interrupts_again(hook: Callable[[Any], None]) -> Callable[[Any], None]:
     """A ``sys.unraisablehook``: an interruption (SIGTERM's :class:`~spmdc.runtime.launcher.Terminated`,
     Ctrl-C's ``KeyboardInterrupt``, torch elastic's ``SignalException`` while ranks run) raised where
-    Python cannot raise it is signalled to the main
-    thread again from a helper thread a few ms later (``_thread.interrupt_main``: the handler runs at
-    the main thread's next bytecode, out of the finalizer by then; signalled from the hook itself it
-    would run inside the hook, and be ignored again); anything else goes to ``hook``."""
+    Python cannot raise it is signalled to the main thread again from a helper thread a few ms later
+    (``_thread.interrupt_main``: the handler runs at the main thread's next bytecode, out of the
+    finalizer by then; signalled from the hook itself it would run inside the hook, and be ignored
+    again); anything else goes to ``hook``."""
     import _thread
     import signal
     import time
