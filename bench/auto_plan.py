@@ -17,8 +17,11 @@ also sets the predicted parts of the slowest role's step (compute, collectives, 
 pipeline's fill and drain) beside the measured ones (the program, forward and backward; the time
 collectives held it, in spmdc's collective calls and waits; the optimizer's update).
 Per model: the Spearman correlation of the predicted and the measured step times of those
-candidates, the chosen (predicted best) candidate's measured time over the best measured one, and
-whether every measured peak (stored state + the step's peak) is within the cap.
+candidates, the measurement's agreement with itself (the Spearman correlation of the rankings
+measured by two random halves of the rounds, median and lowest of 40 splits: where candidates lie
+closer than the machine's noise, no prediction can be confirmed above it), the chosen (predicted
+best) candidate's measured time over the best measured one, and whether every measured peak (stored
+state + the step's peak) is within the cap.
 
 Models: the built-in mlp, gpt2-tiny and llama-tiny, and HuggingFace GPT-2, Llama and Mixtral at
 small sizes and their default settings (bench/plan_accuracy.py's factories), a batch of 8.
@@ -64,6 +67,32 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     va = sum((x - ma) ** 2 for x in a) ** 0.5
     vb = sum((y - mb) ** 2 for y in b) ** 0.5
     return cov / (va * vb) if va and vb else 0.0
+
+
+def self_agreement(per_case: list[list[list[list[float]]]], draws: int = 40) -> tuple[float, float]:
+    """How well the measurement ranks the candidates against itself: ``per_case[k][rank]`` holds
+    candidate k's step times per round on that rank; the rounds are split into two random halves
+    (``draws`` times, seeded), each half measures every candidate as the bench does (the slowest
+    rank's median step), and the Spearman correlation of the two halves' rankings is taken.
+    Returns (median, lowest) over the draws: a ranking predicted better than this cannot be
+    confirmed by this measurement. (1.0, 1.0) with fewer than two rounds."""
+    import random
+    import statistics
+
+    n_rounds = min((len(r) for case in per_case for r in case), default=0)
+    if n_rounds < 2 or len(per_case) < 2:
+        return 1.0, 1.0
+    rng = random.Random(0)
+
+    def step(case: list[list[list[float]]], rounds: set[int]) -> float:
+        return max(statistics.median(t for i, ts in enumerate(r) if i in rounds for t in ts) for r in case)
+
+    rhos = []
+    for _ in range(draws):
+        half = set(rng.sample(range(n_rounds), n_rounds // 2))
+        rest = set(range(n_rounds)) - half
+        rhos.append(spearman([step(c, half) for c in per_case], [step(c, rest) for c in per_case]))
+    return statistics.median(rhos), min(rhos)
 
 
 def searched(model: str, n: int, device, cap_share: float, batch: int):
@@ -156,15 +185,19 @@ def main() -> None:
                 md.append("| " + " | ".join(cells) + " |")
             rho = spearman(pred, meas)
             chosen = meas[0] / min(meas) if meas else float("nan")
-            summary.append((model, len(pred), rho, chosen, ok_cap, took[model]))
+            itself = self_agreement([[measured[model][r][k]["round_seconds"] for r in measured[model]]
+                                     for k in range(len(picks[model]))])
+            summary.append((model, len(pred), rho, itself, chosen, ok_cap, took[model]))
         console.print(table)
         st = Table(title=f"per model, {n} ranks")
-        scols = ["model", "measured", "Spearman", "chosen / best measured", "peaks within cap", "search s"]
+        scols = ["model", "measured", "Spearman", "measured vs itself: median / lowest", "chosen / best measured",
+                 "peaks within cap", "search s"]
         for c in scols:
             st.add_column(c, justify="left" if c == "model" else "right")
         md += ["", "| " + " | ".join(scols) + " |", "|" + "---|" * len(scols)]
-        for model, k, rho, chosen, ok_cap, secs in summary:
-            cells = [model, str(k), f"{rho:.2f}", f"{chosen:.2f}", "yes" if ok_cap else "NO", f"{secs:.1f}"]
+        for model, k, rho, (self_med, self_low), chosen, ok_cap, secs in summary:
+            cells = [model, str(k), f"{rho:.2f}", f"{self_med:.2f} / {self_low:.2f}", f"{chosen:.2f}",
+                     "yes" if ok_cap else "NO", f"{secs:.1f}"]
             st.add_row(*cells)
             md.append("| " + " | ".join(cells) + " |")
         console.print(st)

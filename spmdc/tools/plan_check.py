@@ -55,7 +55,8 @@ def measure_cases(cases: list[tuple[str, Any, Any, str | None]], steps: int = 3,
     ``rounds`` > 1: every case is compiled first and its steps are timed in ``rounds`` rounds of
     ``steps`` steps, the cases taking turns (each round in another order), so that a burst of other
     work on the machine slows every case a little instead of one case a lot; ``seconds`` is then the
-    median over every timed step."""
+    median over every timed step, and ``round_seconds`` each round's step times (in the order the
+    rounds ran), from which a bench can tell how well the measurement agrees with itself."""
     import torch
     import torch.distributed as dist
 
@@ -117,7 +118,7 @@ def _interleaved(cases: list[tuple], steps: int, lr: float, profiled: int, round
             peaks.append(measure_peak(cm.step, *w.inputs, *w.loss_inputs, **w.kwargs)[1])
         stored, opt = state_bytes(cm)
         out.append({"counts": dict(cm.comm.stats.counts), "bytes": dict(cm.comm.stats.bytes), "stored": stored,
-                    "optimizer": opt, "peak": min(peaks), "parts": []})
+                    "optimizer": opt, "peak": min(peaks), "parts": [], "round_seconds": []})
         if cm.pipeline is not None:
             out[-1]["pipe_sent"] = (cm.pipeline.last_messages, cm.pipeline.last_bytes_sent)
     order = list(range(len(built)))
@@ -125,7 +126,9 @@ def _interleaved(cases: list[tuple], steps: int, lr: float, profiled: int, round
         turn = order[r % len(order):] + order[:r % len(order)]
         for i in (turn if r % 2 == 0 else turn[::-1]):
             w, cm = built[i]
-            out[i]["parts"] += [_timed_step(cm, w) for _ in range(steps)]
+            timed = [_timed_step(cm, w) for _ in range(steps)]
+            out[i]["parts"] += timed
+            out[i]["round_seconds"].append([t[0] for t in timed])
     for o in out:
         parts = o.pop("parts")
         for k, key in enumerate(("seconds", "program_seconds", "update_seconds", "comm_seconds")):

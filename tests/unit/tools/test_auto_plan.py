@@ -231,3 +231,26 @@ def test_pipelines_refuse_optimizers_they_cannot_run_before_ranks_start():
                device_profile("cpu"), 1e12, dict(train=True, loss_fn=w.loss_fn, loss_inputs=w.loss_inputs,
                                                  kwargs=w.kwargs, optimizer="adafactor", options=None))
     assert not s.ok and "neither an elementwise nor a per-tensor" in s.refused
+
+
+def test_the_bench_measures_how_well_its_measurement_agrees_with_itself():
+    """bench/auto_plan.py's split-half agreement: candidates far apart rank the same in any two halves
+    of the rounds (1.0); candidates whose differences are inside the round-to-round noise do not."""
+    import importlib.util
+    import random
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench", "auto_plan.py")
+    spec = importlib.util.spec_from_file_location("bench_auto_plan", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = random.Random(1)
+
+    def case(ms: float, noise: float):   # 2 ranks x 8 rounds x 3 steps
+        return [[[ms * (1 + rng.uniform(-noise, noise)) for _ in range(3)] for _ in range(8)] for _ in range(2)]
+
+    apart = [case(ms, 0.05) for ms in (100, 150, 200, 250, 300)]
+    assert bench.self_agreement(apart) == pytest.approx((1.0, 1.0))
+    close = [case(ms, 0.30) for ms in (100, 101, 102, 103, 104, 105, 106, 107)]
+    median, lowest = bench.self_agreement(close)
+    assert lowest <= median < 0.8
+    assert bench.self_agreement([[[[1.0]]], [[[2.0]]]]) == (1.0, 1.0)   # one round: no halves

@@ -224,7 +224,7 @@ def test_interleaved_measurement_times_the_parts_and_counts_as_one_after_another
     """``measure_cases(..., rounds=3)`` (bench/auto_plan.py: the cases take turns): the same collectives,
     bytes, stored state as timing one case after another; per step the program's time (forward and
     backward) holds the time collectives held it, and neither the program nor the update is longer than
-    the step."""
+    the step; each round's step times are kept (the bench's split-half agreement)."""
     picks = [1, 3, 6]   # fsdp, dp (all-reduces), a pipeline
     out = launch(measure_cases, 4, ([CASES[i] for i in picks], 2, 0.01, 2, 3), timeout_s=600)
     for rank in range(4):
@@ -234,3 +234,7 @@ def test_interleaved_measurement_times_the_parts_and_counts_as_one_after_another
                 (before["counts"], before["bytes"], before["stored"], before["optimizer"]), (CASES[i], rank)
             assert 0 < got["comm_seconds"] <= got["program_seconds"] <= got["seconds"], (CASES[i], rank, got)
             assert 0 < got["update_seconds"] <= got["seconds"], (CASES[i], rank, got)
+            # each of the 3 rounds' 2 step times, whose median is the case's step
+            rounds = got["round_seconds"]
+            assert [len(r) for r in rounds] == [2, 2, 2] and all(t > 0 for r in rounds for t in r), rounds
+            assert got["seconds"] == statistics.median(t for r in rounds for t in r)
