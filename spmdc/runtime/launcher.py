@@ -63,21 +63,25 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=run_id,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0, monitor_interval=0.1,
-        start_method="spawn", rdzv_configs={"timeout": int(timeout_s)},
+        rdzv_configs={"timeout": int(timeout_s)},
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(work, "logs"),
                                     redirects=Std.NONE if verbose else Std.ERR),
     )
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # torch's launcher writes this into the environment at every launch; written here first, the fork
+    # server starts in the environment every later launch has (and is not started again for it)
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    config.start_method = _start_method()
     # the agent's temporary files (torchelastic_* run directories, pytorch-errorfile-* pickles) go
     # into ``work``; the ranks keep the user's TMPDIR (AF_UNIX socket paths there must stay short)
     tempfile.tempdir = work
     # the agent logs every failure with tracebacks: into the log file, not onto the terminal
     restore_logs = _agent_logs_to(os.path.join(work, "agent.log")) if not verbose else (lambda: None)
     try:
-        return elastic_launch(config, _Values(fn))(*args)
+        return elastic_launch(config, _Values(fn, forked=config.start_method != "spawn"))(*args)
     except ChildFailedError as e:
         failures = _all_failures(work, e.failures)
         rank, failure = _root_failure(e.failures, failures)
@@ -89,12 +93,67 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
         restore_logs()
 
 
+# what every rank imports before it runs: the fork server imports those of them this process has
+# imported (so they import here), once; each rank forked from it starts with them
+_PRELOAD = ("torch", "torch.distributed", "spmdc.api.entry")
+_server: dict[str, Any] = {"started_with": None}
+
+
+def _start_method() -> str:
+    """``forkserver`` where the platform has it, else ``spawn``.
+
+    A spawned rank is a new interpreter that imports torch and spmdc itself (~2 s of CPU each: 4 ranks
+    on 2 cores took ~8 s to start). Ranks are forked instead from one server process that imported
+    them once (:data:`_PRELOAD`) and has run nothing else: no threads, no state but the imports'. The
+    server lives as long as this process and serves every later launch; it is started again when this
+    process's environment (or what it has imported of :data:`_PRELOAD`) is not the one it was started
+    with, so a rank sees the environment of its launch as a spawned rank does, and when this process's
+    stdout or stderr is another file (a rank writes where the server's point). It is started here,
+    before the launch points ``tempfile`` at its own directory: the server's socket lives in
+    multiprocessing's temporary directory, which must outlive the launch."""
+    import multiprocessing
+    import sys
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    from multiprocessing import forkserver
+
+    key = (dict(os.environ), tuple(m for m in _PRELOAD if m in sys.modules), _stdio())
+    if _server["started_with"] is not None and _server["started_with"] != key:
+        _stop_server()
+    forkserver.set_forkserver_preload(list(key[1]))
+    forkserver.ensure_running()
+    _server["started_with"] = key
+    return "forkserver"
+
+
+def _stop_server() -> None:
+    """Stops the fork server (if one runs): the next launch starts another."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()   # (multiprocessing's own way; it has no public one)
+    _server["started_with"] = None
+
+
+def _stdio() -> tuple:
+    """Which files this process's stdout and stderr are (None for a closed one)."""
+    out = []
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+            out.append((st.st_dev, st.st_ino))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 class _Values:
     """``fn`` whose result comes back as values: every tensor in it detached (a tensor that is part
     of an autograd graph, e.g. a compiled module's output, cannot cross the process boundary)."""
 
-    def __init__(self, fn: Callable[..., Any]):
+    def __init__(self, fn: Callable[..., Any], forked: bool = False):
         self.fn = fn
+        self.forked = forked
         self.__name__ = getattr(fn, "__name__", "fn")   # (torch elastic names the ranks' function)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
 
@@ -108,6 +167,10 @@ class _Values:
         # process prints after (a backend's destructor aborting at exit) would reach the user's terminal
         exit_state: dict[str, Any] = {"fds": (os.dup(1), os.dup(2)), "code": 1}
         atexit.register(_end_rank, exit_state)
+        if self.forked:   # (run once torch's wrapper has returned, just before the process leaves)
+            from multiprocessing import util
+
+            util.Finalize(None, _leave_as_an_interpreter_would, exitpriority=0)
         try:
             value = tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, self.fn(*args))
         except SystemExit as e:
@@ -117,11 +180,29 @@ class _Values:
         return value
 
 
+def _leave_as_an_interpreter_would() -> None:
+    """A forked rank's end: it leaves by ``os._exit``, so what an interpreter's exit would do for it
+    is done here: its atexit handlers run (:func:`_end_rank` among them), then every open file's
+    buffer is written out (a file the rank's code left open would otherwise lose its last writes)."""
+    import atexit
+    import gc
+    import io
+
+    atexit._run_exitfuncs()
+    for obj in gc.get_objects():
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed and obj.writable():
+                    obj.flush()
+            except (OSError, ValueError):
+                pass
+
+
 def _end_rank(state: dict[str, Any]) -> None:
-    """At a rank's interpreter exit: its output back into the launch's log files; a failed rank (its error
-    already recorded) leaves at once with its status (1 for an exception), before its process group's
-    destructors (left alive on purpose: destroying it would close the peers' connections first) abort or
-    hang the process."""
+    """At a rank's exit (its interpreter's, or a forked rank's atexit handlers): its output back into
+    the launch's log files; a failed rank (its error already recorded) leaves at once with its status
+    (1 for an exception), before its process group's destructors (left alive on purpose: destroying it
+    would close the peers' connections first) abort or hang the process."""
     import sys
 
     for stream in (sys.stdout, sys.stderr):

@@ -83,7 +83,12 @@ def _main(argv: list[str] | None) -> int:
         if rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             # torch's rendezvous store may still run a thread in this process, which a normal
             # interpreter exit would destroy mid-run (std::terminate, "Fatal Python error"). The
-            # ranks are gone and the launcher has removed its files: leave now, with the code.
+            # ranks are gone and the launcher has removed its files: leave now, with the code, once
+            # multiprocessing has done its exit work (its temporary directory, where the ranks' fork
+            # server listened, removed; the server leaves when this process has).
+            from multiprocessing import util
+
+            util._exit_function()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(rc)

@@ -34,3 +34,29 @@ def noisy_at_exit(fail: bool) -> int:
     if fail and dist.get_rank() == 1:
         raise RuntimeError("deliberate failure on rank 1 (user code)")
     return dist.get_rank()
+
+
+def environment(names: list[str]) -> dict:
+    """What this rank's environment holds of ``names``, and the process that started it."""
+    return {"env": {n: os.environ.get(n) for n in names}, "parent": os.getppid(), "pid": os.getpid()}
+
+
+def leaves_a_file_at_exit(directory: str) -> int:
+    """Registers an atexit handler that writes ``directory/rank<r>``."""
+    import atexit
+
+    rank = int(os.environ["RANK"])
+    path = os.path.join(directory, f"rank{rank}")
+    atexit.register(lambda: open(path, "w").write("exited\n"))
+    return rank
+
+
+_LOG: list = []
+
+
+def writes_to_a_file_it_leaves_open(directory: str) -> int:
+    """Writes a line to a file it keeps open (buffered) and returns without closing it."""
+    rank = int(os.environ["RANK"])
+    _LOG.append(open(os.path.join(directory, f"log{rank}"), "w", buffering=1 << 16))
+    _LOG[-1].write(f"rank {rank} trained\n")
+    return rank

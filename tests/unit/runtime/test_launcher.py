@@ -1,0 +1,42 @@
+"""How ranks are started (spmdc.runtime.launcher): forked from one server that imported torch and
+spmdc once, each rank seeing the environment of its own launch and running its atexit handlers, as a
+spawned rank would."""
+
+from __future__ import annotations
+
+import os
+
+from failing_rank import environment, leaves_a_file_at_exit, writes_to_a_file_it_leaves_open
+
+from spmdc.runtime.launcher import launch
+
+PROBE = "SPMDC_LAUNCHER_PROBE"
+
+
+def test_ranks_see_the_environment_of_their_launch_from_one_server(monkeypatch):
+    monkeypatch.delenv(PROBE, raising=False)
+    first = launch(environment, 2, ([PROBE, "RANK", "WORLD_SIZE"],), timeout_s=120)
+    again = launch(environment, 2, ([PROBE, "RANK", "WORLD_SIZE"],), timeout_s=120)
+    for got in (first, again):
+        assert [got[r]["env"] for r in (0, 1)] == [{PROBE: None, "RANK": str(r), "WORLD_SIZE": "2"} for r in (0, 1)]
+    # the same server started both launches' ranks (forked from it: not this process, not each other)
+    servers = {got[r]["parent"] for got in (first, again) for r in (0, 1)}
+    assert len(servers) == 1 and os.getpid() not in servers
+    assert len({got[r]["pid"] for got in (first, again) for r in (0, 1)}) == 4
+    monkeypatch.setenv(PROBE, "set after the server started")
+    changed = launch(environment, 2, ([PROBE],), timeout_s=120)
+    assert [changed[r]["env"][PROBE] for r in (0, 1)] == ["set after the server started"] * 2
+    monkeypatch.delenv(PROBE)
+    unset = launch(environment, 2, ([PROBE],), timeout_s=120)
+    assert [unset[r]["env"][PROBE] for r in (0, 1)] == [None, None]
+
+
+def test_a_ranks_atexit_handlers_run_when_it_ends(tmp_path):
+    assert launch(leaves_a_file_at_exit, 2, (str(tmp_path),), timeout_s=120) == {0: 0, 1: 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0", "rank1"]
+    assert (tmp_path / "rank1").read_text() == "exited\n"
+
+
+def test_a_file_a_rank_left_open_keeps_what_it_wrote(tmp_path):
+    assert launch(writes_to_a_file_it_leaves_open, 2, (str(tmp_path),), timeout_s=120) == {0: 0, 1: 1}
+    assert [(tmp_path / f"log{r}").read_text() for r in (0, 1)] == ["rank 0 trained\n", "rank 1 trained\n"]
