@@ -24,6 +24,7 @@ from spmdc.api.compiled_module import CompiledModule
 from spmdc.compiler import Dump
 from spmdc.compiler.options import CompileOptions
 from spmdc.runtime.dtensors import dtensor_placements
+from spmdc.runtime.launcher import preload_in_ranks
 from spmdc.runtime.optimizers import OPTIMIZERS, Optimizer, make_optimizer
 from spmdc.sharding.plan import Plan
 
@@ -207,3 +208,6 @@ def eager(model: Any, example_inputs: Any, *, mesh: Any, plan: str | Plan = "fsd
     options = base.replace(execution="eager", eager_hints=hints, eager_trace=trace, bucket=False, overlap=False,
                            fuse_collectives=False)
     return compile(model, example_inputs, mesh=mesh, plan=plan, options=options, **kwargs)
+
+
+preload_in_ranks(__name__)   # (ranks running a compiled module start with this imported: spmdc.runtime.launcher)

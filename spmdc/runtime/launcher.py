@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -75,13 +76,25 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
     # server starts in the environment every later launch has (and is not started again for it)
     os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
     config.start_method = _start_method()
+    entry = _Values(fn)
+    if config.start_method == "forkserver":
+        # a forked rank receives its function and arguments through the fork server, which passes at
+        # most 252 file descriptors, and torch's pickler sends every tensor's storage as one (a Hugging
+        # Face model has more): they go by value instead, each rank its own copy (as every torchrun
+        # process builds its own). What only multiprocessing's pickler can send (a queue) makes the
+        # ranks spawned, as before.
+        try:
+            entry = _Values(fn, payload=pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL))
+            args = ()
+        except (pickle.PicklingError, TypeError, AttributeError, RuntimeError):
+            config.start_method = "spawn"
     # the agent's temporary files (torchelastic_* run directories, pytorch-errorfile-* pickles) go
     # into ``work``; the ranks keep the user's TMPDIR (AF_UNIX socket paths there must stay short)
     tempfile.tempdir = work
     # the agent logs every failure with tracebacks: into the log file, not onto the terminal
     restore_logs = _agent_logs_to(os.path.join(work, "agent.log")) if not verbose else (lambda: None)
     try:
-        return elastic_launch(config, _Values(fn, forked=config.start_method != "spawn"))(*args)
+        return elastic_launch(config, entry)(*args)
     except ChildFailedError as e:
         failures = _all_failures(work, e.failures)
         rank, failure = _root_failure(e.failures, failures)
@@ -93,24 +106,34 @@ def _run(fn: Callable[..., Any], nproc: int, args: tuple, timeout_s: float, verb
         restore_logs()
 
 
-# what every rank imports before it runs: the fork server imports those of them this process has
-# imported (so they import here), once; each rank forked from it starts with them
-_PRELOAD = ("torch", "torch.distributed", "spmdc.api.entry")
+# what every rank imports before it runs (layers above add theirs: :func:`preload_in_ranks`): the fork
+# server imports those of them this process has imported (so they import here), once; each rank forked
+# from it starts with them
+_PRELOAD = ["torch", "torch.distributed"]
 _server: dict[str, Any] = {"started_with": None}
+
+
+def preload_in_ranks(module: str) -> None:
+    """Names a module that ranks import before they run anything (a layer above the runtime names its
+    own entry point at import, as ``spmdc.api.entry`` does): once this process has imported it, the
+    fork server that starts ranks imports it too, and every rank starts with it imported."""
+    if module not in _PRELOAD:
+        _PRELOAD.append(module)
 
 
 def _start_method() -> str:
     """``forkserver`` where the platform has it, else ``spawn``.
 
-    A spawned rank is a new interpreter that imports torch and spmdc itself (~2 s of CPU each: 4 ranks
-    on 2 cores took ~8 s to start). Ranks are forked instead from one server process that imported
-    them once (:data:`_PRELOAD`) and has run nothing else: no threads, no state but the imports'. The
-    server lives as long as this process and serves every later launch; it is started again when this
-    process's environment (or what it has imported of :data:`_PRELOAD`) is not the one it was started
-    with, so a rank sees the environment of its launch as a spawned rank does, and when this process's
-    stdout or stderr is another file (a rank writes where the server's point). It is started here,
-    before the launch points ``tempfile`` at its own directory: the server's socket lives in
-    multiprocessing's temporary directory, which must outlive the launch."""
+    A spawned rank is a new interpreter that imports torch and spmdc itself (on 2 cores, 4 spawned
+    ranks took 3.8 s to a first barrier, 0.66 s forked: bench/launch_start.py). Ranks are forked
+    instead from one server process that imported them once (:data:`_PRELOAD`,
+    :func:`preload_in_ranks`) and has run nothing else: no threads, no state but the imports'. The
+    server lives as long as this process and serves every later launch; it is started again when
+    this process's environment (or what it has imported of :data:`_PRELOAD`) is not the one it was
+    started with, so a rank sees the environment of its launch as a spawned rank does, and when this
+    process's stdout or stderr is another file (a rank writes where the server's point). It is
+    started here, before the launch points ``tempfile`` at its own directory: the server's socket
+    lives in multiprocessing's temporary directory, which must outlive the launch."""
     import multiprocessing
     import sys
 
@@ -151,9 +174,9 @@ class _Values:
     """``fn`` whose result comes back as values: every tensor in it detached (a tensor that is part
     of an autograd graph, e.g. a compiled module's output, cannot cross the process boundary)."""
 
-    def __init__(self, fn: Callable[..., Any], forked: bool = False):
-        self.fn = fn
-        self.forked = forked
+    def __init__(self, fn: Callable[..., Any], payload: bytes | None = None):
+        self.fn = None if payload is not None else fn
+        self.payload = payload   # (a forked rank's function and arguments, pickled by value)
         self.__name__ = getattr(fn, "__name__", "fn")   # (torch elastic names the ranks' function)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
 
@@ -167,12 +190,14 @@ class _Values:
         # process prints after (a backend's destructor aborting at exit) would reach the user's terminal
         exit_state: dict[str, Any] = {"fds": (os.dup(1), os.dup(2)), "code": 1}
         atexit.register(_end_rank, exit_state)
-        if self.forked:   # (run once torch's wrapper has returned, just before the process leaves)
+        fn = self.fn
+        if self.payload is not None:   # forked: (run once torch's wrapper has returned, just before it leaves)
             from multiprocessing import util
 
             util.Finalize(None, _leave_as_an_interpreter_would, exitpriority=0)
+            fn, args = pickle.loads(self.payload)
         try:
-            value = tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, self.fn(*args))
+            value = tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, fn(*args))
         except SystemExit as e:
             exit_state["code"] = e.code if isinstance(e.code, int) and e.code else 1
             raise

@@ -60,3 +60,16 @@ def writes_to_a_file_it_leaves_open(directory: str) -> int:
     _LOG.append(open(os.path.join(directory, f"log{rank}"), "w", buffering=1 << 16))
     _LOG[-1].write(f"rank {rank} trained\n")
     return rank
+
+
+def sums_and_scales(tensors: list) -> float:
+    """The sum of ``tensors``, each then scaled in place (in this rank's copy)."""
+    total = float(sum(t.sum() for t in tensors))
+    for t in tensors:
+        t.mul_(10)
+    return total
+
+
+def puts_its_rank(queue) -> None:
+    """Puts this rank's number on ``queue`` (a multiprocessing queue, sent through inheritance)."""
+    queue.put(int(os.environ["RANK"]))

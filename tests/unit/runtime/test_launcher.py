@@ -4,9 +4,17 @@ spawned rank would."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 
-from failing_rank import environment, leaves_a_file_at_exit, writes_to_a_file_it_leaves_open
+import torch
+from failing_rank import (
+    environment,
+    leaves_a_file_at_exit,
+    puts_its_rank,
+    sums_and_scales,
+    writes_to_a_file_it_leaves_open,
+)
 
 from spmdc.runtime.launcher import launch
 
@@ -40,3 +48,18 @@ def test_a_ranks_atexit_handlers_run_when_it_ends(tmp_path):
 def test_a_file_a_rank_left_open_keeps_what_it_wrote(tmp_path):
     assert launch(writes_to_a_file_it_leaves_open, 2, (str(tmp_path),), timeout_s=120) == {0: 0, 1: 1}
     assert [(tmp_path / f"log{r}").read_text() for r in (0, 1)] == ["rank 0 trained\n", "rank 1 trained\n"]
+
+
+def test_many_tensors_reach_every_rank_as_its_own_copy():
+    """More tensors than the fork server can pass as file descriptors (252): they go by value, and
+    what a rank does to its copy is not seen by this process."""
+    tensors = [torch.full((3,), float(i)) for i in range(300)]
+    total = 3.0 * sum(range(300))
+    assert launch(sums_and_scales, 2, (tensors,), timeout_s=120) == {0: total, 1: total}
+    assert all(torch.equal(t, torch.full((3,), float(i))) for i, t in enumerate(tensors))
+
+
+def test_what_only_inheritance_can_send_makes_the_ranks_spawned():
+    queue = multiprocessing.get_context("spawn").SimpleQueue()
+    assert launch(puts_its_rank, 2, (queue,), timeout_s=120) == {0: None, 1: None}
+    assert sorted(queue.get() for _ in range(2)) == [0, 1]

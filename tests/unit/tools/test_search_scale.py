@@ -45,16 +45,19 @@ def test_captures_reused_in_a_search_follow_the_cut_model():
     assert ops[1] < ops[0] == ops[2]
 
 
-def _priced_both_ways(c, monkeypatch, n_layer):
-    """``c`` priced from the whole model and from cut ones, and the depths compiled for the latter."""
+def _priced_both_ways(c, monkeypatch, n_layer, priced=None):
+    """``c`` priced from the whole model and from cut ones, and the depths compiled for the latter;
+    ``priced`` (a dict) gets the programs' figures per depth."""
     w, kw = _deep(n_layer)
     stack = find_block_stack(w.model)[0]
     depths: list[int] = []
     real = auto_plan._price
+    priced = {} if priced is None else priced
 
     def spy(cand, model, *args):
         depths.append(len(model.get_submodule(stack.path)))
-        return real(cand, model, *args)
+        priced[depths[-1]] = real(cand, model, *args)
+        return priced[depths[-1]]
 
     monkeypatch.setattr(auto_plan, "_price", spy)
     whole = auto_plan._score(c, w.model, w.inputs, H100, 1e12, kw, None)
@@ -77,17 +80,18 @@ def test_a_deep_model_is_priced_from_cut_compiles_as_from_the_whole(monkeypatch)
 def test_a_deep_pipeline_is_priced_from_cut_compiles_as_from_the_whole(monkeypatch):
     c = Candidate((("pp", 2), ("dp", 2)), "fsdp", microbatches=4)
     monkeypatch.setattr(auto_plan, "DEPTHS", (3, 4, 5))   # (its last stage's compute is a line from 4 blocks on)
+    priced: dict = {}
     with reusing_captures():
-        assert _priced_both_ways(c, monkeypatch, 24) == [6, 8, 10, 12]   # the window moved a block deeper
+        assert _priced_both_ways(c, monkeypatch, 24, priced) == [6, 8, 10, 12]   # the window moved a block deeper
         monkeypatch.setattr(auto_plan, "MOVES", 0)   # not allowed to: priced whole
         w, kw = _deep(24)
         stack = find_block_stack(w.model)[0]
         depths: list[int] = []
-        real = auto_plan._price
-        monkeypatch.setattr(auto_plan, "_price", lambda cand, model, *a: depths.append(
-            len(model.get_submodule(stack.path))) or real(cand, model, *a))
-        auto_plan._score(c, w.model, w.inputs, H100, 1e12, kw, stack)
-        assert depths == [6, 8, 10, 24]
+        # (the same candidate's programs at these depths were compiled above: their figures are reused)
+        monkeypatch.setattr(auto_plan, "_price", lambda cand, model, *a: priced[depths.append(
+            len(model.get_submodule(stack.path))) or depths[-1]])
+        whole = auto_plan._score(c, w.model, w.inputs, H100, 1e12, kw, stack)
+        assert depths == [6, 8, 10, 24] and whole.ok
 
 
 def test_the_sketch_follows_the_profile_and_the_layouts():
