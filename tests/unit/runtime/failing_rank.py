@@ -73,3 +73,12 @@ def sums_and_scales(tensors: list) -> float:
 def puts_its_rank(queue) -> None:
     """Puts this rank's number on ``queue`` (a multiprocessing queue, sent through inheritance)."""
     queue.put(int(os.environ["RANK"]))
+
+
+def run_steps_reporting_hash_seed(steps: list, queue) -> list:
+    """``spmdc.api.worker.run_steps``, after putting (rank, this interpreter's hash of a string) on
+    ``queue`` (which only inheritance can send: the launch spawns its ranks)."""
+    from spmdc.api.worker import run_steps
+
+    queue.put((int(os.environ["RANK"]), hash("spmdc")))
+    return run_steps(steps)

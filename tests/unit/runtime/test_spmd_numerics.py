@@ -112,3 +112,32 @@ def test_what_ranks_print_at_exit_stays_off_the_terminal(capfd, fail):
         assert launch(noisy_at_exit, 2, (False,), timeout_s=60) == {0: 0, 1: 1}
     out, err = capfd.readouterr()
     assert "teardown noise" not in out + err, out + err
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_spawned_ranks_with_their_own_hash_seeds_compute_what_forked_ranks_do(runs, monkeypatch):
+    """Ranks forked from the launcher's fork server share its string-hash seed; spawned ranks (as
+    torchrun starts them) each draw their own. Nothing a rank computes or issues may depend on it:
+    the same programs on spawned ranks give the forked ranks' outputs, gradients and collectives,
+    bitwise."""
+    import multiprocessing
+
+    from failing_rank import run_steps_reporting_hash_seed
+
+    steps, forked = runs
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    queue = multiprocessing.get_context("spawn").SimpleQueue()
+    spawned = launch(run_steps_reporting_hash_seed, 4, (steps, queue), timeout_s=300)
+    hashes = dict(queue.get() for _ in range(4))
+    assert sorted(hashes) == [0, 1, 2, 3] and len(set(hashes.values())) > 1, hashes   # other seeds per rank
+    for rank in range(4):
+        assert _same(spawned[rank], forked[rank]), rank
