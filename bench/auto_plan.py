@@ -69,19 +69,19 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return cov / (va * vb) if va and vb else 0.0
 
 
-def self_agreement(per_case: list[list[list[list[float]]]], draws: int = 40) -> tuple[float, float]:
+def self_agreement(per_case: list[list[list[list[float]]]], draws: int = 40) -> tuple[float, float] | None:
     """How well the measurement ranks the candidates against itself: ``per_case[k][rank]`` holds
     candidate k's step times per round on that rank; the rounds are split into two random halves
     (``draws`` times, seeded), each half measures every candidate as the bench does (the slowest
     rank's median step), and the Spearman correlation of the two halves' rankings is taken.
     Returns (median, lowest) over the draws: a ranking predicted better than this cannot be
-    confirmed by this measurement. (1.0, 1.0) with fewer than two rounds."""
+    confirmed by this measurement. None with fewer than two rounds or candidates."""
     import random
     import statistics
 
     n_rounds = min((len(r) for case in per_case for r in case), default=0)
     if n_rounds < 2 or len(per_case) < 2:
-        return 1.0, 1.0
+        return None
     rng = random.Random(0)
 
     def step(case: list[list[list[float]]], rounds: set[int]) -> float:
@@ -185,7 +185,7 @@ def main() -> None:
                 md.append("| " + " | ".join(cells) + " |")
             rho = spearman(pred, meas)
             chosen = meas[0] / min(meas) if meas else float("nan")
-            itself = self_agreement([[measured[model][r][k]["round_seconds"] for r in measured[model]]
+            itself = self_agreement([[measured[model][r][k].get("round_seconds", []) for r in measured[model]]
                                      for k in range(len(picks[model]))])
             summary.append((model, len(pred), rho, itself, chosen, ok_cap, took[model]))
         console.print(table)
@@ -195,9 +195,9 @@ def main() -> None:
         for c in scols:
             st.add_column(c, justify="left" if c == "model" else "right")
         md += ["", "| " + " | ".join(scols) + " |", "|" + "---|" * len(scols)]
-        for model, k, rho, (self_med, self_low), chosen, ok_cap, secs in summary:
-            cells = [model, str(k), f"{rho:.2f}", f"{self_med:.2f} / {self_low:.2f}", f"{chosen:.2f}",
-                     "yes" if ok_cap else "NO", f"{secs:.1f}"]
+        for model, k, rho, itself, chosen, ok_cap, secs in summary:
+            agree = "-" if itself is None else f"{itself[0]:.2f} / {itself[1]:.2f}"
+            cells = [model, str(k), f"{rho:.2f}", agree, f"{chosen:.2f}", "yes" if ok_cap else "NO", f"{secs:.1f}"]
             st.add_row(*cells)
             md.append("| " + " | ".join(cells) + " |")
         console.print(st)
