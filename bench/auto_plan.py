@@ -153,7 +153,9 @@ def main() -> None:
                           f"{len(picks[model])} measured")
         for model in args.models:   # (a launch per model: each job holds one model, as a user's does)
             cases = [(MODELS[model], *s.candidate.plan(), "adamw", {"batch": args.batch}) for s in picks[model]]
-            measured[model] = launch(measure_cases, n, (cases, args.steps, 0.01, 2, args.rounds), timeout_s=3000)
+            # (one after another, measure_cases' steps also hold the first step and the 2 profiled ones)
+            steps = args.steps if args.rounds > 1 else args.steps + 3
+            measured[model] = launch(measure_cases, n, (cases, steps, 0.01, 2, args.rounds), timeout_s=3000)
         summary = []
         cols = ["model", "#", "candidate", "predicted ms", "measured ms", "predicted peak KiB", "measured peak KiB",
                 "within cap", "predicted compute/comm/update/bubble ms", "measured program/comm/update ms"]
