@@ -698,7 +698,7 @@ def run_main(cfg: RunConfig) -> int:
     report(console, cfg, job, plan, results)
     if not cfg.check:
         return 0
-    pieces = batch_pieces(cfg, mesh, plan) if cfg.mixed_precision and cfg.train else 1
+    pieces = batch_pieces(cfg, mesh, plan) if cfg.train else 1
     return 0 if check_against_one_device(console, cfg, plan, results[min(results)], pieces) else 1
 
 

@@ -107,6 +107,53 @@ def test_the_split_is_replayed_only_for_models_that_draw_no_random_numbers(tmp_p
                     "    return factory(train=False)\n")
     assert batch_pieces(RunConfig(workload=f"{path}:factory", mesh="dp=4", plan="dp"), dp4, "dp") == 1
     assert batch_pieces(RunConfig(workload=f"{path}:frozen", mesh="dp=4", plan="dp"), dp4, "dp") == 4
+    # a model fed by keyword (a Hugging Face model's input_ids=...): its first tensor input counts
+    path.write_text("import torch, torch.nn as nn\n"
+                    "class M(nn.Module):\n"
+                    "    def __init__(self):\n"
+                    "        super().__init__()\n"
+                    "        self.fc = nn.Linear(8, 8)\n"
+                    "    def forward(self, x=None):\n"
+                    "        return self.fc(x).sum()\n"
+                    "def factory():\n"
+                    "    torch.manual_seed(0)\n"
+                    "    return M(), {'x': torch.randn(4, 8)}, None\n")
+    assert batch_pieces(RunConfig(workload=f"{path}:factory", mesh="dp=4", plan="dp"), dp4, "dp") == 4
+
+
+def test_without_a_float64_run_the_ranks_split_is_the_second_opinion(monkeypatch):
+    """A model float64 cannot run (an op without float64 kernels: HF Mixtral's grouped_mm) was an
+    internal error of --check; now eager float32 with the batch split as the ranks split it judges
+    the values over tolerance, and where the ranks do not split the batch they stand, said so."""
+    import io
+
+    import torch
+    from rich.console import Console
+
+    import spmdc.tools.reference as reference
+    from spmdc.tools.run_cmd import RunConfig
+    from spmdc.tools.run_report import _judged_without_float64
+
+    want = {"losses": [1.0], "state": {"w": torch.zeros(100)}}
+    got = {"losses": [1.0], "state": {"w": torch.zeros(100)}}
+    got["state"]["w"][:3] = 1e-3   # 3 elements over tolerance
+    split = {"losses": [1.0], "state": {"w": torch.zeros(100)}}
+    split["state"]["w"][:2] = 2e-3   # rounding alone moves 2 elements as far
+    asked = []
+    monkeypatch.setattr(reference, "eager_reference", lambda *a, **k: asked.append(a[4].grad_accum) or split)
+    cfg = RunConfig(workload="mlp", mesh="dp=4", plan="dp")
+    settings = reference.TrainSettings("adamw", 0.01)
+    err = RuntimeError("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got Double")
+    for pieces, verdict, said in ((4, True, "judged against eager float32 with the batch split in the ranks' 4 pieces"),
+                                  (1, False, "the values over tolerance stand")):
+        _, rows = reference.compare(want, got, 1e-4, 1e-5)
+        assert not all(r.ok for r in rows)
+        out = io.StringIO()
+        ok = _judged_without_float64(Console(file=out, width=300), err, cfg, 0, settings, None, rows, want, got,
+                                     1e-4, 1e-5, pieces)
+        text = " ".join(out.getvalue().split())
+        assert ok is verdict and "cannot run this model (RuntimeError: Expected mat_a" in text and said in text, text
+    assert asked == [4]   # (the replay: grad_accum x the ranks' pieces; none where there is one piece)
 
 
 def test_a_resumed_runs_history_is_replayed_on_the_batch_it_trained_on():
