@@ -240,6 +240,24 @@ def _draws_random(w: Any) -> bool:
         torch.set_rng_state(state)
 
 
+def _split_replay(cfg: Any, seed: int, settings: Any, before: Any, pieces: int) -> dict[str, Any] | None:
+    """Eager PyTorch on one device with the batch split into the ranks' ``pieces`` (gradients summed
+    piece by piece, as the ranks sum them); None for one piece or a batch the pieces do not divide."""
+    import dataclasses
+
+    from spmdc.tools.reference import eager_reference
+    from spmdc.tools.run_cmd import workload_args
+
+    if pieces <= 1:
+        return None
+    try:
+        return eager_reference(cfg.workload, cfg.steps, cfg.train, seed,
+                               dataclasses.replace(settings, grad_accum=settings.grad_accum * pieces), before,
+                               workload_args=workload_args(cfg))
+    except ValueError:   # (a batch the pieces do not divide evenly: not replayed)
+        return None
+
+
 def _judged_without_float64(console: Any, err: Exception, cfg: Any, seed: int, settings: Any, before: Any,
                             rows: list, ref: dict[str, Any], r0: dict[str, Any], rtol: float, atol: float,
                             pieces: int) -> bool:
@@ -247,21 +265,11 @@ def _judged_without_float64(console: Any, err: Exception, cfg: Any, seed: int, s
     where the ranks split the batch into ``pieces``, eager float32 with the batch split as they split
     it (their summation order) says how far rounding alone moves the values
     (:func:`spmdc.tools.reference.judge_by_float32`); elsewhere the values over tolerance stand."""
-    import dataclasses
-
-    from spmdc.tools.reference import eager_reference, judge_by_float32
-    from spmdc.tools.run_cmd import workload_args
+    from spmdc.tools.reference import judge_by_float32
 
     first = str(err).splitlines()[0] if str(err) else ""
     why = f"the float64 run that tells rounding noise from a bug cannot run this model ({type(err).__name__}: {first})"
-    split = None
-    if pieces > 1:
-        try:
-            split = eager_reference(cfg.workload, cfg.steps, cfg.train, seed,
-                                    dataclasses.replace(settings, grad_accum=settings.grad_accum * pieces), before,
-                                    workload_args=workload_args(cfg))
-        except ValueError:   # (a batch the pieces do not divide evenly: not replayed)
-            split = None
+    split = _split_replay(cfg, seed, settings, before, pieces)
     if split is None:
         console.print(Text(f"--check: {why}: the values over tolerance stand", style="yellow"))
         return False
@@ -322,14 +330,8 @@ def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, An
             return dataclasses.replace(s, mixed_precision=None)
         ref32 = eager_reference(cfg.workload, cfg.steps, cfg.train, seed, fp32(settings),
                                 before and (before[0], fp32(before[1])), workload_args=workload_args(cfg))
-        split = None
-        if pieces > 1:   # the ranks' rounding: each piece's low-precision gradient, summed in float32
-            try:
-                split = eager_reference(cfg.workload, cfg.steps, cfg.train, seed,
-                                        dataclasses.replace(settings, grad_accum=settings.grad_accum * pieces),
-                                        before, workload_args=workload_args(cfg))
-            except ValueError:   # (a batch the pieces do not divide evenly: not replayed)
-                split = None
+        # the ranks' rounding: each piece's low-precision gradient, summed in float32
+        split = _split_replay(cfg, seed, settings, before, pieces)
         ok = judge_by_float32(rows, ref, ref32, r0, rtol, atol, split)
     mp = f", both in {cfg.mixed_precision} mixed precision" if cfg.mixed_precision else \
         (f", the resumed history in {low_precision} mixed precision" if low_precision else "")
