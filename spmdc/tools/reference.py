@@ -60,7 +60,22 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
     ``before``: (steps, settings) trained first and not reported (a resumed run's history, on the
     batch it trained on: ``settings.batch``).
     ``dtype=torch.float64``: the same run in double precision (floating inputs and parameters
-    converted; dropout draws the same masks in either precision)."""
+    converted; dropout draws the same masks in either precision; ops without float64 kernels
+    computed by their definition, :class:`spmdc.tools.float64_ops.Float64Kernels`)."""
+    import contextlib
+
+    import torch
+
+    from spmdc.tools.float64_ops import Float64Kernels
+
+    with Float64Kernels() if dtype == torch.float64 else contextlib.nullcontext():
+        return _eager_run(workload, steps, train, seed, settings, before, dtype, workload_args)
+
+
+def _eager_run(workload: str, steps: int, train: bool, seed: int, settings: TrainSettings,
+               before: tuple[int, TrainSettings] | None, dtype: Any,
+               workload_args: dict[str, Any] | None) -> dict[str, Any]:
+    """:func:`eager_reference`'s run."""
     import torch
 
     from spmdc.frontend.loss import extract_loss
