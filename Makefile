@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spmdc-installed
+# pytest workers (pytest-xdist; each test file's tests stay in one worker: its module fixtures built once)
+JOBS   ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile --durations=15 tests/unit
 
 .PHONY: install run test lint lit unit bench clean
 
@@ -22,7 +25,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check spmdc tests bench
 	$(BIN)/lit -sv tests/lit
-	$(BIN)/python -m pytest -q --durations=15 tests/unit
+	$(PYTEST)
 
 lint: $(STAMP)
 	$(BIN)/ruff check spmdc tests bench
@@ -31,7 +34,7 @@ lit: $(STAMP)
 	$(BIN)/lit -sv tests/lit
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=15 tests/unit
+	$(PYTEST)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ir_scale.py

@@ -51,8 +51,15 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and report.failed):
-        for mark in item.iter_markers("matrix"):
-            kind, feature = mark.args
+        for mark in item.iter_markers("matrix"):   # (carried by the report: a pytest-xdist worker sends it on)
+            report.user_properties.append(("matrix", "|".join(mark.args)))
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    """Counts the cells (in the process that reports: the controller under ``pytest -n``)."""
+    for key, cell in report.user_properties:
+        if key == "matrix":
+            kind, feature = cell.split("|")
             _cells[(kind, feature)][0 if report.passed else 1] += 1
 
 
