@@ -140,11 +140,25 @@ def test_plan_search_writes_the_chosen_plan_and_run_takes_it(tmp_path):
 def test_search_refuses_what_it_chooses_and_bad_files(tmp_path):
     for args, msg in ((("--fsdp-shard", "whole"), "--fsdp-shard with --plan auto / --search"),
                       (("--microbatches", "2"), "--microbatches with --plan auto / --search"),
-                      (("--write-plan", str(tmp_path / "x.txt")), "expected a .yaml file")):
+                      (("--write-plan", str(tmp_path / "x.txt")), "expected a .yaml file"),
+                      (("--mesh", "dp=2,xx=2"), "no candidate layout for 4 ranks on mesh dp=2,xx=2: mesh axis 'xx' "
+                                                "is not one the search lays out (pp, rep, dp, tp, ep)")):
         r = _cli("plan", "mlp", "--search", "--device", "cpu", *args)
         assert r.returncode == 1 and msg in r.stderr, r.stderr
     r = _cli("plan", "mlp", "--write-plan", str(tmp_path / "x.yaml"), "--device", "cpu")
     assert r.returncode == 1 and "--write-plan is for --search" in r.stderr
+
+
+def test_a_mesh_the_search_has_no_candidate_on_is_explained():
+    from spmdc.tools.search_cmd import _why_none
+
+    for mesh, msg in (("dp=2,tpp=2", "mesh axis 'tpp' is not one the search lays out (pp, rep, dp, tp, ep); did "
+                                     "you mean 'tp' or 'pp'?"),
+                      ("rep=4", "the search lays out 'rep' (hsdp's replicas) only beside 'dp'"),
+                      ("tp=16", "the search lays out tp of at most 8 (one node), not tp=16"),
+                      ("ep=4", "the search lays out 'ep' only for a model with experts"),
+                      ("pp=4", "the search lays out pp=4 only for a model with at least 4 repeated blocks")):
+        assert msg in _why_none(Mesh.parse(mesh)), mesh
 
 
 def test_run_plan_auto_runs_the_best_layout_and_matches_one_device(tmp_path):
