@@ -2,8 +2,8 @@
 
     python bench/auto_plan.py [--ranks 4 8] [--models mlp gpt2-tiny ...] [--top 8] [--markdown FILE]
 
-For each rank count: a first launch calibrates the ``cpu`` profile on these ranks
-(:mod:`spmdc.tools.calibrate`, as ``spmdc calibrate`` does); this process searches every model's
+For each rank count: three launches calibrate the ``cpu`` profile on these ranks (each figure their
+median, :mod:`spmdc.tools.calibrate`, as ``spmdc calibrate`` does); this process searches every model's
 layouts with it (:func:`spmdc.api.auto_plan.search`, a memory cap of ``--cap-share`` of the largest
 predicted peak among the candidates, so that the cap excludes some); a launch per model then measures
 its top ``--top`` candidates that fit (:func:`spmdc.tools.plan_check.measure_cases`; one launch
@@ -134,13 +134,13 @@ def main() -> None:
     from rich.table import Table
 
     from spmdc.runtime.launcher import launch
-    from spmdc.tools.calibrate import calibrated_profile, measure_device
+    from spmdc.tools.calibrate import calibrate, calibrated_profile
     from spmdc.tools.plan_check import measure_cases
 
     console = Console(width=220)
     md = []
     for n in args.ranks:
-        device = calibrated_profile("cpu", launch(measure_device, n, timeout_s=600)[0])
+        device = calibrated_profile("cpu", calibrate(n))
         console.print(f"{n} ranks: calibrated {device.describe()}, launch {device.launch_us:.1f} us, latency "
                       f"{device.latency_us:.0f} us, overlap {device.overlap:.2f}, "
                       f"idle speedup {device.idle_speedup:.2f}, sync {device.sync_us / 1e3:.2f} ms")

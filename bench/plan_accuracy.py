@@ -2,8 +2,8 @@
 
     python bench/plan_accuracy.py [--ranks 4 8] [--quick] [--markdown FILE]
 
-For each rank count, a first launch calibrates the ``cpu`` device profile on these ranks
-(:mod:`spmdc.tools.calibrate`: op launch, collective latency and bandwidth, matmul FLOP/s, copy
+For each rank count, three launches calibrate the ``cpu`` device profile on these ranks (each figure
+their median, :mod:`spmdc.tools.calibrate`: op launch, collective latency and bandwidth, matmul FLOP/s, copy
 bandwidth, overlap; a few seconds of micro-benchmarks, nothing of the cases), then one launch
 (gloo, CPU) runs ``--steps`` training steps of every case (:func:`spmdc.tools.plan_check.measure_cases`)
 and this process predicts the same cases with :func:`spmdc.api.dry_run.dry_run` on the calibrated
@@ -182,14 +182,14 @@ def main() -> None:
     from rich.table import Table
 
     from spmdc.runtime.launcher import launch
-    from spmdc.tools.calibrate import calibrated_profile, measure_device
+    from spmdc.tools.calibrate import calibrate, calibrated_profile
     from spmdc.tools.plan_check import measure_cases
 
     console = Console(width=200)
     md = []
     for n in args.ranks:
         cs = cases(n, args.quick)
-        device = calibrated_profile("cpu", launch(measure_device, n, timeout_s=600)[0])
+        device = calibrated_profile("cpu", calibrate(n))
         console.print(f"{n} ranks, calibrated profile {device.describe()}, launch {device.launch_us:.1f} us, "
                       f"latency {device.latency_us:.0f} us, overlap {device.overlap:.2f}")
         measured = launch(measure_cases, n, (cs, args.steps), timeout_s=3000)

@@ -49,7 +49,11 @@ ranks' contention for the cores is in the figures):
   measured peak above what was live and the result, :func:`~spmdc.runtime.memory.measure_peak`;
   0 on gloo, whose pieces the runtime exchanges pair by pair into the pack, and on NCCL).
 
-Each figure is the median over its repetitions, then over the ranks. Used by
+Each figure is the median over its repetitions, then over the ranks, then over :data:`LAUNCHES`
+separate launches (:func:`calibrate`): from one launch to the next on 4 ranks sharing 2 cores, the
+launch cost measured 9-18 us, the idle speedup 1.06-2.02, the sync cost 0.02-0.48 ms and the overlap
+0.00-0.61 (the ranks placed on the cores otherwise each time), and one launch's draw moved every
+prediction of a measurement with it. Used by
 ``bench/plan_accuracy.py`` (predictions on a calibrated ``cpu`` profile against measured runs).
 """
 
@@ -62,7 +66,7 @@ from typing import Any
 
 from spmdc.compiler.devices import BUCKETED_KINDS, COLLECTIVE_KINDS
 
-__all__ = ["calibrated_profile", "measure_device"]
+__all__ = ["LAUNCHES", "calibrate", "calibrated_profile", "measure_device", "median_figures"]
 
 
 def _median_seconds(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None = None) -> float:
@@ -404,6 +408,41 @@ def _scatter_staging(dist: Any, dev: Any, n: int) -> float:
     _, peak = measure_peak(scatter)
     piece = whole.numel() // n * whole.element_size()   # (this rank's piece is the result, not staging)
     return max(0.0, round(4 * (peak - piece) / (whole.numel() * whole.element_size())) / 4)
+
+
+LAUNCHES = 3
+"""Separate launches :func:`calibrate` measures in, each figure their median (see the module doc)."""
+
+
+def calibrate(nproc: int, reps: int = 20, launches: int = LAUNCHES, timeout_s: float = 600.0) -> dict[str, Any]:
+    """:func:`measure_device` on ``nproc`` ranks in ``launches`` separate launches, each figure the
+    median over them (:func:`median_figures`)."""
+    from spmdc.runtime.launcher import launch
+
+    return median_figures([launch(measure_device, nproc, (reps,), timeout_s=timeout_s)[0] for _ in range(launches)])
+
+
+def median_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over ``runs`` (:func:`measure_device`'s figures from separate launches);
+    a collective's α and bandwidth, a bucket member's cost, each the median of its own::
+
+        median_figures([{"launch_us": 9.0, ...}, {"launch_us": 18.0, ...}, {"launch_us": 12.0, ...}])
+        # {"launch_us": 12.0, ...}
+    """
+    out: dict[str, Any] = {}
+    for key, first in runs[0].items():
+        if key in ("collectives", "bucket_members"):
+            entries: dict[tuple, list] = {}
+            for run in runs:
+                for kind, k, *values in run.get(key, ()):
+                    entries.setdefault((kind, k), []).append(values)
+            out[key] = tuple((kind, k, *(statistics.median(col) for col in zip(*vals)))
+                             for (kind, k), vals in sorted(entries.items()))
+        elif isinstance(first, (int, float)):
+            out[key] = statistics.median(run[key] for run in runs if key in run)
+        else:
+            out[key] = first
+    return out
 
 
 def calibrated_profile(base: str, figures: dict[str, float]) -> Any:

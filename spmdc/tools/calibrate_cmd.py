@@ -5,7 +5,8 @@
     spmdc plan gpt2-tiny --search --device local          # the search prices candidates with it
 
 Runs :func:`spmdc.tools.calibrate.measure_device` on ``--nproc`` ranks at once (a few seconds of
-small ops, DTensor ops, all-reduces, matmuls and copies), puts the medians into the device table's
+small ops, DTensor ops, all-reduces, matmuls and copies) in ``--launches`` separate launches
+(:func:`~spmdc.tools.calibrate.calibrate`), puts the medians into the device table's
 ``--base`` entry (:func:`~spmdc.tools.calibrate.calibrated_profile`) and writes it as JSON
 (:func:`~spmdc.compiler.devices.save_profile`: whole or not at all) under ``--name`` in
 :func:`~spmdc.compiler.devices.profile_dir` (``$SPMDC_DEVICE_DIR``) or to ``--out``. Every command
@@ -25,6 +26,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     from spmdc.compiler.devices import DEVICES
     from spmdc.compiler.options import positive
+    from spmdc.tools.calibrate import LAUNCHES
 
     ap.add_argument("--nproc", type=positive(int), default=4, help="ranks to measure on at once (default 4)")
     ap.add_argument("--name", default="local", help="the stored profile's name (default local)")
@@ -32,6 +34,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the device table's entry whose unmeasured figures (memory) are kept (default cpu)")
     ap.add_argument("--out", default=None, metavar="FILE", help="write the profile to FILE (.json) instead")
     ap.add_argument("--reps", type=positive(int), default=20, help="repetitions per figure (default 20)")
+    ap.add_argument("--launches", type=positive(int), default=LAUNCHES,
+                    help=f"separate launches to measure in, each figure their median (default {LAUNCHES}: from one "
+                         "launch to the next, ranks sharing cores measure figures up to 3x apart)")
     ap.add_argument("--verbose", action="store_true", help="show Python tracebacks of errors")
 
 
@@ -39,8 +44,7 @@ def calibrate_main(args: argparse.Namespace) -> int:
     import dataclasses
 
     from spmdc.compiler.devices import DEVICES, save_profile
-    from spmdc.runtime.launcher import launch
-    from spmdc.tools.calibrate import calibrated_profile, measure_device
+    from spmdc.tools.calibrate import calibrate, calibrated_profile
     from spmdc.tools.show import plain_console
 
     if not _NAME.match(args.name) or args.name.lower() in DEVICES:
@@ -50,8 +54,8 @@ def calibrate_main(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.endswith(".json"):
         raise UserError(f"--out '{args.out}': expected a .json file")
     console = plain_console()
-    console.print(f"spmdc calibrate: measuring on {args.nproc} ranks ...")
-    figures = launch(measure_device, args.nproc, (args.reps,), timeout_s=600)[0]
+    console.print(f"spmdc calibrate: measuring on {args.nproc} ranks, {args.launches} launches ...")
+    figures = calibrate(args.nproc, args.reps, args.launches)
     profile = dataclasses.replace(calibrated_profile(args.base, figures), name=args.name)
     try:
         path = save_profile(profile, args.out)

@@ -198,8 +198,8 @@ def test_stored_profiles_round_trip_and_are_found_by_name(tmp_path, monkeypatch)
 
 def test_calibrate_stores_a_profile_that_plan_uses(tmp_path):
     env = {"SPMDC_DEVICE_DIR": str(tmp_path)}
-    r = _cli("calibrate", "--nproc", "2", "--reps", "3", "--name", "box", env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _cli("calibrate", "--nproc", "2", "--reps", "3", "--launches", "2", "--name", "box", env=env)
+    assert r.returncode == 0 and "measuring on 2 ranks, 2 launches" in r.stdout, r.stdout + r.stderr
     stored = load_profile(tmp_path / "box.json")
     assert stored.name == "box" and not stored.rough and stored.node_size == 2 and stored.latency_us > 0
     r = _cli("plan", "mlp", "--mesh", "dp=2", "--device", "box", env=env)
@@ -208,6 +208,8 @@ def test_calibrate_stores_a_profile_that_plan_uses(tmp_path):
                       (("--out", str(tmp_path / "p.txt")), "expected a .json file")):
         r = _cli("calibrate", *args, env=env)
         assert r.returncode == 1 and msg in r.stderr, r.stderr
+    r = _cli("calibrate", "--launches", "0", env=env)   # (argparse's own exit status)
+    assert r.returncode == 2 and "argument --launches: must be positive, got 0" in r.stderr, r.stderr
 
 
 def test_a_plan_file_mesh_is_the_run_mesh():

@@ -23,7 +23,7 @@ from spmdc.compiler.devices import device_profile
 from spmdc.frontend.workloads import load_workload
 from spmdc.runtime.launcher import launch
 from spmdc.sharding.mesh import Mesh
-from spmdc.tools.calibrate import _overlap_in_place, calibrated_profile, measure_device
+from spmdc.tools.calibrate import _overlap_in_place, calibrated_profile, measure_device, median_figures
 
 sys.path.insert(0, str(Path(__file__).parent))
 import calibrate_workers as W  # noqa: E402
@@ -48,6 +48,25 @@ def test_every_rank_gets_the_same_positive_figures(figures):
     assert {(kind, k) for kind, k, _, _ in f["collectives"]} == {("all_reduce", 2), ("all_gather", 2),
                                                                  ("reduce_scatter", 2), ("all_to_all", 2)}
     assert all(alpha >= 1.0 and 0 < gbps <= f["hbm_gbps"] for _, _, alpha, gbps in f["collectives"])
+
+
+def test_a_calibration_is_each_figures_median_over_its_launches():
+    """One launch's draw (here the second's launch cost and overlap) does not set the profile."""
+    runs = [{"launch_us": 9.0, "overlap": 0.0, "node_size": 4,
+             "collectives": (("all_reduce", 4, 300.0, 0.5), ("all_gather", 4, 200.0, 1.0)),
+             "bucket_members": (("all_gather", 4, 10.0),)},
+            {"launch_us": 40.0, "overlap": 0.61, "node_size": 4,
+             "collectives": (("all_reduce", 4, 100.0, 0.9), ("all_gather", 4, 250.0, 0.2)),
+             "bucket_members": (("all_gather", 4, 30.0),)},
+            {"launch_us": 12.0, "overlap": 0.05, "node_size": 4,
+             "collectives": (("all_reduce", 4, 200.0, 0.7), ("all_gather", 4, 150.0, 0.8)),
+             "bucket_members": (("all_gather", 4, 20.0),)}]
+    m = median_figures(runs)
+    assert (m["launch_us"], m["overlap"], m["node_size"]) == (12.0, 0.05, 4)
+    # each collective's alpha and bandwidth their own medians (not one launch's pair)
+    assert m["collectives"] == (("all_gather", 4, 200.0, 0.8), ("all_reduce", 4, 200.0, 0.7))
+    assert m["bucket_members"] == (("all_gather", 4, 20.0),)
+    assert calibrated_profile("cpu", m).launch_us == 12.0
 
 
 def test_every_rank_times_the_same_stretch_then_half_of_them():
