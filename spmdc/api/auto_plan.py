@@ -357,7 +357,9 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
     would take longer (as long as those priced took), the rest are sketched
     (:mod:`spmdc.api.plan_sketch`) and priced in the sketch's order while the budget lasts, the
     others ranked by their sketch (``Scored.sketched``); a model without repeated blocks is priced
-    whole; None: every candidate priced; ``progress(scored, i, n)`` after each priced."""
+    whole; once the budget is spent with every candidate so far refused (a model spmdc cannot
+    capture), the rest are refused unpriced; None: every candidate priced; ``progress(scored, i,
+    n)`` after each priced."""
     from spmdc.frontend.capture import reusing_captures
     from spmdc.frontend.checkpoint import block_modules
     from spmdc.frontend.repeated import find_block_stack
@@ -404,6 +406,12 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
             if out and sketches and c in sketches and _expected(c, took) > left:   # (it would outlast the budget)
                 out.append(sketches[c])
                 continue
+            if out and left <= 0 and not any(x.ok for x in out):   # (a model refused under every layout so far:
+                #                                                     the rest would be too, one capture each)
+                tried = sum(1 for x in out if not x.refused.startswith(UNPRICED))
+                out.append(Scored(c, refused=f"{UNPRICED}: the search's budget ({budget_s:g} s) is spent and every "
+                                             f"candidate priced before it ({tried}) was refused"))
+                continue
             s = _score(c, model, inputs, device, cap, kw, stack)
             if s.ok and not s.fits and blocks and not c.checkpoint:   # over the cap: recompute blocks
                 for every in RECOMPUTE_EVERY if blocks >= 2 else (1,):   # (half of them first, then all)
@@ -415,6 +423,10 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
             if progress is not None:
                 progress(s, i, len(todo))
     return rank(out)
+
+
+UNPRICED = "not priced"
+"""How a candidate the search did not price starts its reason (see :func:`search`)."""
 
 
 PIPELINE_STAGE_COST = 3.0
@@ -467,7 +479,7 @@ def _sketched(todo: list[Candidate], model: Any, inputs: Sequence[Any], device: 
 
 def rank(scored: list[Scored]) -> list[Scored]:
     """Fitting candidates by predicted step time (those priced from their programs before those
-    only sketched), then the others by peak memory, refused last."""
-    return sorted(scored, key=lambda s: (not s.ok, not s.fits, s.sketched and s.fits,
+    only sketched), then the others by peak memory, refused last (those not priced after them)."""
+    return sorted(scored, key=lambda s: (not s.ok, s.refused.startswith(UNPRICED), not s.fits, s.sketched and s.fits,
                                          s.step_seconds if s.fits else s.peak_bytes, s.candidate.label()))
 

@@ -116,6 +116,10 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
     opts = options if options is not None else CompileOptions(verify_each=False)   # (each stage's result is)
+    from spmdc.frontend.deferred_init import cpu_examples, is_meta_model
+
+    if is_meta_model(model):   # (its example inputs, where a user built them on meta too: CPU ones of their shapes)
+        inputs, loss_inputs, kwargs = cpu_examples((tuple(inputs), tuple(loss_inputs), dict(kwargs or {})))
     if opts.execution == "eager":
         raise ValueError("spmdc plan predicts compiled programs; eager execution (op by op) is not predicted")
     if isinstance(plan, PipelinePlan):

@@ -141,7 +141,7 @@ def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool =
                     mixed_precision: Any = None, return_outputs: bool = False,
                     reuse_blocks: bool | None = None) -> Captured:
     """The capture itself (:func:`capture_program`)."""
-    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
+    from spmdc.frontend.deferred_init import cpu_examples, fake_parameters, is_meta_model
     from spmdc.frontend.export import finish_program, trace_program
     from spmdc.frontend.repeated import export_reusing_blocks
     from spmdc.frontend.torch_mlir_bridge import import_to_torch_mlir
@@ -157,6 +157,8 @@ def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool =
     # a model on the meta device (spmdc.deferred_init, or built under torch.device("meta")) is
     # exported with fake CPU parameters in place of its meta ones (shapes, dtypes, ties; no memory)
     meta = hasattr(model, "parameters") and hasattr(model, "buffers") and is_meta_model(model)
+    if meta:   # (and its example inputs on meta, if the user built them there, real CPU ones of their shapes)
+        model_args, loss_inputs, example_kwargs = cpu_examples((model_args, loss_inputs, example_kwargs))
     with fake_parameters(model) if meta else contextlib.nullcontext():
         info, blocks = export_reusing_blocks(model, lambda: trace_program(
             model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, example_kwargs=example_kwargs,

@@ -457,6 +457,23 @@ def _run(e: Entry, resolve: Callable[[TRef], torch.Tensor], device: str) -> list
     return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
+def cpu_examples(tree: Any) -> Any:
+    """``tree`` (example inputs) with each meta tensor an uninitialised CPU tensor of its shape,
+    strides and dtype: a meta model is exported with fake CPU parameters (:class:`fake_parameters`),
+    and inputs left on meta met CPU tensors inside torch's decompositions (the embedding backward's
+    ``masked_fill``: "found at least two devices, meta and cpu")::
+
+        ids = torch.randint(0, 128256, (512, 2048), device="meta")   # a user's real-size batch
+        cpu_examples({"input_ids": ids})["input_ids"].device          # cpu (8 MiB, never written)
+    """
+    def cpu(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.device.type == "meta":
+            t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+            return t.requires_grad_() if x.requires_grad else t
+        return x
+    return tree_map(cpu, tree)
+
+
 class fake_parameters:
     """``with fake_parameters(model):`` the meta parameters and buffers of ``model`` are fake CPU
     tensors (shapes, dtypes, ties kept; no memory), so torch.export can capture it with real

@@ -225,7 +225,7 @@ def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, l
 
     from spmdc.dialects.attrs import checkpoint_every
     from spmdc.frontend.checkpoint import marking_checkpoints
-    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
+    from spmdc.frontend.deferred_init import cpu_examples, fake_parameters, is_meta_model
     from spmdc.frontend.export import kept_modes
     from spmdc.frontend.loss import LossWrapper
 
@@ -234,6 +234,8 @@ def _exported_graph(model: nn.Module, inputs: tuple, loss_fn: Callable | None, l
     marking = marking_checkpoints(model, blocks=every) if every else contextlib.nullcontext()
     # (a meta model is traced from fake tensors; the stages then hold its meta tensors, see spmdc.api.pipeline_executor)
     fake = fake_parameters(model) if is_meta_model(model) else contextlib.nullcontext()
+    if is_meta_model(model):   # (example inputs a user built on meta: CPU ones of their shapes, cpu_examples)
+        inputs, loss_inputs, kwargs = cpu_examples((tuple(inputs), tuple(loss_inputs), dict(kwargs)))
     try:   # every module traced in its own mode (a frozen submodule in eval), each flag kept
         with kept_modes(model), marking, fake:
             ep = torch.export.export(root, inputs + loss_inputs, dict(kwargs), strict=False)

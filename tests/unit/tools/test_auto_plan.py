@@ -149,6 +149,28 @@ def test_search_refuses_what_it_chooses_and_bad_files(tmp_path):
     assert r.returncode == 1 and "--write-plan is for --search" in r.stderr
 
 
+def test_a_model_refused_under_every_layout_ends_the_search_with_its_budget():
+    """Each refusal is a capture attempt (a user's Llama-70B refused 181 candidates in 15 minutes
+    under a 20 s budget): once the budget is spent with none priced, the rest are not priced."""
+    import torch
+
+    class Broken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            raise ValueError("this model cannot be traced")
+
+    ranked = search(Broken(), (torch.randn(4, 8),), nproc=4, device=device_profile("cpu"), train=False,
+                    budget_s=1e-3)
+    assert len(ranked) > 2 and not any(s.ok for s in ranked)
+    tried = [s for s in ranked if not s.refused.startswith("not priced")]
+    assert tried == ranked[:1] and "this model cannot be traced" in tried[0].refused, tried   # (its reason first)
+    assert all("budget (0.001 s) is spent and every candidate priced before it (1) was refused" in s.refused
+               for s in ranked if s not in tried)
+
+
 def test_a_mesh_the_search_has_no_candidate_on_is_explained():
     from spmdc.tools.search_cmd import _why_none
 

@@ -220,6 +220,21 @@ def test_the_command_line_takes_a_meta_model(tmp_path):
     assert role["ranks"] == [0, 1, 2, 3] and role["memory"]["parameters"] > 0
 
 
+def test_a_meta_model_fed_meta_inputs_is_planned_on_one_mesh_and_in_pipeline_stages(tmp_path):
+    """Inputs built on meta were refused under every layout ("FakeTensorDeviceMismatchError: ... meta
+    and cpu", the search refused all 181 candidates of a user's Llama-70B one capture at a time)."""
+    from pathlib import Path
+
+    workload = f"{Path(__file__).parent / 'workloads' / 'meta_llama.py'}:meta_inputs"
+    for mesh, plan in (("dp=2,tp=2", "fsdp+tp"), ("pp=2,dp=2", "fsdp")):
+        path = tmp_path / f"{plan}.json"
+        code, text = _spmdc("plan", workload, "--mesh", mesh, "--plan", plan, "--optimizer", "adamw", "--json",
+                            str(path))
+        assert code == 0, text
+        roles = json.loads(path.read_text())["roles"]
+        assert sorted(r for role in roles for r in role["ranks"]) == [0, 1, 2, 3], roles
+
+
 def test_interleaved_measurement_times_the_parts_and_counts_as_one_after_another(measured):
     """``measure_cases(..., rounds=3)`` (bench/auto_plan.py: the cases take turns): the same collectives,
     bytes, stored state as timing one case after another; per step the program's time (forward and

@@ -12,3 +12,11 @@ def factory(batch: int = 4):
         model = T.LlamaForCausalLM(cfg)
     ids = torch.randint(0, 64, (batch, 8), generator=torch.Generator().manual_seed(0))
     return model, {"input_ids": ids, "labels": ids}, None
+
+
+def meta_inputs(batch: int = 4):
+    """The same model fed input ids built on meta too, as a user writes a real-size batch
+    (``torch.randint(..., device="meta")``): torch's embedding backward met a CPU scalar there."""
+    model, _, _ = factory(batch)
+    ids = torch.randint(0, 64, (batch, 8), device="meta")
+    return model, {"input_ids": ids, "labels": ids}, None
