@@ -374,7 +374,8 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
         parent = path.rpartition(".")[0]
         by_parent[parent] = by_parent.get(parent, 0) + 1
     blocks = max(by_parent.values(), default=0)   # (the longest list of repeated blocks: pipeline cuts)
-    todo = [c for c in candidates(nproc, blocks=blocks, experts=experts, max_tp=device.node_size)
+    # (no pipelines for a forward alone: a pipeline plan runs training steps)
+    todo = [c for c in candidates(nproc, blocks=blocks if train else 0, experts=experts, max_tp=device.node_size)
             if only is None or only(c)]
     kw = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, kwargs=kwargs,
               optimizer=optimizer if train else None, options=options)

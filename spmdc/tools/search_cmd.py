@@ -111,7 +111,8 @@ def _why_none(mesh: Any) -> str:
     why = ("'rep' (hsdp's replicas) only beside 'dp'" if "rep" in size and "dp" not in size else
            f"tp of at most 8 (one node), not tp={size['tp']}" if size.get("tp", 1) > 8 else
            "'ep' only for a model with experts (mixture-of-experts layers)" if "ep" in size else
-           f"pp={size['pp']} only for a model with at least {size['pp']} repeated blocks (one stage each at most)"
+           f"pp={size['pp']} only for training steps of a model with at least {size['pp']} repeated blocks (one "
+           "stage each at most)"
            if "pp" in size else "its candidates on this mesh were all left out")
     return f"the search lays out {why}; give a preset with --plan to run on this mesh"
 

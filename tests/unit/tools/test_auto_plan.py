@@ -171,6 +171,15 @@ def test_a_model_refused_under_every_layout_ends_the_search_with_its_budget():
                for s in ranked if s not in tried)
 
 
+def test_a_forward_search_has_no_pipeline_candidates():
+    """A pipeline plan runs training steps: a forward search lists none (it listed each refused)."""
+    w = load_workload("gpt2-tiny")
+    assert any(c.pipeline for c in candidates(4, blocks=2))   # (what a training search has)
+    ranked = search(w.model, w.inputs, nproc=4, device=device_profile("cpu"), train=False,
+                    only=lambda c: c.pipeline or c.mesh_text == "tp=4")
+    assert [s.candidate.label() for s in ranked] == ["megatron on tp=4"] and ranked[0].ok
+
+
 def test_a_mesh_the_search_has_no_candidate_on_is_explained():
     from spmdc.tools.search_cmd import _why_none
 
@@ -179,7 +188,8 @@ def test_a_mesh_the_search_has_no_candidate_on_is_explained():
                       ("rep=4", "the search lays out 'rep' (hsdp's replicas) only beside 'dp'"),
                       ("tp=16", "the search lays out tp of at most 8 (one node), not tp=16"),
                       ("ep=4", "the search lays out 'ep' only for a model with experts"),
-                      ("pp=4", "the search lays out pp=4 only for a model with at least 4 repeated blocks")):
+                      ("pp=4", "the search lays out pp=4 only for training steps of a model with at least 4 "
+                               "repeated blocks")):
         assert msg in _why_none(Mesh.parse(mesh)), mesh
 
 
