@@ -109,6 +109,7 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
     ``jobs``: a pipeline's stages compiled at a time, in forked workers (None: one per CPU)."""
     from spmdc.compiler.driver import compile_global, rank_module
     from spmdc.compiler.options import CompileOptions
+    from spmdc.frontend.deferred_init import cpu_examples, is_meta_model
     from spmdc.ir.gc_pause import gc_paused
     from spmdc.ir.parser import parse_module
     from spmdc.passes.partition_roles import shape_roles
@@ -116,8 +117,6 @@ def dry_run(model: Any, inputs: Sequence[Any], *, mesh: Any, plan: Any, device: 
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
     opts = options if options is not None else CompileOptions(verify_each=False)   # (each stage's result is)
-    from spmdc.frontend.deferred_init import cpu_examples, is_meta_model
-
     if is_meta_model(model):   # (its example inputs, where a user built them on meta too: CPU ones of their shapes)
         inputs, loss_inputs, kwargs = cpu_examples((tuple(inputs), tuple(loss_inputs), dict(kwargs or {})))
     if opts.execution == "eager":
