@@ -4,8 +4,9 @@ programs.
     python bench/search_scale.py [--markdown FILE]
 
 1. ``spmdc plan llama3-70b --nproc 4096 --search --batch 512 --optimizer adamw --device h100`` as a
-   user runs it (a fresh process, the default ``--search-budget``): the wall time, how many
-   candidates were priced from their programs, the chosen plan.
+   user runs it (a fresh process, the default ``--search-budget``), and the same for a user's file
+   building HuggingFace's Llama at those shapes on meta (:func:`hf_llama_70b`): the wall time, how
+   many candidates were priced from their programs, the chosen plan.
 2. For deep models whose every candidate can be priced here in minutes (Llama-3-1B on 64 ranks, a
    12-block GPT-2 on 8): every candidate priced from its programs (no budget) and sketched
    (:mod:`spmdc.api.plan_sketch`); the Spearman correlation of the sketch's step times with the
@@ -29,8 +30,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from auto_plan import spearman  # noqa: E402
 
 
-def user_search() -> dict:
-    args = ["plan", "llama3-70b", "--nproc", "4096", "--search", "--batch", "512", "--optimizer", "adamw",
+def hf_llama_70b(batch: int = 512):
+    """A user's file: HuggingFace's ``LlamaForCausalLM`` at Llama-3-70B's shapes built on the meta
+    device, with a batch of ids on meta too (``spmdc plan bench/search_scale.py:hf_llama_70b``)."""
+    import torch
+    import transformers as T
+
+    cfg = T.LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                        num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192,
+                        rope_theta=500000.0)
+    with torch.device("meta"):
+        model = T.LlamaForCausalLM(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (batch, 2048), device="meta")
+    return model, {"input_ids": ids, "labels": ids}, None
+
+
+USER_MODELS = ("llama3-70b", f"{os.path.abspath(__file__)}:hf_llama_70b")
+"""The built-in Llama-3-70B and a user's HuggingFace one built on meta."""
+
+
+def user_search(model: str) -> dict:
+    args = ["plan", model, "--nproc", "4096", "--search", "--batch", "512", "--optimizer", "adamw",
             "--device", "h100"]
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "spmdc.tools.cli", *args], capture_output=True, text=True)
@@ -78,11 +98,12 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    user = user_search()
+    users = [user_search(m) for m in USER_MODELS]
     rows = [compare("llama3-1b", 64, 64), compare("gpt2-tiny", 8, 8, n_layer=12)]
     console = Console()
-    console.print(f"{user['command']}: rc {user['rc']}, {user['wall']:.1f} s wall, {user['priced']} candidates priced "
-                  f"from their programs, chose {user['chosen']}")
+    for user in users:
+        console.print(f"{user['command']}: rc {user['rc']}, {user['wall']:.1f} s wall, {user['priced']} candidates "
+                      f"priced from their programs, chose {user['chosen']}")
     table = Table(title="the sketch against the programs (every candidate priced; h100 profile)")
     for col in ("model", "ranks", "candidates", "fitting", "priced in s", "Spearman", "programs' best at",
                 "sketch peak / programs' (median, range)"):
@@ -93,10 +114,11 @@ def main() -> int:
                       f"{r['peak'][0]:.2f} ({r['peak'][1]:.2f}-{r['peak'][2]:.2f})")
     console.print(table)
     if args.markdown:
-        lines = [f"\n## search_scale ({datetime.date.today()}, `python bench/search_scale.py`)\n",
-                 f"`{user['command']}` (a fresh process, default budget): exit {user['rc']}, **{user['wall']:.1f} s** "
-                 f"wall, {user['priced']} of 181 candidates priced from their programs, chose {user['chosen']}.\n",
-                 "| model | ranks | candidates | fitting | priced in s | Spearman sketch vs programs | programs' best "
+        lines = [f"\n## search_scale ({datetime.date.today()}, `python bench/search_scale.py`)\n"]
+        lines += [f"`{user['command']}` (a fresh process, default budget): exit {user['rc']}, **{user['wall']:.1f} s** "
+                  f"wall, {user['priced']} of 181 candidates priced from their programs, chose {user['chosen']}.\n"
+                  for user in users]
+        lines += ["| model | ranks | candidates | fitting | priced in s | Spearman sketch vs programs | programs' best "
                  "in the sketch's order | sketch peak / programs' (median, range) |",
                  "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['model']} | {r['ranks']} | {r['candidates']} | {r['compared']} | {r['seconds']:.0f} | "

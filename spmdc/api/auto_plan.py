@@ -29,7 +29,9 @@ budget (``search(budget_s=...)``, ``--search-budget``):
 
 * a deep model is compiled cut to 4, 5 and 6 blocks per stage and each figure extended block by
   block to its depth (:func:`_price_deep`; the same figures as the whole model's, checked on a
-  straight line over the three depths, else a deeper window, else the whole model);
+  straight line over the three depths, else a deeper window, else the whole model); each cut is
+  built from one template of the model's blocks, not traced again
+  (:func:`~spmdc.frontend.repeated.reusing_templates`);
 * when pricing every candidate would outlast the budget, they are sketched from one profile of the
   model (:mod:`spmdc.api.plan_sketch`) and priced from their programs in the sketch's order while
   it lasts; the rest keep their sketch (``Scored.sketched``) and rank after the priced ones.
@@ -241,9 +243,10 @@ on, not from 2; the last stage's compute and Llama-3-70B's on 4096 ranks from 4 
 depth checks the line, and when it is not one the window moves a block deeper."""
 
 
-MOVES = 3
+MOVES = 6
 """How often :func:`_price_deep`'s window of depths moves a block deeper before the model is priced
-whole."""
+whole (a HuggingFace Llama-3-70B under fsdp+tp keeping its gathered parameters: four times, to 8, 9
+and 10 blocks; each further depth costs its compile, its capture being built from the template)."""
 
 
 def _price_deep(c: Candidate, model: Any, inputs: Sequence[Any], device: Any, kw: Mapping[str, Any],

@@ -96,11 +96,14 @@ def reusing_captures() -> Iterator[None]:
     plans: spmdc.api.auto_plan). Its parameters must not change meanwhile; its module tree may (a
     model cut to fewer blocks, :func:`~spmdc.frontend.repeated.keep_blocks`, is another model: the
     key holds every submodule's identity)."""
+    from spmdc.frontend.repeated import reusing_templates
+
     global _REUSED
     outer = _REUSED
     _REUSED = {} if outer is None else outer
     try:
-        yield
+        with reusing_templates():   # (a model cut to each depth: built from one template)
+            yield
     finally:
         _REUSED = outer
 
@@ -122,13 +125,14 @@ def capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool = 
                                 mixed_precision=mixed_precision, return_outputs=return_outputs,
                                 reuse_blocks=reuse_blocks)
     held = (model, tuple(example_inputs), loss_fn, tuple(loss_inputs), dict(example_kwargs or {}))
-    key = (id(model), tuple(map(id, model.modules())), tuple(map(id, held[1])), train, id(loss_fn),
-           tuple(map(id, held[3])), tuple((k, id(v)) for k, v in held[4].items()), checkpoint,
-           repr(mixed_precision), return_outputs, reuse_blocks)
+    traced = (id(model), tuple(map(id, held[1])), train, id(loss_fn), tuple(map(id, held[3])),
+              tuple((k, id(v)) for k, v in held[4].items()), checkpoint, repr(mixed_precision), return_outputs,
+              reuse_blocks)   # (what a trace depends on besides the module tree)
+    key = (traced, tuple(map(id, model.modules())))
     if key not in _REUSED:
         out = _capture_program(model, example_inputs, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs,
                                example_kwargs=example_kwargs, checkpoint=checkpoint, mixed_precision=mixed_precision,
-                               return_outputs=return_outputs, reuse_blocks=reuse_blocks)
+                               return_outputs=return_outputs, reuse_blocks=reuse_blocks, template_key=traced)
         _REUSED[key] = (dataclasses.replace(out, module=out.module.clone()), held)   # (held: ids stay valid)
         return out
     first = _REUSED[key][0]
@@ -139,8 +143,9 @@ def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool =
                     loss_fn: Callable | None = None, loss_inputs: Sequence[Any] = (),
                     example_kwargs: Mapping[str, Any] | None = None, checkpoint: str | None = None,
                     mixed_precision: Any = None, return_outputs: bool = False,
-                    reuse_blocks: bool | None = None) -> Captured:
-    """The capture itself (:func:`capture_program`)."""
+                    reuse_blocks: bool | None = None, template_key: Any = None) -> Captured:
+    """The capture itself (:func:`capture_program`; ``template_key``: its settings, within
+    :func:`reusing_captures`, for :func:`~spmdc.frontend.repeated.export_reusing_blocks`)."""
     from spmdc.frontend.deferred_init import cpu_examples, fake_parameters, is_meta_model
     from spmdc.frontend.export import finish_program, trace_program
     from spmdc.frontend.repeated import export_reusing_blocks
@@ -163,7 +168,7 @@ def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool =
         info, blocks = export_reusing_blocks(model, lambda: trace_program(
             model, model_args, train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, example_kwargs=example_kwargs,
             checkpoint=checkpoint, mixed_precision=mixed_precision, return_model_outputs=return_outputs),
-            finish_program, reuse_blocks)
+            finish_program, reuse_blocks, key=template_key)
     timings["export"] = time.perf_counter() - t
     t = time.perf_counter()
     check_supported(info)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from spmdc.frontend.torch_compat import (
     dispatch_mode_base,
@@ -465,13 +466,23 @@ def cpu_examples(tree: Any) -> Any:
 
         ids = torch.randint(0, 128256, (512, 2048), device="meta")   # a user's real-size batch
         cpu_examples({"input_ids": ids})["input_ids"].device          # cpu (8 MiB, never written)
-    """
+
+    A meta tensor gets the same CPU tensor each time (while it lives): one tensor passed twice
+    (``input_ids`` as ``labels``) stays one, and a capture of the same inputs is reused
+    (:func:`~spmdc.frontend.capture.reusing_captures` keys on their identity: the layout search
+    compiles a 70B model under ~180 plans)."""
     def cpu(x: Any) -> Any:
         if isinstance(x, torch.Tensor) and x.device.type == "meta":
-            t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
-            return t.requires_grad_() if x.requires_grad else t
+            if x not in _CPU_EXAMPLES:
+                t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+                _CPU_EXAMPLES[x] = t.requires_grad_() if x.requires_grad else t
+            return _CPU_EXAMPLES[x]
         return x
     return tree_map(cpu, tree)
+
+
+_CPU_EXAMPLES: Any = WeakIdKeyDictionary()
+"""Each meta example tensor's CPU stand-in (:func:`cpu_examples`), kept while the meta one lives."""
 
 
 class fake_parameters:

@@ -57,7 +57,8 @@ from spmdc.frontend.metadata import node_infos
 from spmdc.frontend.program import ExportedProgramInfo, NodeInfo
 
 __all__ = ["MIN_BLOCKS", "MIN_STAGE_BLOCKS", "BlockReuse", "BlockStack", "NotRepeatable", "RepeatedBlocksWarning",
-           "export_reusing_blocks", "extend", "find_block_stack", "first_difference", "keep_blocks"]
+           "export_reusing_blocks", "extend", "find_block_stack", "first_difference", "keep_blocks",
+           "reusing_templates"]
 
 MIN_BLOCKS = 8       # fewer blocks: exporting depths 3 and 4 costs about what the whole export does
 MIN_STAGE_BLOCKS = 12   # a pipeline stage is traced at 4 and 5 blocks: below this, exported whole
@@ -178,16 +179,66 @@ def keep_blocks(model: nn.Module, stack: BlockStack, indices: list[int]) -> Iter
     """The container holds only the blocks ``indices``, renamed ``0, 1, ...``, while the body runs
     (the same container object, so every reference the model holds to it sees the cut)."""
     container = model.get_submodule(stack.path) if stack.path else model
+    blocks = list(torch_compat.children_table(container).values())
+    with _holding(container, [blocks[i] for i in indices]):
+        yield
+
+
+@contextlib.contextmanager
+def _holding(container: nn.Module, modules: list[nn.Module]) -> Iterator[None]:
+    """The container holds ``modules`` as ``0, 1, ...`` while the body runs; the blocks it held
+    before the outermost cut are :data:`_WHOLE`'s meanwhile."""
     table = torch_compat.children_table(container)
     saved = list(table.items())
-    blocks = [m for _, m in saved]
+    outer = _WHOLE.get(id(container))
+    if outer is None:
+        _WHOLE[id(container)] = [m for _, m in saved]
     table.clear()
-    table.update((str(pos), blocks[i]) for pos, i in enumerate(indices))
+    table.update((str(pos), m) for pos, m in enumerate(modules))
     try:
         yield
     finally:
         table.clear()
         table.update(saved)
+        if outer is None:
+            del _WHOLE[id(container)]
+
+
+@contextlib.contextmanager
+def _holding_last(container: nn.Module, first: list[nn.Module], last: nn.Module) -> Iterator[None]:
+    """:func:`_holding` ``first + [last]``, ``last`` a block the cut left out: on the meta device
+    it is traced with fake parameters, as the model's own are meanwhile (``fake_parameters``)."""
+    from spmdc.frontend.deferred_init import fake_parameters, is_meta_model
+
+    with _holding(container, [*first, last]), (fake_parameters(last) if is_meta_model(last) else
+                                                contextlib.nullcontext()):
+        yield
+
+
+_WHOLE: dict[int, list[nn.Module]] = {}
+"""A cut container's blocks before the cut (:func:`keep_blocks`), by the container's id: a cut
+model's program is built from its template checked against the model's real last block."""
+
+
+_TEMPLATES: dict[Any, tuple[Traced, Callable[[int], Callable[[Key, str], str]]] | str] | None = None
+"""Checked templates (or why the blocks cannot be repeated) within :func:`reusing_templates`."""
+
+
+@contextlib.contextmanager
+def reusing_templates() -> Iterator[None]:
+    """Within it, the traces a model's program is built from (its first 3 blocks, and the check at
+    4 blocks with its last one) are made once per model and settings: every depth it is cut to
+    (:func:`keep_blocks`: the layout search prices a 70B model at 4, 5, 6, ... blocks per stage,
+    :mod:`spmdc.api.auto_plan`) is then built from them without tracing (about 4 s of torch.export
+    per depth for a HuggingFace Llama), checked against the uncut model's last block. Entered by
+    :func:`~spmdc.frontend.capture.reusing_captures`."""
+    global _TEMPLATES
+    outer = _TEMPLATES
+    _TEMPLATES = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _TEMPLATES = outer
 
 
 # -- building the program ----------------------------------------------------------------------------
@@ -720,10 +771,11 @@ def _trace_blocks(keep: Callable[[list[int]], contextlib.AbstractContextManager]
 # -- entry -------------------------------------------------------------------------------------------
 def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
                           finish: Callable[[Traced], ExportedProgramInfo],
-                          reuse: bool | None) -> tuple[ExportedProgramInfo, BlockReuse]:
+                          reuse: bool | None, key: Any = None) -> tuple[ExportedProgramInfo, BlockReuse]:
     """``finish(trace())`` of ``model``, or its program built from shallow traces when it holds
     repeated blocks (``reuse``: None = when it has at least :data:`MIN_BLOCKS`; True = whenever it
-    can; False = never)."""
+    can; False = never); ``key``: what ``trace`` traces besides the model (its inputs and settings),
+    to build from the same traces within :func:`reusing_templates`."""
     if reuse is False or not isinstance(model, nn.Module):
         return finish(trace()), BlockReuse(None, False, "off")
     stage = getattr(model, "repeated_blocks", None)   # a pipeline stage's run (spmdc.frontend.stage_blocks)
@@ -746,6 +798,8 @@ def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
         def keep(indices: list[int]) -> contextlib.AbstractContextManager:
             return keep_blocks(model, stack, indices)
     least = len(check_indices) + 1 if reuse else MIN_STAGE_BLOCKS if stage is not None else MIN_BLOCKS
+    if stage is None and stack is not None and key is not None and _TEMPLATES is not None:
+        return _from_template(model, stack, trace, finish, key, least)
     if stack is None or stack.count < least:
         return finish(trace()), BlockReuse(stack, False, why or f"{stack.count} blocks (< {least})")
     timings: dict[str, float] = {}
@@ -772,5 +826,54 @@ def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
         warnings.warn(f"spmdc: the {stack.count} blocks of '{stack.path}' are exported one by one: {e}",
                       RepeatedBlocksWarning, stacklevel=3)
         return finish(trace()), BlockReuse(stack, False, str(e), timings)
+    info.timings.update(timings)
+    return info, BlockReuse(stack, True, "", timings)
+
+
+def _from_template(model: nn.Module, stack: BlockStack, trace: Callable[[], Traced],
+                   finish: Callable[[Traced], ExportedProgramInfo], key: Any,
+                   least: int) -> tuple[ExportedProgramInfo, BlockReuse]:
+    """:func:`export_reusing_blocks` within :func:`reusing_templates`: the model, whole or cut to
+    :data:`CHECK_DEPTH` blocks or more (:func:`keep_blocks`), built from its template, traced and
+    checked once per model, blocks and settings; the check's last block is the uncut model's. A
+    model of fewer than ``least`` blocks (uncut) is traced whole, as without the cache."""
+    container = model.get_submodule(stack.path) if stack.path else model
+    blocks = list(torch_compat.children_table(container).values())
+    whole = _WHOLE.get(id(container), blocks)
+    if len(whole) < least or stack.count < CHECK_DEPTH:
+        return finish(trace()), BlockReuse(stack, False, f"{len(whole)} blocks (< {least})" if len(whole) < least
+                                           else f"cut to {stack.count} blocks")
+    inside = {id(m) for b in blocks for m in b.modules()}
+    tkey = (key, id(container), tuple(map(id, blocks[:TEMPLATE_DEPTH])), id(whole[-1]),
+            tuple(id(m) for m in model.modules() if id(m) not in inside))
+    assert _TEMPLATES is not None
+    timings: dict[str, float] = {}
+    if tkey not in _TEMPLATES:
+        t = time.perf_counter()
+        try:
+            shallow = _trace_blocks(lambda ix: _holding(container, [blocks[i] for i in ix]),
+                                    list(range(TEMPLATE_DEPTH)), trace)
+            check = _trace_blocks(lambda ix: _holding_last(container, blocks[:TEMPLATE_DEPTH], whole[-1]),
+                                  list(range(CHECK_DEPTH)), trace)
+            _, keys = extend(shallow, stack, TEMPLATE_DEPTH, CHECK_DEPTH, model)
+            names = _fitted_names(keys, check, TEMPLATE_DEPTH)
+            built4, _ = extend(shallow, stack, TEMPLATE_DEPTH, CHECK_DEPTH, model, names(CHECK_DEPTH))
+            diff = first_difference(finish(built4), finish(check))
+            if diff is not None:
+                raise NotRepeatable(f"the program built for {CHECK_DEPTH} blocks differs from the exported one {diff}")
+            _TEMPLATES[tkey] = (shallow, names)
+        except NotRepeatable as e:
+            warnings.warn(f"spmdc: the {len(whole)} blocks of '{stack.path}' are exported one by one: {e}",
+                          RepeatedBlocksWarning, stacklevel=4)
+            _TEMPLATES[tkey] = str(e)
+        timings["template"] = time.perf_counter() - t
+    got = _TEMPLATES[tkey]
+    if isinstance(got, str):
+        return finish(trace()), BlockReuse(stack, False, got, timings)
+    shallow, names = got
+    t = time.perf_counter()
+    built, _ = extend(shallow, stack, TEMPLATE_DEPTH, stack.count, model, names(stack.count))
+    info = finish(built)
+    timings["build"] = time.perf_counter() - t
     info.timings.update(timings)
     return info, BlockReuse(stack, True, "", timings)

@@ -109,3 +109,18 @@ def test_a_parameter_the_tape_never_wrote_is_named():
         meta.extra = nn.Parameter(torch.empty(4))   # made outside the recorded construction
     with pytest.raises(ReplayError, match="'extra' is never initialized"):
         materialize(meta)
+
+
+def test_cpu_examples_give_one_meta_tensor_one_cpu_tensor():
+    """A meta example input becomes a CPU tensor of its shape, the same one each time (a search's
+    captures are reused by their inputs' identity) and one for one tensor passed twice."""
+    from spmdc.frontend.deferred_init import cpu_examples
+
+    ids = torch.randint(0, 10, (2, 3), device="meta")
+    first = cpu_examples({"input_ids": ids, "labels": ids, "n": 3})
+    again = cpu_examples(((ids,), ()))
+    assert first["input_ids"].device.type == "cpu" and first["input_ids"].shape == (2, 3)
+    assert first["input_ids"] is first["labels"] is again[0][0] and first["n"] == 3
+    other = torch.empty(2, 3, device="meta", requires_grad=True)
+    got = cpu_examples([other])[0]
+    assert got is not first["input_ids"] and got.requires_grad

@@ -189,3 +189,61 @@ def test_meta_model_is_built_on_meta():
     assert sum(1 for i in cap.info.inputs if i.fqn and i.fqn.endswith("q_proj.weight")) == MIN_BLOCKS
     whole = capture_program(model, (), train=True, example_kwargs=kwargs, reuse_blocks=False)
     assert print_module(cap.module, debuginfo=True) == print_module(whole.module, debuginfo=True)
+
+
+def _cut_captures(model, args, depths, **opts):
+    """Within one search (``reusing_captures``): the model cut to each of ``depths`` captured, and
+    each cut's real export (no template) outside it."""
+    from spmdc.frontend.capture import reusing_captures
+    from spmdc.frontend.repeated import keep_blocks
+
+    stack = find_block_stack(model)[0]
+    searched, real = [], []
+    with reusing_captures():
+        for d in depths:
+            with keep_blocks(model, stack, list(range(d))):
+                searched.append(capture_program(model, args, **opts))
+    for d in depths:
+        with keep_blocks(model, stack, list(range(d))):
+            real.append(capture_program(model, args, reuse_blocks=False, **opts))
+    return searched, real
+
+
+@pytest.mark.parametrize("meta", [False, True])
+def test_a_model_cut_in_a_search_is_built_from_one_template(meta):
+    """The layout search prices a deep model cut to 4, 5, 6, ... blocks: each cut is built from
+    one template traced once (and checked against the uncut model's last block, on meta too), and
+    is the program the cut model's own export gives."""
+    from spmdc.examples.llama3 import build
+
+    torch.manual_seed(0)
+    if meta:
+        model, kwargs, _ = build("1b", batch=1, seq=8, layers=12)
+        args, opts = (), dict(train=True, example_kwargs=kwargs)
+    else:
+        model = Stack(depth=12)
+        model.inp.requires_grad_(False)
+        args, opts = ((torch.randn(5, 4),), (torch.randn(5, 2),)), dict(train=True, loss_fn=F.mse_loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RepeatedBlocksWarning)
+        searched, real = _cut_captures(model, args, [4, 5, 7, 12], **opts)
+    assert all(c.blocks.reused for c in searched) and not any(c.blocks.reused for c in real)
+    assert ["template" in c.blocks.timings for c in searched] == [True, False, False, False]   # (traced once)
+    for d, c, r in zip([4, 5, 7, 12], searched, real):
+        assert c.blocks.stack.count == d
+        assert print_module(c.module, debuginfo=True) == print_module(r.module, debuginfo=True), d
+    if meta:
+        assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_a_cut_model_whose_last_block_differs_is_exported_in_a_search():
+    """The uncut model's last block behaves by its index: the template's check fails once (said
+    once), and every cut is its own export."""
+    torch.manual_seed(0)
+    model = Stack(depth=12, skip_at=11)
+    with pytest.warns(RepeatedBlocksWarning, match="exported one by one") as said:
+        searched, real = _cut_captures(model, (torch.randn(3, 4),), [4, 6, 12])
+    assert sum("exported one by one" in str(w.message) for w in said) == 1
+    assert not any(c.blocks.reused for c in searched)
+    for c, r in zip(searched, real):
+        assert print_module(c.module, debuginfo=True) == print_module(r.module, debuginfo=True)
