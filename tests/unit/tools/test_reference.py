@@ -23,6 +23,28 @@ def test_float64_second_opinion_tells_noise_from_a_bug():
     assert not judge_by_float64(rows, eager, exact, wrong, atol=1e-5) and not rows[1].ok
 
 
+def test_float64_second_opinion_counts_flipped_adam_steps_across_parameters():
+    """AdamW: an element with a near-zero gradient moves lr·sign(rounding); such a flip lands in one
+    parameter or another by chance (eager float32 off float64 in ``b``, spmdc in ``a``, where eager's
+    own error is tiny): noise. Many elements off, or one far, are a bug."""
+    lr, n = 1e-3, 100
+    base = [1e-3 * k for k in range(n)]
+
+    def run(a_flips: list[int] = (), b_flips: list[int] = (), by: float = 2 * lr) -> dict:
+        def w(flips):
+            return torch.tensor([v + (by if k in flips else 0.0) for k, v in enumerate(base)], dtype=torch.float64)
+        return {"losses": [1.0], "state": {"a": w(a_flips) + 1e-7, "b": w(b_flips)}}
+    exact, eager = run(), run(b_flips=[5, 9])
+    flipped = run(a_flips=[3])
+    ok, rows = compare(eager, flipped, rtol=1e-4, atol=1e-5)
+    assert not ok and judge_by_float64(rows, eager, exact, flipped, atol=1e-5, rtol=1e-4)
+    assert [r.name for r in rows if r.noise] == ["a", "b"] and all(r.ok for r in rows)   # (b: eager's flips)
+    for bug in (run(a_flips=list(range(10))), run(a_flips=[3], by=20 * lr)):   # many elements; one far
+        ok, rows = compare(eager, bug, rtol=1e-4, atol=1e-5)
+        assert not judge_by_float64(rows, eager, exact, bug, atol=1e-5, rtol=1e-4)
+        assert not next(r for r in rows if r.name == "a").ok
+
+
 def test_float32_second_opinion_under_mixed_precision_counts_flipped_adam_steps():
     """bf16 + AdamW: an element with a near-zero gradient moves lr·sign(rounding) per step, so spmdc and
     eager bf16 sit 2·lr apart there, as eager float32 does elsewhere; many such elements are a bug."""
