@@ -60,6 +60,7 @@ from spmdc.dialects.tensor import (
     HistcOp,
     IndexOp,
     IndexPutOp,
+    IotaOp,
     PadOp,
     PermuteOp,
     SortOp,
@@ -86,6 +87,14 @@ def _const(v: Value) -> list | None:
     if isinstance(op, ConstantOp) and isinstance(op.attributes.get("value"), DenseAttr):
         return list(op.value.values)
     return None
+
+
+def _is_range(v: Value, n: int) -> bool:
+    """``v`` is ``0, 1, ..., n - 1``: a dense constant of those values or a ``tensor.iota``."""
+    op = v.defining_op()
+    if isinstance(op, IotaOp):
+        return op.progression == range(n)
+    return _const(v) == list(range(n))
 
 
 def _is_zeros(v: Value) -> bool:
@@ -161,7 +170,7 @@ def analyse(sort: SortOp, mesh_shape: dict[str, tuple[int, ...]]) -> Plan:
             dead.append(op)
         elif isinstance(op, IndexPutOp) and len(op.operands) == 3 and use.index == 1 \
                 and not op.attr_value("accumulate") and _is_zeros(op.operand(0)) \
-                and _const(op.operand(2)) == list(range(n_assign)):
+                and _is_range(op.operand(2), n_assign):
             invs.append(op.result)
             dead.append(op)
         else:

@@ -60,6 +60,7 @@ from spmdc.dialects.tensor.shape import (  # noqa: F401
     ConstantOp,
     DiagonalOp,
     DiagonalScatterOp,
+    IotaOp,
     PermuteOp,
     ReshapeOp,
 )

@@ -1,4 +1,4 @@
-"""Ops that move data without arithmetic: permute, reshape, broadcast, diagonal, constant.
+"""Ops that move data without arithmetic: permute, reshape, broadcast, diagonal, constant, iota.
 
     %0 = tensor.permute %x {perm = [1, 0]} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %1 = tensor.reshape %0 : (tensor<16x8xf32>) -> tensor<2x8x8xf32>
@@ -7,6 +7,7 @@
     %4 = tensor.diagonal %m {dim1 = 0, dim2 = 1, offset = 0} : (tensor<4x4xf32>) -> tensor<4xf32>
     %5 = tensor.diagonal_scatter %z, %4 {dim1 = 0, dim2 = 1, offset = 0}
            : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4x4xf32>
+    %6 = tensor.iota {start = 0, step = 1} : tensor<1048576xi64>
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from spmdc.dialects.tensor.base import (
 from spmdc.dialects.tensor.helpers import int_attr
 from spmdc.ir.attributes import ArrayAttr, DenseAttr, IntegerAttr
 from spmdc.ir.core import InferError
-from spmdc.ir.types import TensorType
+from spmdc.ir.types import INT_TYPES, TensorType
 
 INLINE_CONSTANT_MAX = 16   # non-splat constants up to this many elements are written into generated code
 
@@ -181,6 +182,48 @@ class ConstantOp(TensorOp):
                        partial_results=frozenset({"sum"}) if zero else frozenset())
 
 
+class IotaOp(TensorOp):
+    """``start, start + step, start + 2·step, ...`` as a 1-D integer tensor (``torch.arange`` of
+    integers): a dense constant of its values would be that many numbers in the IR, and a MoE
+    router's ``arange`` over a real-size batch's token assignments is millions of them.
+
+    ``%r = tensor.iota {start = 0, step = 1} : tensor<1048576xi64>``
+
+    Sharding: replicated, as a dense constant (each element's value is its position).
+    """
+
+    name = "tensor.iota"
+    num_operands = 0
+    num_results = 1
+    required_attrs = {"start": IntegerAttr, "step": IntegerAttr}
+    kernel = "none"
+
+    def verify_(self) -> None:
+        t = self.result.type
+        if not isinstance(t, TensorType) or t.rank != 1 or t.element_type not in INT_TYPES or t.element_type == "i1":
+            raise self.emit_error(f"result must be a rank-1 integer tensor, got {t}")
+
+    @property
+    def progression(self) -> range:
+        """The values, as a ``range``."""
+        start, step = int(self.attr_value("start")), int(self.attr_value("step"))
+        return range(start, start + step * self.result.tensor_type.shape[0], step)
+
+    def torch_expr(self, ins: Sequence[str]) -> str:
+        r = self.progression
+        return f"torch.arange({literal(r.start)}, {literal(r.stop)}, {literal(r.step)}, " \
+               f"dtype={dtype_source(self.result.tensor_type)})"
+
+    def reference(self, *args: Any, comm: Any = None) -> Any:
+        r = self.progression
+        return torch_module().arange(r.start, r.stop, r.step, dtype=torch_dtype(self.result.tensor_type.element_type))
+
+    def sharding_rule(self) -> OpShardingRule:
+        b = RuleBuilder()
+        n = b.factor(self.result.tensor_type.shape[0])
+        return b.build([], [[n]], blocked=frozenset({n}))
+
+
 _DIAGONAL_ATTRS = {"offset": IntegerAttr, "dim1": IntegerAttr, "dim2": IntegerAttr}
 
 
@@ -276,4 +319,4 @@ class DiagonalScatterOp(_DiagonalBase):
         return b.build([fs, diag], [fs], blocked=blocked, partial_group=(0, 1))
 
 
-OPS = [PermuteOp, ReshapeOp, BroadcastOp, ConstantOp, DiagonalOp, DiagonalScatterOp]
+OPS = [PermuteOp, ReshapeOp, BroadcastOp, ConstantOp, IotaOp, DiagonalOp, DiagonalScatterOp]

@@ -43,6 +43,36 @@ func.func @moe(%x: tensor<8x4xf32> {shard.sharding = #shard<@mesh, [S(0)]>}, %id
   func.return %out : tensor<16x6xf32>
 }
 
+// The same router with its inverse permutation's positions as a tensor.iota (an arange over a
+// real-size batch's assignments is one, not a dense constant): the same rewrite.
+// CHECK-LABEL: func.func @moe_iota(
+// CHECK:         tensor.expert_dispatch
+// CHECK:         tensor.expert_combine
+// CHECK-NOT:     tensor.sort
+// RANK1-LABEL: func.func @moe_iota(
+// RANK1:         comm.expert_dispatch
+// RANK1:         comm.expert_combine
+// RANK1-NOT:     tensor.sort
+func.func @moe_iota(%x: tensor<8x4xf32> {shard.sharding = #shard<@mesh, [S(0)]>}, %ids: tensor<16xi64> {shard.sharding = #shard<@mesh, [S(0)]>}, %w: tensor<4x4x6xf32>) -> (tensor<16x6xf32> {shard.sharding = #shard<@mesh, [S(0)]>}) {
+  %wa = shard.annotate %w {sharding = #shard<@mesh, [S(0)]>} : tensor<4x4x6xf32>
+  %s:2 = tensor.sort %ids {descending = false, dim = 0} : tensor<16xi64>
+  %k = tensor.constant {value = dense<2> : tensor<i64>} : tensor<i64>
+  %t = tensor.div %s#1, %k {rounding_mode = "floor"} : (tensor<16xi64>, tensor<i64>) -> tensor<16xi64>
+  %rows = tensor.index %x, %t : (tensor<8x4xf32>, tensor<16xi64>) -> tensor<16x4xf32>
+  %f = tensor.cast %s#0 : (tensor<16xi64>) -> tensor<16xf32>
+  %h = tensor.histc %f {bins = 4, max = 3.0, min = 0.0} : (tensor<16xf32>) -> tensor<4xf32>
+  %hi = tensor.cast %h : (tensor<4xf32>) -> tensor<4xi32>
+  %ends = tensor.cumsum %hi {dim = 0} : tensor<4xi32>
+  %starts = tensor.pad %ends {high = [-1], low = [1], value = 0} : tensor<4xi32>
+  %y = tensor.grouped_matmul %rows, %wa, %starts, %ends : (tensor<16x4xf32>, tensor<4x4x6xf32>, tensor<4xi32>, tensor<4xi32>) -> tensor<16x6xf32>
+  %a = tensor.relu %y : tensor<16x6xf32>
+  %z = tensor.constant {value = dense<0> : tensor<16xi64>} : tensor<16xi64>
+  %ar = tensor.iota {start = 0, step = 1} : tensor<16xi64>
+  %inv = tensor.index_put %z, %s#1, %ar : tensor<16xi64>
+  %out = tensor.index %a, %inv : (tensor<16x6xf32>, tensor<16xi64>) -> tensor<16x6xf32>
+  func.return %out : tensor<16x6xf32>
+}
+
 // Without a mesh axis sharding the experts (here: replicated) the permutation stays as it is.
 // CHECK-LABEL: func.func @do_not_rewrite_replicated_experts(
 // CHECK:         tensor.sort

@@ -269,3 +269,30 @@ def test_grouped_matmul_with_bounds_shards_the_experts():
     pieces = [fwd_op.reference(x, w[r * 2:(r + 1) * 2], starts[r * 2:(r + 1) * 2], ends[r * 2:(r + 1) * 2])
               for r in range(2)]
     torch.testing.assert_close(pieces[0] + pieces[1], whole)
+
+
+@pytest.mark.parametrize("start,step,n,elt", [(0, 1, 7, "i64"), (5, -2, 4, "i32"), (3, 4, 0, "i64")])
+def test_iota_is_torchs_arange_and_stays_replicated(start, step, n, elt):
+    """``tensor.iota``: ``torch.arange(start, start + n·step, step)`` through the interpreter, its
+    reference and its generated torch code; its one dim is blocked (values are positions)."""
+    text = f"""func.func @main() -> tensor<{n}x{elt}> {{
+      %r = tensor.iota {{start = {start}, step = {step}}} : tensor<{n}x{elt}>
+      func.return %r : tensor<{n}x{elt}>
+    }}"""
+    dtype = {"i64": torch.int64, "i32": torch.int32}[elt]
+    want = torch.arange(start, start + n * step, step, dtype=dtype)
+    got = interpret(parse_module(text), [])[0]
+    op = only_op(text)
+    assert torch.equal(got, want) and torch.equal(op.reference(), want)
+    assert torch.equal(eval(op.torch_expr([]), {"torch": torch}), want)
+    assert op.sharding_rule().blocked == frozenset({0})
+
+
+@pytest.mark.parametrize("ty,why", [("tensor<4xf32>", "integer"), ("tensor<2x2xi64>", "rank-1"),
+                                    ("tensor<4xi1>", "integer")])
+def test_iota_types_are_checked(ty, why):
+    with pytest.raises(Exception, match=why):
+        checked(f"""func.func @main() -> {ty} {{
+          %r = tensor.iota {{start = 0, step = 1}} : {ty}
+          func.return %r : {ty}
+        }}""")

@@ -247,6 +247,7 @@ def test_every_tensor_op_is_checked_against_torch():
                                        "tensor.grid_sample", "tensor.grid_sample_grad", "tensor.embedding_bag_max",
                                        # against torch / a reference loop in test_shape_core.py
                                        "tensor.diagonal", "tensor.diagonal_scatter", "tensor.grouped_matmul",
+                                       "tensor.iota",
                                        "tensor.grouped_matmul_wgrad",
                                        # against torch's sort-and-index form in test_expert_ops.py
                                        "tensor.expert_counts", "tensor.expert_route", "tensor.expert_dispatch",

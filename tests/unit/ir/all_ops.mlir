@@ -266,6 +266,11 @@ module @all attributes {spmdc.version = 1} {
     %0 = tensor.randperm : tensor<6xi64>
     func.return %0 : tensor<6xi64>
   }
+  func.func @shape_iota() -> (tensor<5xi64>, tensor<3xi32>) {
+    %0 = tensor.iota {start = 0, step = 1} : tensor<5xi64>
+    %1 = tensor.iota {start = 7, step = -3} : tensor<3xi32>
+    func.return %0, %1 : tensor<5xi64>, tensor<3xi32>
+  }
   func.func @core_shape_diagonal_and_scatter(%x: tensor<3x2x4xf32>, %m: tensor<4x3xf32>) -> (tensor<3x2x4xf32>, tensor<3xf32>) {
     %d = tensor.diagonal %x {dim1 = 0, dim2 = 2, offset = 1} : (tensor<3x2x4xf32>) -> tensor<2x3xf32>
     %e = tensor.diagonal %m {dim1 = 0, dim2 = 1, offset = -1} : (tensor<4x3xf32>) -> tensor<3xf32>

@@ -28,11 +28,12 @@ TP, DP, DPTP = ("megatron", Mesh({"tp": 4})), ("fsdp", Mesh({"dp": 4})), ("fsdp+
 EP4, DPEP = ("ep", Mesh({"ep": 4})), ("fsdp+ep", Mesh({"dp": 2, "ep": 2}))
 CASES = [("mixtral", *TP), ("mixtral", *DP), ("mixtral", *DPTP), ("qwen2_moe", *TP), ("deepseek_v3", *DPTP),
          ("moe", *DP), ("moe", *TP), ("moe_dense", *DPTP),
-         ("mixtral", *EP4), ("mixtral", *DPEP), ("deepseek_v3", *DPEP), ("moe", *EP4)]
+         ("mixtral", *EP4), ("mixtral", *DPEP), ("deepseek_v3", *DPEP), ("moe", *EP4),
+         ("mixtral+iota", *EP4)]   # (its aranges as tensor.iota, as a real-size batch's are)
 
 
 def _eager(name):
-    model, args, kwargs, loss_fn, loss_inputs = build(name)
+    model, args, kwargs, loss_fn, loss_inputs = build(name)   # (+iota: the same model)
     torch.manual_seed(SEED)
     out = model(*args, **kwargs)
     loss = out.loss if loss_fn is None else loss_fn(out, *loss_inputs)
@@ -157,3 +158,20 @@ def config_experts(config) -> int:
         if getattr(config, key, None):
             return int(getattr(config, key))
     raise AssertionError("no expert count in the config")
+
+
+def test_a_router_arange_as_iota_is_dispatched_by_expert_all_to_all(runs):
+    """A MoE router's ``arange`` over a real-size batch's assignments is a ``tensor.iota`` (not a dense
+    constant of millions of numbers): the expert dispatch rewrite still sees the inverse
+    permutation, so each rank exchanges tokens by ``comm.expert_dispatch`` as with the dense
+    constant (and matches one device: the parametrized test above)."""
+    steps, results = runs
+    case = next(i for i, (n, _, _) in enumerate(CASES) if n == "mixtral+iota")
+    dense = next(i for i, c in enumerate(CASES) if c[:2] == ("mixtral", "ep"))
+    assert "tensor.iota" in steps[case].global_ir and "tensor.iota" not in steps[dense].global_ir
+
+    def moves(i):
+        return sorted(op.name for op in steps[i].rank_module(0).walk()
+                      if op.name in ("comm.expert_dispatch", "comm.expert_combine"))
+    assert moves(case) and moves(case) == moves(dense)
+    assert results[0][case]["issued"] == results[0][dense]["issued"]
