@@ -768,6 +768,30 @@ def _trace_blocks(keep: Callable[[list[int]], contextlib.AbstractContextManager]
             raise NotRepeatable(f"tracing blocks {indices} alone failed: {type(e).__name__}: {e}") from e
 
 
+def _checked_template(model: nn.Module, stack: BlockStack, depth: int,
+                      keep: Callable[[list[int]], contextlib.AbstractContextManager],
+                      keep_check: Callable[[list[int]], contextlib.AbstractContextManager], check_indices: list[int],
+                      trace: Callable[[], Traced], finish: Callable[[Traced], ExportedProgramInfo],
+                      timings: dict[str, float]) -> tuple[Traced, Callable[[int], Callable[[Key, str], str]]]:
+    """The trace of the first ``depth`` blocks (``keep``) and its names at any depth, checked: the
+    program built from it for ``depth + 1`` blocks must equal the trace of the blocks
+    ``check_indices`` (``keep_check``: the first ``depth`` and a last one); raises
+    :class:`NotRepeatable`."""
+    t = time.perf_counter()
+    shallow = _trace_blocks(keep, list(range(depth)), trace)
+    timings[f"trace_{depth}"] = time.perf_counter() - t
+    t = time.perf_counter()
+    check = _trace_blocks(keep_check, check_indices, trace)
+    timings[f"trace_{depth + 1}"] = time.perf_counter() - t
+    _, keys = extend(shallow, stack, depth, depth + 1, model)
+    names = _fitted_names(keys, check, depth)
+    built, _ = extend(shallow, stack, depth, depth + 1, model, names(depth + 1))
+    diff = first_difference(finish(built), finish(check))
+    if diff is not None:
+        raise NotRepeatable(f"the program built for {depth + 1} blocks differs from the exported one {diff}")
+    return shallow, names
+
+
 # -- entry -------------------------------------------------------------------------------------------
 def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
                           finish: Callable[[Traced], ExportedProgramInfo],
@@ -803,22 +827,11 @@ def export_reusing_blocks(model: nn.Module, trace: Callable[[], Traced],
     if stack is None or stack.count < least:
         return finish(trace()), BlockReuse(stack, False, why or f"{stack.count} blocks (< {least})")
     timings: dict[str, float] = {}
-    t = time.perf_counter()
     try:
-        shallow = _trace_blocks(keep, list(range(depth)), trace)
-        timings[f"trace_{depth}"] = time.perf_counter() - t
-        t = time.perf_counter()
         # the check's last block is the model's last: a block that behaves by its index at the end
         # (HuggingFace's layer_types, a last layer without its MLP) makes the check fail
-        check = _trace_blocks(keep, check_indices, trace)
-        timings[f"trace_{depth + 1}"] = time.perf_counter() - t
+        shallow, names = _checked_template(model, stack, depth, keep, keep, check_indices, trace, finish, timings)
         t = time.perf_counter()
-        _, keys = extend(shallow, stack, depth, depth + 1, model)
-        names = _fitted_names(keys, check, depth)
-        built4, _ = extend(shallow, stack, depth, depth + 1, model, names(depth + 1))
-        diff = first_difference(finish(built4), finish(check))
-        if diff is not None:
-            raise NotRepeatable(f"the program built for {depth + 1} blocks differs from the exported one {diff}")
         built, _ = extend(shallow, stack, depth, stack.count, model, names(stack.count))
         info = finish(built)
         timings["build"] = time.perf_counter() - t
@@ -851,17 +864,10 @@ def _from_template(model: nn.Module, stack: BlockStack, trace: Callable[[], Trac
     if tkey not in _TEMPLATES:
         t = time.perf_counter()
         try:
-            shallow = _trace_blocks(lambda ix: _holding(container, [blocks[i] for i in ix]),
-                                    list(range(TEMPLATE_DEPTH)), trace)
-            check = _trace_blocks(lambda ix: _holding_last(container, blocks[:TEMPLATE_DEPTH], whole[-1]),
-                                  list(range(CHECK_DEPTH)), trace)
-            _, keys = extend(shallow, stack, TEMPLATE_DEPTH, CHECK_DEPTH, model)
-            names = _fitted_names(keys, check, TEMPLATE_DEPTH)
-            built4, _ = extend(shallow, stack, TEMPLATE_DEPTH, CHECK_DEPTH, model, names(CHECK_DEPTH))
-            diff = first_difference(finish(built4), finish(check))
-            if diff is not None:
-                raise NotRepeatable(f"the program built for {CHECK_DEPTH} blocks differs from the exported one {diff}")
-            _TEMPLATES[tkey] = (shallow, names)
+            _TEMPLATES[tkey] = _checked_template(
+                model, stack, TEMPLATE_DEPTH, lambda ix: keep_blocks(model, stack, ix),
+                lambda ix: _holding_last(container, blocks[:TEMPLATE_DEPTH], whole[-1]),
+                [*range(TEMPLATE_DEPTH), len(whole) - 1], trace, finish, timings)
         except NotRepeatable as e:
             warnings.warn(f"spmdc: the {len(whole)} blocks of '{stack.path}' are exported one by one: {e}",
                           RepeatedBlocksWarning, stacklevel=4)
