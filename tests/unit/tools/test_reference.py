@@ -45,6 +45,24 @@ def test_float64_second_opinion_counts_flipped_adam_steps_across_parameters():
         assert not next(r for r in rows if r.name == "a").ok
 
 
+def test_float64_second_opinion_asks_another_summation_order():
+    """Eager float32 can sit near float64 by chance where one rounding more moves an element far (HF
+    Falcon under AdamW: 8.6e-6 from float64, 1.3e-4 with the batch split in 2): with that split run
+    as another opinion, spmdc's 1.8e-4 is noise; 40x the split's error is still a bug."""
+    exact = _run(1.0, [1.0, 2.0])
+    eager = _run(1.0, [1.0 + 8.6e-6, 2.0])
+    split = _run(1.0, [1.0 - 1.3e-4, 2.0])
+    spmdc = _run(1.0, [1.0 + 1.8e-4, 2.0])
+    ok, rows = compare(eager, spmdc, rtol=1e-4, atol=1e-6)
+    assert not ok and not judge_by_float64(rows, eager, exact, spmdc, atol=1e-6)   # eager alone: a bug
+    ok, rows = compare(eager, spmdc, rtol=1e-4, atol=1e-6)
+    assert judge_by_float64(rows, eager, exact, spmdc, atol=1e-6, split=split)
+    assert rows[1].noise == "1.8e-04 vs 1.3e-04"
+    bug = _run(1.0, [1.0 + 5.2e-3, 2.0])
+    ok, rows = compare(eager, bug, rtol=1e-4, atol=1e-6)
+    assert not judge_by_float64(rows, eager, exact, bug, atol=1e-6, split=split) and not rows[1].ok
+
+
 def test_float32_second_opinion_under_mixed_precision_counts_flipped_adam_steps():
     """bf16 + AdamW: an element with a near-zero gradient moves lr·sign(rounding) per step, so spmdc and
     eager bf16 sit 2·lr apart there, as eager float32 does elsewhere; many such elements are a bug."""
