@@ -15,7 +15,8 @@ a little instead of one a lot (one candidate after another, measured steps moved
 the median step of the slowest rank, the peak of two steps after the first). Each candidate's row
 also sets the predicted parts of the slowest role's step (compute, collectives, update, a
 pipeline's fill and drain) beside the measured ones (the program, forward and backward; the time
-collectives held it, in spmdc's collective calls and waits; the optimizer's update).
+collectives held it, in spmdc's collective calls and waits and a pipeline stage's receives; the
+optimizer's update).
 Per model: the Spearman correlation of the predicted and the measured step times of those
 candidates, the measurement's agreement with itself (the Spearman correlation of the rankings
 measured by two random halves of the rounds, median and lowest of 40 splits: where candidates lie

@@ -85,6 +85,7 @@ class StepState:
         import torch.distributed as dist
 
         from spmdc.runtime.bsr import unpack_add
+        from spmdc.runtime.collectives import _timed
         from spmdc.sharding.slices import box_numel
 
         sent, taken = self._taken(op.value, op.grad)
@@ -96,7 +97,8 @@ class StepState:
             if d != self.pm.rank:
                 continue
             buf = torch.empty(sum(box_numel(c) for c, _, _ in cells), dtype=sent, device=self.pm.device)
-            dist.irecv(buf, s, tag=self._tag(op.value, op.mb, op.grad)).wait()
+            work = dist.irecv(buf, s, tag=self._tag(op.value, op.mb, op.grad))
+            _timed(self.pm.comm.stats, "recv", work.wait)   # (the wait for the peer stage, when timed)
             self.pm.comm.stats.add("recv", buf.numel() * buf.element_size())
             unpack_add(buf, cells, out)
         self.inbox[(op.value, op.mb, op.grad)] = out if taken == sent else out.to(taken)

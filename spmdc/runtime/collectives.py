@@ -127,7 +127,8 @@ class CommStats:
     """Rows routed to those experts that did not fit their slot (``--moe-capacity-factor`` only)."""
     seconds: dict[str, float] | None = None
     """When a dict: the wall seconds this rank spent in each kind's calls and in ``comm.wait``
-    (``"comm.wait"``): the time the program was held by collectives (measurements; None: not timed)."""
+    (``"comm.wait"``), and a pipeline stage in waiting for its peer stage's messages (``"recv"``): the
+    time the program was held by communication (measurements; None: not timed)."""
 
     def add(self, name: str, nbytes: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1

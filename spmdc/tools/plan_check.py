@@ -14,8 +14,8 @@ from step to step).
 state; ``seconds`` the median step after the first. With ``rounds`` > 1 (``bench/auto_plan.py``)
 the cases take turns and each also reports its step's parts: ``program_seconds`` (forward and
 backward), ``update_seconds`` (the optimizer), ``comm_seconds`` (the time spmdc's collective calls
-and waits held the program, :attr:`~spmdc.runtime.collectives.CommStats.seconds`) and
-``comm_seconds_by_kind``.
+and waits held the program, a pipeline stage's waits for its peer stage's messages among them as
+``recv``, :attr:`~spmdc.runtime.collectives.CommStats.seconds`) and ``comm_seconds_by_kind``.
 Used by ``tests/unit/tools/test_plan_predictions.py``, ``bench/plan_accuracy.py`` and ``bench/auto_plan.py``.
 """
 

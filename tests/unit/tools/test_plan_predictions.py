@@ -253,3 +253,7 @@ def test_interleaved_measurement_times_the_parts_and_counts_as_one_after_another
             rounds = got["round_seconds"]
             assert [len(r) for r in rounds] == [2, 2, 2] and all(t > 0 for r in rounds for t in r), rounds
             assert got["seconds"] == statistics.median(t for r in rounds for t in r)
+            # a pipeline stage's waits for its peer stage are timed as ``recv`` (stage 1 receives
+            # activations, stage 0 gradients): part of the time communication held the program
+            kinds = got["comm_seconds_by_kind"]
+            assert ("recv" in kinds) == (CASES[i][2].__class__ is PipelinePlan), (CASES[i], kinds)
