@@ -30,7 +30,7 @@ class TrainSettings:
                     grad_accum=self.grad_accum, mixed_precision=self.mixed_precision, batch=self.batch)
 
 
-def _first_tensor(out: Any) -> Any:
+def first_tensor(out: Any) -> Any:
     """The first tensor a model returned (a tensor, a tuple, or a ModelOutput/dict): what the
     forward run reports, as the ranks do with the program's first output."""
     import torch
@@ -102,7 +102,7 @@ def _eager_run(workload: str, steps: int, train: bool, seed: int, settings: Trai
     if not train:
         with torch.no_grad():
             policy = MixedPrecision.parse(settings.mixed_precision)
-            norms = [float(_first_tensor(call_model(model, w.inputs, w.kwargs, policy)).float().norm())
+            norms = [float(first_tensor(call_model(model, w.inputs, w.kwargs, policy)).float().norm())
                      for _ in range(steps)]
         return {"losses": norms, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
     stretches = ([before] if before and before[0] else []) + [(steps, settings)]

@@ -34,6 +34,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
     from spmdc.compiler import Dump
     from spmdc.frontend.workloads import load_workload
     from spmdc.runtime.memory import by_op, measure_peak_live
+    from spmdc.tools.reference import first_tensor
     from spmdc.tools.run_metrics import compile_progress, step_suffix, workload_metrics
 
     forward_warnings()
@@ -110,8 +111,7 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 losses.append(float(loss.detach()))
             else:
                 out, peak = call(cm, *w.inputs, full=True, **w.kwargs)
-                first = out[0] if isinstance(out, tuple) else out
-                losses.append(float(first.float().norm()))
+                losses.append(float(first_tensor(out).float().norm()))   # (as the reference reports it)
             times.append(time.perf_counter() - start)
             rec = metrics.stop(losses[-1], **counted)
             records.append(dataclasses.asdict(rec))

@@ -177,6 +177,11 @@ def search_main(cfg: Any, device: Any, top: int, write_plan: str | None, json_pa
     return 0 if best.ok and best.fits else 1
 
 
+def _mib(nbytes: float) -> str:
+    """``nbytes`` as MiB, or KiB below 0.1 MiB (a tiny cap reads as what it is)."""
+    return f"{nbytes / 2 ** 20:,.1f} MiB" if nbytes >= 0.1 * 2 ** 20 else f"{nbytes / 2 ** 10:,.1f} KiB"
+
+
 def search_for_run(cfg: Any, console: Any) -> Any:
     """``spmdc run --plan auto``: the best candidate (a :class:`~spmdc.api.auto_plan.Candidate`),
     after printing the ranked ones; refused when none fits."""
@@ -187,8 +192,11 @@ def search_for_run(cfg: Any, console: Any) -> Any:
     print_ranked(console, ranked, 8, cap, device)
     best = ranked[0]
     if not best.ok or not best.fits:
-        raise UserError(f"--plan auto: no layout for {nproc} ranks fits {cap / 2 ** 20:,.1f} MiB per rank"
-                        if best.ok else f"--plan auto: every layout for {nproc} ranks was refused "
+        least = min((s for s in ranked if s.ok), key=lambda s: s.peak_bytes, default=best)
+        where = "--memory-cap" if cfg.options.memory_cap else f"the {device.name} profile's memory"
+        raise UserError(f"--plan auto: no layout for {nproc} ranks fits {where} of {_mib(cap)} per rank: the "
+                        f"smallest predicted peak is {_mib(least.peak_bytes)} ({least.candidate.label()}); raise "
+                        "the cap, or give more ranks" if best.ok else f"--plan auto: every layout for {nproc} ranks was refused "
                         f"(first: {best.candidate.label()}: {best.refused})")
     sketched = sum(1 for s in ranked if s.sketched)
     console.print(f"--plan auto chose {best.candidate.label()} ({best.step_seconds * 1e3:,.2f} ms predicted, "

@@ -200,7 +200,9 @@ def test_run_plan_auto_runs_the_best_layout_and_matches_one_device(tmp_path):
     assert "--plan auto chose" in r.stdout and "pricing every layout on cpu" in r.stdout
     r = _cli("run", "mlp", "--nproc", "2", "--plan", "auto", "--memory-cap", "1K",
              env={"SPMDC_DEVICE_DIR": str(tmp_path)})
-    assert r.returncode == 1 and "--plan auto: no layout for 2 ranks fits" in r.stderr, r.stderr
+    assert r.returncode == 1 and "--plan auto: no layout for 2 ranks fits --memory-cap of 1.0 KiB per rank: " \
+        "the smallest predicted peak is" in r.stderr and "raise the cap, or give more ranks" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_stored_profiles_round_trip_and_are_found_by_name(tmp_path, monkeypatch):

@@ -241,3 +241,14 @@ def test_pp_mesh_runs_fsdp_tp_stages_and_matches_one_device():
     assert "stage0: ranks [0, 1, 2, 3] dp=2,tp=2 fsdp+tp; stage1: ranks [4, 5, 6, 7] dp=2,tp=2 fsdp+tp" in out
     assert "comm.reduce_scatter" in out and "comm.all_gather" in out   # fsdp on dp inside a stage
     assert "lm_head.weight" in out and "check passed" in out
+
+
+def test_forward_of_a_model_returning_a_model_output_reports_its_first_tensor():
+    """Found by a user-style run: ``--forward`` on a HuggingFace causal LM (its output a
+    ``CausalLMOutputWithPast``) failed on every rank ('object has no attribute float'). Each step now
+    reports the norm of the output's first tensor (the loss, labels given), as the reference does."""
+    hf = Path(__file__).parents[2] / "models" / "hf_tiny.py"
+    res = _run(f"{hf}:llama", "--nproc", "2", "--mesh", "dp=2", "--plan", "dp", "--forward", "--check",
+               env={"COLUMNS": "200"})
+    assert res.returncode == 0 and "check passed" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "no attribute" not in res.stdout + res.stderr
