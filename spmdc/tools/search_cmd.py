@@ -196,7 +196,8 @@ def search_for_run(cfg: Any, console: Any) -> Any:
         where = "--memory-cap" if cfg.options.memory_cap else f"the {device.name} profile's memory"
         raise UserError(f"--plan auto: no layout for {nproc} ranks fits {where} of {_mib(cap)} per rank: the "
                         f"smallest predicted peak is {_mib(least.peak_bytes)} ({least.candidate.label()}); raise "
-                        "the cap, or give more ranks" if best.ok else f"--plan auto: every layout for {nproc} ranks was refused "
+                        "the cap, or give more ranks" if best.ok else
+                        f"--plan auto: every layout for {nproc} ranks was refused "
                         f"(first: {best.candidate.label()}: {best.refused})")
     sketched = sum(1 for s in ranked if s.sketched)
     console.print(f"--plan auto chose {best.candidate.label()} ({best.step_seconds * 1e3:,.2f} ms predicted, "
