@@ -21,8 +21,12 @@ Per model: the Spearman correlation of the predicted and the measured step times
 candidates, the measurement's agreement with itself (the Spearman correlation of the rankings
 measured by two random halves of the rounds, median and lowest of 40 splits: where candidates lie
 closer than the machine's noise, no prediction can be confirmed above it), the chosen (predicted
-best) candidate's measured time over the best measured one, and whether every measured peak (stored
-state + the step's peak) is within the cap.
+best) candidate's measured time over the best measured one, whether every measured peak (stored
+state + the step's peak) is within the cap, and the Spearman correlation of the measured step times
+with the job's CPU time over the cores (every rank's process, all its threads, per step, summed, over
+``os.cpu_count()``): where ranks share cores a step lasts about the CPU work the job does, and
+time a rank waits for its peers costs nothing (hf-llama on 8 ranks sharing 2 cores, 22 candidates:
+0.99-1.0, the step 1.05-1.15x the CPU time over the cores).
 
 Models: the built-in mlp, gpt2-tiny and llama-tiny, and HuggingFace GPT-2, Llama and Mixtral at
 small sizes and their default settings (bench/plan_accuracy.py's factories), a batch of 8.
@@ -42,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_accuracy.py")
+CORES = os.cpu_count() or 1
 MODELS = {"mlp": "mlp", "gpt2-tiny": "gpt2-tiny", "llama-tiny": "llama-tiny", "hf-gpt2": f"{PA}:hf_gpt2",
           "hf-llama": f"{PA}:hf_llama", "hf-mixtral": f"{PA}:hf_mixtral"}
 
@@ -159,7 +164,8 @@ def main() -> None:
             measured[model] = launch(measure_cases, n, (cases, steps, 0.01, 2, args.rounds), timeout_s=3000)
         summary = []
         cols = ["model", "#", "candidate", "predicted ms", "measured ms", "predicted peak KiB", "measured peak KiB",
-                "within cap", "predicted compute/comm/update/bubble ms", "measured program/comm/update ms"]
+                "within cap", "predicted compute/comm/update/bubble ms", "measured program/comm/update ms",
+                "measured CPU / cores ms"]
         table = Table(title=f"search vs measured, {n} CPU ranks")
         for c in cols:
             table.add_column(c, justify="left" if c in ("model", "candidate") else "right")
@@ -169,7 +175,7 @@ def main() -> None:
                f"{args.rounds} rounds of {args.steps} steps)\n",
                "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for model in args.models:
-            pred, meas, ok_cap = [], [], True
+            pred, meas, cpu, ok_cap = [], [], [], True
             for k, s in enumerate(picks[model]):
                 per_rank = [measured[model][r][k] for r in measured[model]]
                 ms = max(m["seconds"] for m in per_rank) * 1e3
@@ -178,29 +184,32 @@ def main() -> None:
                 ok_cap &= within
                 pred.append(s.step_seconds * 1e3)
                 meas.append(ms)
+                cpu.append(sum(m.get("cpu_seconds", 0.0) for m in per_rank) / CORES * 1e3)
                 slow = max(per_rank, key=lambda m: m["seconds"])
                 cells = [model, str(k + 1), s.candidate.label(), f"{s.step_seconds * 1e3:.1f}", f"{ms:.1f}",
                          f"{s.peak_bytes / 1024:,.1f}", f"{peak / 1024:,.1f}", "yes" if within else "NO",
                          "/".join(f"{x * 1e3:.1f}" for x in s.parts),
                          "/".join(f"{slow.get(x, float('nan')) * 1e3:.1f}"
-                                  for x in ("program_seconds", "comm_seconds", "update_seconds"))]
+                                  for x in ("program_seconds", "comm_seconds", "update_seconds")),
+                         f"{cpu[-1]:.1f}"]
                 table.add_row(*cells)
                 md.append("| " + " | ".join(cells) + " |")
             rho = spearman(pred, meas)
             chosen = meas[0] / min(meas) if meas else float("nan")
             itself = self_agreement([[measured[model][r][k].get("round_seconds", []) for r in measured[model]]
                                      for k in range(len(picks[model]))])
-            summary.append((model, len(pred), rho, itself, chosen, ok_cap, took[model]))
+            summary.append((model, len(pred), rho, itself, chosen, ok_cap, took[model], spearman(cpu, meas)))
         console.print(table)
         st = Table(title=f"per model, {n} ranks")
         scols = ["model", "measured", "Spearman", "measured vs itself: median / lowest", "chosen / best measured",
-                 "peaks within cap", "search s"]
+                 "peaks within cap", "search s", "measured vs CPU / cores: Spearman"]
         for c in scols:
             st.add_column(c, justify="left" if c == "model" else "right")
         md += ["", "| " + " | ".join(scols) + " |", "|" + "---|" * len(scols)]
-        for model, k, rho, itself, chosen, ok_cap, secs in summary:
+        for model, k, rho, itself, chosen, ok_cap, secs, by_cpu in summary:
             agree = "-" if itself is None else f"{itself[0]:.2f} / {itself[1]:.2f}"
-            cells = [model, str(k), f"{rho:.2f}", agree, f"{chosen:.2f}", "yes" if ok_cap else "NO", f"{secs:.1f}"]
+            cells = [model, str(k), f"{rho:.2f}", agree, f"{chosen:.2f}", "yes" if ok_cap else "NO", f"{secs:.1f}",
+                     f"{by_cpu:.2f}"]
             st.add_row(*cells)
             md.append("| " + " | ".join(cells) + " |")
         console.print(st)

@@ -15,7 +15,9 @@ state; ``seconds`` the median step after the first. With ``rounds`` > 1 (``bench
 the cases take turns and each also reports its step's parts: ``program_seconds`` (forward and
 backward), ``update_seconds`` (the optimizer), ``comm_seconds`` (the time spmdc's collective calls
 and waits held the program, a pipeline stage's waits for its peer stage's messages among them as
-``recv``, :attr:`~spmdc.runtime.collectives.CommStats.seconds`) and ``comm_seconds_by_kind``.
+``recv``, :attr:`~spmdc.runtime.collectives.CommStats.seconds`), ``comm_seconds_by_kind`` and
+``cpu_seconds`` (the CPU time the rank's process used in a step, every thread counted: on ranks
+sharing cores the step lasts about the job's CPU time over the cores).
 Used by ``tests/unit/tools/test_plan_predictions.py``, ``bench/plan_accuracy.py`` and ``bench/auto_plan.py``.
 """
 
@@ -88,10 +90,12 @@ def _compiled(case: tuple, lr: float, CompiledModule: Any, Optimizer: Any, load_
     return w, cm
 
 
-def _timed_step(cm: Any, w: Any) -> tuple[float, float, float, float, dict[str, float]]:
+def _timed_step(cm: Any, w: Any) -> tuple[float, float, float, float, dict[str, float], float]:
     """One ``cm.step`` as its parts: (step, program (forward and backward), update, held by collectives)
-    seconds, and the seconds held per collective kind (and ``comm.wait``)."""
+    seconds, the seconds held per collective kind (and ``comm.wait``), and the CPU seconds the rank's
+    process used in the step (every thread: the collective backend's too)."""
     cm.comm.stats.seconds = {}
+    c0 = time.process_time()
     t0 = time.perf_counter()
     cm.zero_grad(set_to_none=True)
     cm.backward(*w.inputs, *w.loss_inputs, **w.kwargs)
@@ -102,7 +106,7 @@ def _timed_step(cm: Any, w: Any) -> tuple[float, float, float, float, dict[str, 
     t3 = time.perf_counter()
     held = cm.comm.stats.seconds
     cm.comm.stats.seconds = None
-    return t3 - t0, t1 - t0, t2 - t1, sum(held.values()), held
+    return t3 - t0, t1 - t0, t2 - t1, sum(held.values()), held, time.process_time() - c0
 
 
 def _interleaved(cases: list[tuple], steps: int, lr: float, profiled: int, rounds: int, CompiledModule: Any,
@@ -133,6 +137,7 @@ def _interleaved(cases: list[tuple], steps: int, lr: float, profiled: int, round
         parts = o.pop("parts")
         for k, key in enumerate(("seconds", "program_seconds", "update_seconds", "comm_seconds")):
             o[key] = statistics.median(p[k] for p in parts)
+        o["cpu_seconds"] = statistics.median(p[5] for p in parts)
         o["comm_seconds_by_kind"] = {kind: statistics.median(p[4].get(kind, 0.0) for p in parts)
                                      for kind in {kind for p in parts for kind in p[4]}}
     return out

@@ -257,3 +257,4 @@ def test_interleaved_measurement_times_the_parts_and_counts_as_one_after_another
             # activations, stage 0 gradients): part of the time communication held the program
             kinds = got["comm_seconds_by_kind"]
             assert ("recv" in kinds) == (CASES[i][2].__class__ is PipelinePlan), (CASES[i], kinds)
+            assert got["cpu_seconds"] > 0, (CASES[i], rank, got)   # (the process's CPU time in a step)
