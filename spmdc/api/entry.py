@@ -91,16 +91,28 @@ def compile(model: Any, example_inputs: Any, *, mesh: Any = None, plan: str | Pl
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
     options = CompileOptions.of(options, "spmdc.compile", **option_kw)
+    chosen = None
+    if isinstance(plan, str) and plan == "auto":   # the layout search, its choice the same on every rank
+        from spmdc.api.auto_choice import choose_on_ranks
+
+        chosen = choose_on_ranks(model, example_inputs, mesh=mesh, train=train, loss_fn=loss_fn,
+                                 loss_inputs=loss_inputs, optimizer=optimizer, example_kwargs=example_kwargs,
+                                 options=options)
+        (mesh, plan), device_mesh = chosen.plan(), None
     mesh, plan = _pp_stages(mesh, plan)
     common = dict(train=train, loss_fn=loss_fn, loss_inputs=loss_inputs, optimizer=optimizer, device=device,
                   dump=dump, example_kwargs=example_kwargs, options=options)
     if isinstance(plan, PipelinePlan):   # stages over device groups (spmdc.api.pipeline_executor)
-        return _pipeline(model, example_inputs, plan, mesh=mesh, device_mesh=device_mesh, init=init, **common)
-    for what, given in (("pp_schedule", options.pp_schedule), ("microbatches", options.microbatches)):
-        if given is not None:
-            raise ValueError(f"spmdc.compile: {what}={given!r} is for a pipeline plan (stages, or a mesh with a 'pp' "
-                             f"axis); plan {getattr(plan, 'name', plan)!r} has none (grad_accum= splits the batch)")
-    return CompiledModule(model, example_inputs, mesh=mesh, plan=plan, device_mesh=device_mesh, init=init, **common)
+        cm = _pipeline(model, example_inputs, plan, mesh=mesh, device_mesh=device_mesh, init=init, **common)
+    else:
+        for what, given in (("pp_schedule", options.pp_schedule), ("microbatches", options.microbatches)):
+            if given is not None:
+                raise ValueError(f"spmdc.compile: {what}={given!r} is for a pipeline plan (stages, or a mesh with a "
+                                 f"'pp' axis); plan {getattr(plan, 'name', plan)!r} has none (grad_accum= splits the "
+                                 "batch)")
+        cm = CompiledModule(model, example_inputs, mesh=mesh, plan=plan, device_mesh=device_mesh, init=init, **common)
+    cm.auto_plan = chosen   # plan="auto": the chosen candidate (its label(), plan_file()); else None
+    return cm
 
 
 def _pp_stages(mesh: Any, plan: Any) -> tuple[Any, Any]:

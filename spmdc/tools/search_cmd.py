@@ -17,6 +17,7 @@ import json
 import time
 from typing import Any
 
+from spmdc.api.auto_choice import SEARCH_BUDGET  # (the default, declared once)
 from spmdc.tools.errors import UserError
 
 __all__ = ["print_ranked", "search_device", "search_for_run", "search_main"]
@@ -24,13 +25,9 @@ __all__ = ["print_ranked", "search_device", "search_for_run", "search_main"]
 
 def search_device() -> Any:
     """The profile ``spmdc run --plan auto`` prices with (see the module doc)."""
-    import torch
+    from spmdc.api.auto_choice import default_device
 
-    from spmdc.compiler.devices import device_profile, stored_profiles
-
-    if "local" in stored_profiles():
-        return device_profile("local")
-    return device_profile("h100" if torch.cuda.is_available() else "cpu")
+    return default_device()
 
 
 def _refuse_fixed(cfg: Any) -> None:
@@ -43,10 +40,6 @@ def _refuse_fixed(cfg: Any) -> None:
     if cfg.eager:
         raise UserError("--eager with --plan auto / --search: the search prices compiled programs, and eager "
                         "execution (op by op) is not predicted; give a plan to run eagerly")
-
-
-SEARCH_BUDGET = 20.0
-"""Seconds a search takes by default (``--search-budget``)."""
 
 
 def add_budget_argument(ap: Any) -> None:

@@ -1,0 +1,119 @@
+"""``spmdc.compile(..., plan="auto")``: the layout search run inside a job, its choice the same on every rank.
+
+    cm = spmdc.compile(model, (x,), plan="auto", train=True, loss_fn=F.cross_entropy, loss_inputs=(y,),
+                       optimizer="adamw")          # every rank of a torchrun job, as with any plan
+    cm.auto_plan.label()                           # "fsdp on dp=4, keep gathered"
+    open("chosen.yaml", "w").write(cm.auto_plan.plan_file())   # to read, edit and re-run
+
+Rank 0 runs :func:`~spmdc.api.auto_plan.search` for the job's world size (``mesh=``: only the layouts
+on that mesh) on :func:`default_device`'s profile with :data:`SEARCH_BUDGET` seconds, as ``spmdc run
+--plan auto`` does, and broadcasts the best candidate that fits (the search's budget is wall time,
+so ranks searching on their own could choose differently); every rank then compiles it. When no
+layout fits or every one is refused, every rank raises the same error. What the search chooses
+itself (``pp_schedule=``, ``microbatches=``) cannot be given with it; a DeviceMesh restricts the
+search to its shape (the chosen layout's mesh is built as any mesh given by shape is).
+
+``optimizer=`` given to ``compile`` (a name, ``(name, options)`` or :class:`~spmdc.runtime.optimizers.Optimizer`)
+has its state priced in the memory; an optimizer the user builds over ``cm.parameters()`` (FSDP2's
+way) is not known to the search and its state is not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["SEARCH_BUDGET", "choose_on_ranks", "default_device"]
+
+SEARCH_BUDGET = 20.0
+"""Seconds the search spends by default (``--search-budget``, :func:`~spmdc.api.auto_plan.search`'s ``budget_s``)."""
+
+
+def default_device() -> Any:
+    """The profile an automatic plan prices with: the stored ``local`` one (``spmdc calibrate``) when
+    there is one, else ``h100`` where CUDA is available, else ``cpu``."""
+    import torch
+
+    from spmdc.compiler.devices import device_profile, stored_profiles
+
+    if "local" in stored_profiles():
+        return device_profile("local")
+    return device_profile("h100" if torch.cuda.is_available() else "cpu")
+
+
+def _optimizer_name(optimizer: Any) -> str | None:
+    """The ``torch.optim`` name the search prices the state of (None: none given, or a factory)."""
+    if isinstance(optimizer, str):
+        return optimizer
+    if isinstance(optimizer, tuple) and optimizer and isinstance(optimizer[0], str):
+        return optimizer[0]
+    name = getattr(optimizer, "name", None)   # (spmdc's Optimizer; a factory has none)
+    return name if isinstance(name, str) else None
+
+
+def _mesh_filter(mesh: Any, world: int) -> Callable[[Any], bool] | None:
+    """The candidates on ``mesh`` (text, :class:`~spmdc.sharding.mesh.Mesh` or a named DeviceMesh), or
+    None for every mesh; refused when its size is not the job's."""
+    from spmdc.sharding.mesh import Mesh, _is_device_mesh
+
+    if mesh is None:
+        return None
+    if _is_device_mesh(mesh):
+        names = mesh.mesh_dim_names
+        if not names:
+            raise ValueError('spmdc.compile(plan="auto"): the DeviceMesh needs named dims (mesh_dim_names)')
+        mesh = Mesh(list(zip(names, mesh.mesh.shape)))
+    elif isinstance(mesh, str):
+        mesh = Mesh.parse(mesh)
+    if mesh.size != world:
+        raise ValueError(f'spmdc.compile(plan="auto"): mesh {mesh} has {mesh.size} devices but the job has {world} '
+                         "ranks")
+    text = str(mesh)
+    return lambda c: c.mesh_text == text
+
+
+def choose_on_ranks(model: Any, example_inputs: Any, *, mesh: Any, train: bool, loss_fn: Callable | None,
+                    loss_inputs: Sequence[Any], optimizer: Any, example_kwargs: dict[str, Any] | None,
+                    options: Any) -> Any:
+    """The best candidate (a :class:`~spmdc.api.auto_plan.Candidate`), searched on rank 0 and the same
+    on every rank of the initialized job (see the module doc)."""
+    import torch.distributed as dist
+
+    from spmdc.api.auto_plan import search
+    from spmdc.compiler.driver import split_example_inputs
+
+    if not dist.is_initialized():
+        raise ValueError('spmdc.compile(plan="auto"): call it on every rank of an initialized job (the search '
+                         "runs for its world size)")
+    for what, given in (("pp_schedule", options.pp_schedule), ("microbatches", options.microbatches)):
+        if given is not None:
+            raise ValueError(f'spmdc.compile(plan="auto"): {what}={given!r}: the search chooses it; give a plan '
+                             "to set it")
+    world = dist.get_world_size()
+    only = _mesh_filter(mesh, world)
+    payload: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            inputs, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
+            ranked = search(model, inputs, nproc=world, device=default_device(),
+                            memory_cap=options.memory_cap or None, train=train, loss_fn=loss_fn,
+                            loss_inputs=loss_args, kwargs=example_kwargs, optimizer=_optimizer_name(optimizer),
+                            options=options, only=only, budget_s=SEARCH_BUDGET)
+            best = ranked[0] if ranked else None
+            if best is None:
+                payload[0] = f"no candidate layout for {world} ranks" + (f" on mesh {mesh}" if mesh else "")
+            elif not best.ok:
+                payload[0] = (f"every layout for {world} ranks was refused (first: {best.candidate.label()}: "
+                              f"{best.refused})")
+            elif not best.fits:
+                payload[0] = (f"no layout for {world} ranks fits {options.memory_cap or 'the device memory'} bytes "
+                              f"per rank (the smallest predicted peak: "
+                              f"{min(s.peak_bytes for s in ranked if s.ok):,} bytes)")
+            else:
+                payload[0] = best.candidate
+        except Exception as e:   # (every rank raises it, none waits for a choice that never comes)
+            payload[0] = f"the search failed: {type(e).__name__}: {e}"
+    dist.broadcast_object_list(payload, src=0)
+    if isinstance(payload[0], str):
+        raise ValueError(f'spmdc.compile(plan="auto"): {payload[0]}')
+    return payload[0]
