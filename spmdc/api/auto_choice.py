@@ -10,7 +10,8 @@ on that mesh) on :func:`default_device`'s profile with :data:`SEARCH_BUDGET` sec
 --plan auto`` does, and broadcasts the best candidate that fits (the search's budget is wall time,
 so ranks searching on their own could choose differently); every rank then compiles it. When no
 layout fits or every one is refused, every rank raises the same error. What the search chooses
-itself (``pp_schedule=``, ``microbatches=``) cannot be given with it; a DeviceMesh restricts the
+itself (``pp_schedule=``, ``microbatches=``) cannot be given with it, nor eager execution (the search
+prices compiled programs); a DeviceMesh restricts the
 search to its shape (the chosen layout's mesh is built as any mesh given by shape is).
 
 ``optimizer=`` given to ``compile`` (a name, ``(name, options)`` or :class:`~spmdc.runtime.optimizers.Optimizer`)
@@ -85,6 +86,9 @@ def choose_on_ranks(model: Any, example_inputs: Any, *, mesh: Any, train: bool, 
     if not dist.is_initialized():
         raise ValueError('spmdc.compile(plan="auto"): call it on every rank of an initialized job (the search '
                          "runs for its world size)")
+    if options.execution == "eager":
+        raise ValueError('spmdc.compile(plan="auto"): eager execution (op by op, spmdc.eager) is not what the '
+                         "search prices (compiled programs); give a plan to run eagerly")
     for what, given in (("pp_schedule", options.pp_schedule), ("microbatches", options.microbatches)):
         if given is not None:
             raise ValueError(f'spmdc.compile(plan="auto"): {what}={given!r}: the search chooses it; give a plan '

@@ -87,6 +87,6 @@ def run() -> dict[str, Any]:
     try:
         return {"any": own_loop(), "tp": own_loop("tp=4"), "pipeline": pipeline_steps(),
                 "bad_mesh": refused(mesh="dp=8"), "cap": refused(memory_cap=1),
-                "fixed": refused(microbatches=2)}
+                "fixed": refused(microbatches=2), "eager": refused(execution="eager")}
     finally:
         dist.destroy_process_group()

@@ -4,8 +4,8 @@ Rank 0 searches, every rank compiles its choice (:mod:`spmdc.api.auto_choice`). 
 (FSDP2's: their AdamW over ``cm.parameters()``, their loss, ``loss.backward()``) on the chosen
 layout matches eager PyTorch (losses rtol 1e-5, parameters atol 1e-5 after 3 steps), on every mesh
 and on one given (``mesh="tp=4"``: a tp=4 layout); a mesh with a ``pp`` axis gets a pipeline whose
-losses match eager's; a mesh of another size, a cap nothing fits and an option the search chooses
-itself are refused on every rank with the reason.
+losses match eager's; a mesh of another size, a cap nothing fits, an option the search chooses
+itself and eager execution are refused on every rank with the reason.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def test_a_mesh_with_pp_gets_a_pipeline_matching_eager(four):
 def test_what_cannot_be_searched_is_refused_on_every_rank(four):
     for case, message in (("bad_mesh", "mesh dp=8 has 8 devices but the job has 4 ranks"),
                           ("cap", "no layout for 4 ranks fits 1 bytes per rank (the smallest predicted peak:"),
-                          ("fixed", "microbatches=2: the search chooses it; give a plan to set it")):
+                          ("fixed", "microbatches=2: the search chooses it; give a plan to set it"),
+                          ("eager", "eager execution (op by op, spmdc.eager) is not what the search prices")):
         for r in range(4):
             text = four[r][case]
             assert text.startswith('spmdc.compile(plan="auto"): ') and message in text, (case, r, text)
