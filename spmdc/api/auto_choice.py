@@ -110,8 +110,8 @@ def choose_on_ranks(model: Any, example_inputs: Any, *, mesh: Any, train: bool, 
                 payload[0] = (f"every layout for {world} ranks was refused (first: {best.candidate.label()}: "
                               f"{best.refused})")
             elif not best.fits:
-                payload[0] = (f"no layout for {world} ranks fits {options.memory_cap or 'the device memory'} bytes "
-                              f"per rank (the smallest predicted peak: "
+                cap = f"{options.memory_cap:,} bytes" if options.memory_cap else "the device's memory"
+                payload[0] = (f"no layout for {world} ranks fits {cap} per rank (the smallest predicted peak: "
                               f"{min(s.peak_bytes for s in ranked if s.ok):,} bytes)")
             else:
                 payload[0] = best.candidate
