@@ -22,7 +22,9 @@ cap (its predicted peak plus :data:`MARGIN`) is tried again with every 2nd repea
 in the backward (``checkpoint: blocks/2``), then every block (``checkpoint: blocks``); a candidate
 the compiler refuses (a batch that does not divide, heads that do not split over tp) is kept with
 its reason. Ranked: those that fit by predicted step time, then
-the rest by peak memory.
+the rest by peak memory. The best candidate priced from its programs, when an fsdp layout, is then
+priced once more with its parameters' gathers bucketed by the cost model instead of per block
+(``buckets: auto``, :func:`_rebucketed`), and ranked with the others.
 
 At real size (Llama-3-70B on 4096 ranks: ~180 candidates) two things keep the search within its
 budget (``search(budget_s=...)``, ``--search-budget``):
@@ -74,6 +76,7 @@ class Candidate:
     reshard_after_forward: bool = True    # fsdp presets: re-gather in the backward (False: keep)
     checkpoint: int = 0                   # recompute repeated blocks in the backward: 1 every one, K every K-th
     microbatches: int = 0                 # pipelines: micro-batches per step
+    buckets: str | None = None            # fsdp presets: "auto" (gathers bucketed by the cost model); None: per block
 
     @property
     def mesh_text(self) -> str:
@@ -95,6 +98,8 @@ class Candidate:
             parts.append("keep gathered")
         if self.microbatches:
             parts.append(f"{self.microbatches} micro-batches")
+        if self.buckets:
+            parts.append(f"buckets {self.buckets}")
         if self.checkpoint:
             parts.append(f"checkpoint {self.checkpoint_mode}")
         return ", ".join(parts)
@@ -109,8 +114,9 @@ class Candidate:
     def _stage_plan(self) -> Any:
         from spmdc.sharding.plan import Plan
 
-        if self.checkpoint or (self.preset in FSDP_PRESETS and not self.reshard_after_forward):
+        if self.checkpoint or self.buckets or (self.preset in FSDP_PRESETS and not self.reshard_after_forward):
             return Plan(name=self.preset, preset=self.preset, checkpoint=self.checkpoint_mode,
+                        buckets=self.buckets or [],
                         reshard_after_forward=self.reshard_after_forward if self.preset in FSDP_PRESETS else True)
         return self.preset
 
@@ -134,6 +140,8 @@ class Candidate:
             stage["reshard_after_forward"] = "true" if self.reshard_after_forward else "false"
         if self.checkpoint:
             stage["checkpoint"] = self.checkpoint_mode
+        if self.buckets:
+            stage["buckets"] = self.buckets
         if not self.pipeline:
             lines.append(f"name: auto {self.label()}")
             lines.append(f"mesh: {self.mesh_text}")
@@ -429,7 +437,34 @@ def search(model: Any, inputs: Sequence[Any], *, nproc: int, device: Any, memory
             out.append(s)
             if progress is not None:
                 progress(s, i, len(todo))
+        deep = stack is not None and stack.count > 2 * DEPTHS[-1]   # (priced from cut models: auto buckets may
+        #                                                               span blocks, off the per-block line)
+        refined = None if deep else _rebucketed(rank(out), budget_s, start, took, captured)
+        if refined is not None and (only is None or only(refined)):   # (the best fsdp layout, bucketed by cost)
+            s = _score(refined, model, inputs, device, cap, kw, stack)
+            out.append(s)
+            if progress is not None:
+                progress(s, len(todo) + 1, len(todo) + 1)
     return rank(out)
+
+
+def _rebucketed(ranked: list[Scored], budget_s: float | None, start: float, took: Mapping[bool, list[float]],
+                captured: set[int]) -> Candidate | None:
+    """The best candidate priced from its programs, when it is an fsdp layout bucketed per block,
+    with its parameters' gathers bucketed by the cost model instead (``buckets: auto``: the blocks'
+    small gathers merged where their communication would not hide), if the budget leaves time to
+    price it; None otherwise. Priced like any candidate, it is chosen only when its predicted step is
+    lower (a model priced from cut compiles is not refined: merged buckets may span blocks)::
+
+        fsdp on dp=4, keep gathered                -> fsdp on dp=4, keep gathered, buckets auto
+    """
+    best = next((s for s in ranked if s.ok and s.fits and not s.sketched), None)
+    if best is None or best.candidate.preset not in FSDP_PRESETS or best.candidate.buckets:
+        return None
+    c = dataclasses.replace(best.candidate, buckets="auto")
+    if budget_s is not None and _expected(c, took, captured) > budget_s - (time.perf_counter() - start):
+        return None
+    return c
 
 
 UNPRICED = "not priced"

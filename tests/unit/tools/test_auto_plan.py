@@ -114,6 +114,33 @@ def test_over_the_cap_half_the_blocks_are_recomputed_first():
     assert s.fits and s.candidate.checkpoint == 1
 
 
+def test_the_best_fsdp_layout_is_priced_again_with_buckets_by_the_cost_model(tmp_path):
+    """The issue's "FSDP bucketing": once the candidates are priced, the best one priced from its
+    programs, when an fsdp layout bucketed per block, is priced again with its gathers bucketed by
+    the cost model (``buckets: auto``) and ranked with the others; its plan file runs as written."""
+    w = load_workload("gpt2-tiny")
+    kw = dict(nproc=4, device=device_profile("cpu"), loss_fn=w.loss_fn, loss_inputs=w.loss_inputs,
+              optimizer="adamw", only=lambda c: c.mesh_text == "dp=4" and c.preset == "fsdp")
+    ranked = search(w.model, w.inputs, **kw)
+    autos = [s for s in ranked if s.candidate.buckets]
+    parent = rank([s for s in ranked if not s.candidate.buckets])[0]   # (the best before the refinement)
+    assert len(autos) == 1 and len(ranked) == 3, [s.candidate.label() for s in ranked]
+    auto = autos[0]
+    assert auto.candidate == dataclasses.replace(parent.candidate, buckets="auto")
+    assert auto.candidate.label() == parent.candidate.label() + ", buckets auto"
+    assert auto.ok and not auto.sketched and auto.collectives < parent.collectives, (auto, parent)
+    assert [s.step_seconds for s in ranked if s.fits] == sorted(s.step_seconds for s in ranked if s.fits)
+    path = tmp_path / "auto.yaml"
+    path.write_text(auto.candidate.plan_file())
+    assert "buckets: auto" in path.read_text() and Plan.load(str(path)).buckets == "auto"
+    assert auto.candidate.plan()[1].buckets == "auto"
+    # a pipeline's stages carry it too; a filter that leaves it out is kept
+    pipe = Candidate((("pp", 2), ("dp", 2)), "fsdp", microbatches=2, buckets="auto")
+    assert all(s.plan.buckets == "auto" for s in pipe.plan()[1].stages)
+    only = search(w.model, w.inputs, **{**kw, "only": lambda c: c.label() == "fsdp on dp=4"})
+    assert [s.candidate.label() for s in only] == ["fsdp on dp=4"]
+
+
 def _cli(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "spmdc.tools.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
