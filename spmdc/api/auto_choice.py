@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["SEARCH_BUDGET", "choose_on_ranks", "default_device"]
+__all__ = ["SEARCH_AXES", "SEARCH_BUDGET", "choose_on_ranks", "default_device", "why_none"]
 
 SEARCH_BUDGET = 20.0
 """Seconds the search spends by default (``--search-budget``, :func:`~spmdc.api.auto_plan.search`'s ``budget_s``)."""
@@ -42,6 +42,30 @@ def default_device() -> Any:
     return device_profile("h100" if torch.cuda.is_available() else "cpu")
 
 
+SEARCH_AXES = ("pp", "rep", "dp", "tp", "ep")
+"""The mesh axes the search lays out (:func:`spmdc.api.auto_plan.candidates`)."""
+
+
+def why_none(mesh: Any) -> str:
+    """Why the search has no candidate on ``mesh``: an axis it does not lay out (with near names),
+    else what its meshes are."""
+    import difflib
+
+    for a in mesh.axis_names:
+        if a not in SEARCH_AXES:
+            near = difflib.get_close_matches(a, SEARCH_AXES, n=2)
+            return (f"mesh axis '{a}' is not one the search lays out ({', '.join(SEARCH_AXES)})"
+                    + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
+    size = dict(zip(mesh.axis_names, (mesh.axis_size(a) for a in mesh.axis_names)))
+    why = ("'rep' (hsdp's replicas) only beside 'dp'" if "rep" in size and "dp" not in size else
+           f"tp of at most 8 (one node), not tp={size['tp']}" if size.get("tp", 1) > 8 else
+           "'ep' only for a model with experts (mixture-of-experts layers)" if "ep" in size else
+           f"pp={size['pp']} only for training steps of a model with at least {size['pp']} repeated blocks (one "
+           "stage each at most)"
+           if "pp" in size else "its candidates on this mesh were all left out")
+    return f"the search lays out {why}"
+
+
 def _optimizer_name(optimizer: Any) -> str | None:
     """The ``torch.optim`` name the search prices the state of (None: none given, or a factory)."""
     if isinstance(optimizer, str):
@@ -52,20 +76,23 @@ def _optimizer_name(optimizer: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _mesh_filter(mesh: Any, world: int) -> Callable[[Any], bool] | None:
-    """The candidates on ``mesh`` (text, :class:`~spmdc.sharding.mesh.Mesh` or a named DeviceMesh), or
-    None for every mesh; refused when its size is not the job's."""
+def _as_mesh(mesh: Any) -> Any:
+    """``mesh`` (text, :class:`~spmdc.sharding.mesh.Mesh` or a named DeviceMesh) as a Mesh, or None."""
     from spmdc.sharding.mesh import Mesh, _is_device_mesh
 
-    if mesh is None:
-        return None
     if _is_device_mesh(mesh):
         names = mesh.mesh_dim_names
         if not names:
             raise ValueError('spmdc.compile(plan="auto"): the DeviceMesh needs named dims (mesh_dim_names)')
-        mesh = Mesh(list(zip(names, mesh.mesh.shape)))
-    elif isinstance(mesh, str):
-        mesh = Mesh.parse(mesh)
+        return Mesh(list(zip(names, mesh.mesh.shape)))
+    return Mesh.parse(mesh) if isinstance(mesh, str) else mesh
+
+
+def _mesh_filter(mesh: Any, world: int) -> Callable[[Any], bool] | None:
+    """The candidates on ``mesh`` (a Mesh), or None for every mesh; refused when its size is not the
+    job's."""
+    if mesh is None:
+        return None
     if mesh.size != world:
         raise ValueError(f'spmdc.compile(plan="auto"): mesh {mesh} has {mesh.size} devices but the job has {world} '
                          "ranks")
@@ -94,6 +121,7 @@ def choose_on_ranks(model: Any, example_inputs: Any, *, mesh: Any, train: bool, 
             raise ValueError(f'spmdc.compile(plan="auto"): {what}={given!r}: the search chooses it; give a plan '
                              "to set it")
     world = dist.get_world_size()
+    mesh = _as_mesh(mesh)
     only = _mesh_filter(mesh, world)
     payload: list[Any] = [None]
     if dist.get_rank() == 0:
@@ -105,7 +133,8 @@ def choose_on_ranks(model: Any, example_inputs: Any, *, mesh: Any, train: bool, 
                             options=options, only=only, budget_s=SEARCH_BUDGET)
             best = ranked[0] if ranked else None
             if best is None:
-                payload[0] = f"no candidate layout for {world} ranks" + (f" on mesh {mesh}" if mesh else "")
+                payload[0] = f"no candidate layout for {world} ranks" + (
+                    f" on mesh {mesh}: {why_none(mesh)}; give a plan to run on this mesh" if mesh else "")
             elif not best.ok:
                 payload[0] = (f"every layout for {world} ranks was refused (first: {best.candidate.label()}: "
                               f"{best.refused})")

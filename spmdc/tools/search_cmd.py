@@ -86,28 +86,11 @@ def _search(cfg: Any, device: Any, console: Any) -> tuple[list[Any], float, int]
     return ranked, time.perf_counter() - t0, nproc
 
 
-SEARCH_AXES = ("pp", "rep", "dp", "tp", "ep")
-"""The mesh axes the search lays out (:func:`spmdc.api.auto_plan.candidates`)."""
-
-
 def _why_none(mesh: Any) -> str:
-    """Why the search has no candidate on ``mesh`` (``--mesh``): an axis it does not lay out (with
-    near names), else what its meshes are."""
-    import difflib
+    """Why the search has no candidate on ``mesh`` (``--mesh``; :func:`spmdc.api.auto_choice.why_none`)."""
+    from spmdc.api.auto_choice import why_none
 
-    for a in mesh.axis_names:
-        if a not in SEARCH_AXES:
-            near = difflib.get_close_matches(a, SEARCH_AXES, n=2)
-            return (f"mesh axis '{a}' is not one the search lays out ({', '.join(SEARCH_AXES)})"
-                    + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""))
-    size = dict(zip(mesh.axis_names, (mesh.axis_size(a) for a in mesh.axis_names)))
-    why = ("'rep' (hsdp's replicas) only beside 'dp'" if "rep" in size and "dp" not in size else
-           f"tp of at most 8 (one node), not tp={size['tp']}" if size.get("tp", 1) > 8 else
-           "'ep' only for a model with experts (mixture-of-experts layers)" if "ep" in size else
-           f"pp={size['pp']} only for training steps of a model with at least {size['pp']} repeated blocks (one "
-           "stage each at most)"
-           if "pp" in size else "its candidates on this mesh were all left out")
-    return f"the search lays out {why}; give a preset with --plan to run on this mesh"
+    return f"{why_none(mesh)}; give a preset with --plan to run on this mesh"
 
 
 def print_ranked(console: Any, ranked: list[Any], top: int, cap: float, device: Any) -> None:

@@ -87,6 +87,7 @@ def run() -> dict[str, Any]:
     try:
         return {"any": own_loop(), "tp": own_loop("tp=4"), "pipeline": pipeline_steps(),
                 "bad_mesh": refused(mesh="dp=8"), "cap": refused(memory_cap=1),
-                "fixed": refused(microbatches=2), "eager": refused(execution="eager")}
+                "fixed": refused(microbatches=2), "eager": refused(execution="eager"),
+                "axis": refused(mesh="dq=4")}
     finally:
         dist.destroy_process_group()

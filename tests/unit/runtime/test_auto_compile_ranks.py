@@ -64,7 +64,9 @@ def test_what_cannot_be_searched_is_refused_on_every_rank(four):
     for case, message in (("bad_mesh", "mesh dp=8 has 8 devices but the job has 4 ranks"),
                           ("cap", "no layout for 4 ranks fits 1 bytes per rank (the smallest predicted peak:"),
                           ("fixed", "microbatches=2: the search chooses it; give a plan to set it"),
-                          ("eager", "eager execution (op by op, spmdc.eager) is not what the search prices")):
+                          ("eager", "eager execution (op by op, spmdc.eager) is not what the search prices"),
+                          ("axis", "no candidate layout for 4 ranks on mesh dq=4: mesh axis 'dq' is not one the "
+                                   "search lays out (pp, rep, dp, tp, ep); give a plan to run on this mesh")):
         for r in range(4):
             text = four[r][case]
             assert text.startswith('spmdc.compile(plan="auto"): ') and message in text, (case, r, text)
