@@ -199,32 +199,49 @@ def _measured_by() -> str:
 
 
 def batch_pieces(cfg: Any, mesh: Any, plan: Any) -> int:
-    """How many pieces the ranks of a one-mesh plan split the batch into (the product of its
-    data-parallel axes, :func:`~spmdc.runtime.input_check.batch_axes`); 1 for other plans, and for
-    a model whose forward draws random numbers (dropout): eager PyTorch run piece by piece draws
-    other numbers than the ranks do, so its differences are no measure of the ranks' rounding."""
+    """How many pieces the ranks split the batch into: a one-mesh plan's data-parallel axes
+    (:func:`~spmdc.runtime.input_check.batch_axes`), a pipeline's replicas (every stage's dp size;
+    its micro-batches are in the reference's settings already), device groups' replicas summed when
+    every replica holds the same rows; 1 for other plans, and for a model whose forward draws random
+    numbers (dropout): eager PyTorch run piece by piece draws other numbers than the ranks do, so its
+    differences are no measure of the ranks' rounding."""
     from spmdc.frontend.workloads import load_workload
-    from spmdc.runtime.input_check import batch_axes
     from spmdc.tools.run_cmd import workload_args
 
-    if mesh is None or not hasattr(mesh, "axis_size"):
-        return 1
     try:
         w = load_workload(cfg.workload, **workload_args(cfg))
         # (the first tensor input, positional or keyword: a Hugging Face model is fed input_ids=...)
         first = next(t for t in (*w.inputs, *w.kwargs.values()) if hasattr(t, "dim"))
-        axes = batch_axes(plan, mesh, first.dim())
+        if not first.dim() or not first.shape[0]:
+            return 1
+        pieces = _replicas(mesh, plan, first.dim(), first.shape[0])
     except Exception:   # (a plan without a preset's input layouts: no split replayed)
         return 1
-    if _draws_random(w):   # (split, eager would draw other numbers: dropout masks per piece, layer by layer)
+    if pieces <= 1 or _draws_random(w):   # (split, eager would draw other numbers: dropout masks per piece)
         return 1
-    if not first.dim() or not first.shape[0]:
+    rounds = cfg.options.grad_accum * getattr(plan, "microbatches", 1)
+    return pieces if first.shape[0] % (pieces * rounds) == 0 else 1
+
+
+def _replicas(mesh: Any, plan: Any, ndim: int, batch: int) -> int:
+    """The number of equal pieces of a batch of ``batch`` rows the ranks of ``plan`` hold (1: none)."""
+    from spmdc.runtime.input_check import LocalBatches, batch_axes
+    from spmdc.sharding.device_groups import HeteroPlan
+    from spmdc.sharding.pipeline_plan import PipelinePlan
+
+    if isinstance(plan, PipelinePlan):
+        return LocalBatches.for_stages(plan.stages, ndim=ndim, where="--check").replicas
+    if isinstance(plan, HeteroPlan):
+        rows = plan.split_sizes(batch, "the batch")
+        dps = [math.prod(g.mesh.axis_size(a) for a in batch_axes(g.plan, g.mesh, ndim)) for g in plan.groups]
+        if len({r / d for r, d in zip(rows, dps)}) != 1 or any(r % d for r, d in zip(rows, dps)):
+            return 1
+        return sum(dps)
+    if mesh is None or not hasattr(mesh, "axis_size"):
         return 1
-    batch = first.shape[0]
-    ranks = math.prod(mesh.axis_size(a) for a in axes)
+    ranks = math.prod(mesh.axis_size(a) for a in batch_axes(plan, mesh, ndim))
     per_rank = -(-batch // ranks)   # (a Shard(0) layout's pieces, as torch.chunk's: 2 rows on 4 ranks, 2 of 1)
-    pieces = -(-batch // per_rank)
-    return pieces if batch % (pieces * cfg.options.grad_accum) == 0 else 1
+    return -(-batch // per_rank)
 
 
 def _draws_random(w: Any) -> bool:

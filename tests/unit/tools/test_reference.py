@@ -161,6 +161,30 @@ def test_the_split_is_replayed_only_for_models_that_draw_no_random_numbers(tmp_p
     assert batch_pieces(RunConfig(workload=f"{path}:factory", mesh="dp=4", plan="dp"), dp4, "dp") == 4
 
 
+def test_pipelines_and_device_groups_replay_their_replicas_pieces():
+    """batch_pieces for the other layout kinds (resolved as ``spmdc run`` resolves them): a pipeline
+    over pp=2,dp=2 holds 2 replicas (its micro-batches are the reference's accumulation already), so
+    batch 8 in 2 micro-batches splits in 2; device groups whose replicas hold equal rows (shares 2:1
+    over dp=2 and dp=1) in 3; shares that give replicas unequal rows replay no split."""
+    from spmdc.tools.run_cmd import RunConfig, resolve_mesh_and_plan
+    from spmdc.tools.run_report import batch_pieces
+
+    cfg = RunConfig(workload="gpt2-tiny", mesh="pp=2,dp=2", plan="dp", batch=8)
+    mesh, plan = resolve_mesh_and_plan(cfg)
+    assert plan.microbatches == 2 and batch_pieces(cfg, mesh, plan) == 2
+    cfg = RunConfig(workload="gpt2-tiny", mesh="pp=2,dp=2", plan="dp", batch=2)   # 2 rows in 2 micro-batches
+    assert batch_pieces(cfg, *resolve_mesh_and_plan(cfg)) == 1
+    from spmdc.sharding.device_groups import HeteroPlan
+
+    def groups(share0: int, share1: int) -> HeteroPlan:
+        return HeteroPlan.from_dict({"groups": [
+            {"ranks": [0, 1], "mesh": "dp=2", "plan": "dp", "share": share0},
+            {"ranks": [2], "mesh": "dp=1", "plan": "dp", "share": share1}]})
+    cfg = RunConfig(workload="gpt2-tiny", batch=6)
+    assert batch_pieces(cfg, None, groups(2, 1)) == 3
+    assert batch_pieces(cfg, None, groups(1, 1)) == 1
+
+
 def test_without_a_float64_run_the_ranks_split_is_the_second_opinion(monkeypatch):
     """A model float64 cannot run (an op without float64 kernels: HF Mixtral's grouped_mm) was an
     internal error of --check; now eager float32 with the batch split as the ranks split it judges
