@@ -15,8 +15,10 @@ prices compiled programs); a DeviceMesh restricts the
 search to its shape (the chosen layout's mesh is built as any mesh given by shape is).
 
 ``optimizer=`` given to ``compile`` (a name, ``(name, options)`` or :class:`~spmdc.runtime.optimizers.Optimizer`)
-has its state priced in the memory; an optimizer the user builds over ``cm.parameters()`` (FSDP2's
-way) is not known to the search and its state is not counted.
+has its state priced in the memory; for a training step without one (an optimizer the user builds
+over ``cm.parameters()``, FSDP2's way, or a factory) the search prices :data:`UNKNOWN_OPTIMIZER`'s
+state and update, the largest of ``torch.optim``'s common ones, so that the chosen layout fits
+whichever the user builds; name it (``optimizer="sgd"``) to have it priced as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["SEARCH_AXES", "SEARCH_BUDGET", "choose_on_ranks", "default_device", "why_none"]
+__all__ = ["SEARCH_AXES", "SEARCH_BUDGET", "UNKNOWN_OPTIMIZER", "choose_on_ranks", "default_device", "priced_optimizer",
+           "why_none"]
 
 SEARCH_BUDGET = 20.0
 """Seconds the search spends by default (``--search-budget``, :func:`~spmdc.api.auto_plan.search`'s ``budget_s``)."""
@@ -66,14 +69,23 @@ def why_none(mesh: Any) -> str:
     return f"the search lays out {why}"
 
 
-def _optimizer_name(optimizer: Any) -> str | None:
-    """The ``torch.optim`` name the search prices the state of (None: none given, or a factory)."""
+UNKNOWN_OPTIMIZER = "adamw"
+"""What a training step's optimizer is priced as when ``compile`` is given none, or a factory
+(two float32 states per parameter: Adam's, AdamW's; SGD with momentum and Adagrad hold one)."""
+
+
+def priced_optimizer(optimizer: Any, train: bool) -> str | None:
+    """The ``torch.optim`` name the search prices the state and update of: the one given by name
+    (``"adamw"``, ``("adamw", {...})``, an :class:`~spmdc.runtime.optimizers.Optimizer`), else for a
+    training step :data:`UNKNOWN_OPTIMIZER`; None for a forward."""
+    if not train:
+        return None
     if isinstance(optimizer, str):
         return optimizer
     if isinstance(optimizer, tuple) and optimizer and isinstance(optimizer[0], str):
         return optimizer[0]
     name = getattr(optimizer, "name", None)   # (spmdc's Optimizer; a factory has none)
-    return name if isinstance(name, str) else None
+    return name if isinstance(name, str) else UNKNOWN_OPTIMIZER
 
 
 def _as_mesh(mesh: Any) -> Any:
@@ -129,7 +141,7 @@ def choose_on_ranks(model: Any, example_inputs: Any, *, mesh: Any, train: bool, 
             inputs, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
             ranked = search(model, inputs, nproc=world, device=default_device(),
                             memory_cap=options.memory_cap or None, train=train, loss_fn=loss_fn,
-                            loss_inputs=loss_args, kwargs=example_kwargs, optimizer=_optimizer_name(optimizer),
+                            loss_inputs=loss_args, kwargs=example_kwargs, optimizer=priced_optimizer(optimizer, train),
                             options=options, only=only, budget_s=SEARCH_BUDGET)
             best = ranked[0] if ranked else None
             if best is None:
