@@ -100,6 +100,33 @@ def _as_mesh(mesh: Any) -> Any:
     return Mesh.parse(mesh) if isinstance(mesh, str) else mesh
 
 
+def _whole_batch(values: Sequence[Any], world: int) -> list[Any]:
+    """A global batch of the shapes ``world`` ranks' pieces make (each batched tensor ``world`` times along dim 0)."""
+    import torch
+
+    return [torch.cat([v] * world) if isinstance(v, torch.Tensor) and v.dim() else v for v in values]
+
+
+def _one_piece_per_rank(only: Callable[[Any], bool] | None, world: int, inputs: Sequence[Any],
+                        kwargs: dict[str, Any] | None) -> Callable[[Any], bool]:
+    """``only`` and a layout with ``world`` data-parallel replicas (``inputs="local"``: the user's
+    pieces were cut before the choice, one per rank, as a DistributedSampler over the job cuts them)."""
+    import math
+
+    from spmdc.runtime.input_check import batch_axes
+    from spmdc.sharding.mesh import Mesh
+
+    first = next((t for t in (*inputs, *(kwargs or {}).values()) if hasattr(t, "dim")), None)
+    ndim = first.dim() if first is not None else 1
+
+    def replicas(c: Any) -> int:
+        if c.pipeline:
+            return 0
+        mesh = Mesh(list(c.mesh))
+        return math.prod(mesh.axis_size(a) for a in batch_axes(c.preset, mesh, ndim))
+    return lambda c: (only is None or only(c)) and replicas(c) == world
+
+
 def _mesh_filter(mesh: Any, world: int) -> Callable[[Any], bool] | None:
     """The candidates on ``mesh`` (a Mesh), or None for every mesh; refused when its size is not the
     job's."""
@@ -139,14 +166,22 @@ def choose_on_ranks(model: Any, example_inputs: Any, *, mesh: Any, train: bool, 
     if dist.get_rank() == 0:
         try:
             inputs, loss_args = split_example_inputs(example_inputs, loss_fn, loss_inputs)
+            if options.inputs == "local":   # (rank 0's piece stands for every rank's: the global batch's shapes)
+                only = _one_piece_per_rank(only, world, inputs, example_kwargs)
+                inputs, loss_args, example_kwargs = _whole_batch(inputs, world), _whole_batch(loss_args, world), \
+                    dict(zip(example_kwargs or {}, _whole_batch(list((example_kwargs or {}).values()), world)))
             ranked = search(model, inputs, nproc=world, device=default_device(),
                             memory_cap=options.memory_cap or None, train=train, loss_fn=loss_fn,
                             loss_inputs=loss_args, kwargs=example_kwargs, optimizer=priced_optimizer(optimizer, train),
                             options=options, only=only, budget_s=SEARCH_BUDGET)
             best = ranked[0] if ranked else None
             if best is None:
-                payload[0] = f"no candidate layout for {world} ranks" + (
-                    f" on mesh {mesh}: {why_none(mesh)}; give a plan to run on this mesh" if mesh else "")
+                why = ("every layout there shares a piece among ranks, but inputs='local' gives every rank "
+                       "a piece of its own (its DistributedSampler's over the job); give a plan, or "
+                       "inputs='global'" if options.inputs == "local" else
+                       f"{why_none(mesh)}; give a plan to run on this mesh" if mesh else "")
+                payload[0] = f"no candidate layout for {world} ranks" + (f" on mesh {mesh}" if mesh else "") + (
+                    f": {why}" if why else "")
             elif not best.ok:
                 payload[0] = (f"every layout for {world} ranks was refused (first: {best.candidate.label()}: "
                               f"{best.refused})")

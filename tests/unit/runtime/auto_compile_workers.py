@@ -55,6 +55,36 @@ def own_loop(mesh: Any = None) -> dict[str, Any]:
             "ref_losses": ref_losses, "max_param_diff": err}
 
 
+def local_pieces() -> dict[str, Any]:
+    """``inputs="local"``: each rank passes its DistributedSampler piece (over the job, cut before the
+    choice), no optimizer given (priced as AdamW), the user's SGD; losses and parameters beside eager
+    PyTorch on the whole batch."""
+    import torch.distributed as dist
+
+    import spmdc
+
+    model, x, y = mlp()
+    ref = copy.deepcopy(model)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    xs, ys = x.chunk(n)[rank], y.chunk(n)[rank]
+    cm = spmdc.compile(model, (xs,), plan="auto", train=True, loss_fn=F.mse_loss, loss_inputs=(ys,), inputs="local")
+    opt, ropt = torch.optim.SGD(cm.parameters(), lr=LR), torch.optim.SGD(ref.parameters(), lr=LR)
+    losses, ref_losses = [], []
+    for _ in range(3):
+        losses.append(float(cm.backward(xs, ys)))
+        opt.step()
+        opt.zero_grad()
+        rl = F.mse_loss(ref(x), y)
+        rl.backward()
+        ropt.step()
+        ropt.zero_grad()
+        ref_losses.append(float(rl.detach()))
+    mine = cm.full_state_dict()
+    err = max((mine[k].detach() - v.detach()).abs().max().item() for k, v in ref.state_dict().items())
+    return {"label": cm.auto_plan.label(), "sampler": spmdc.sampler_args(cm), "losses": losses,
+            "ref_losses": ref_losses, "max_param_diff": err}
+
+
 def pipeline_steps() -> dict[str, Any]:
     """gpt2-tiny searched on the mesh pp=2,dp=2 (a pipeline chosen), two SGD steps by ``cm.step``."""
     import spmdc
@@ -88,6 +118,7 @@ def run() -> dict[str, Any]:
         return {"any": own_loop(), "tp": own_loop("tp=4"), "pipeline": pipeline_steps(),
                 "bad_mesh": refused(mesh="dp=8"), "cap": refused(memory_cap=1),
                 "fixed": refused(microbatches=2), "eager": refused(execution="eager"),
-                "axis": refused(mesh="dq=4")}
+                "axis": refused(mesh="dq=4"), "local": local_pieces(),
+                "local_tp": refused(mesh="dp=2,tp=2", inputs="local")}
     finally:
         dist.destroy_process_group()

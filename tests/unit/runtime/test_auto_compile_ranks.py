@@ -40,6 +40,19 @@ def test_a_users_own_loop_on_the_chosen_layout_matches_eager(four):
     assert four[0]["tp"]["label"].endswith("on tp=4"), four[0]["tp"]["label"]
 
 
+def test_local_pieces_get_a_layout_with_a_replica_per_rank(four):
+    """inputs="local": the pieces were cut one per rank before the choice, so the layout holds one
+    replica per rank (its sampler_args are the job's) and training equals eager PyTorch on the whole
+    batch; on a mesh where ranks share pieces (dp=2,tp=2) it is refused with why."""
+    for r in range(4):
+        got = four[r]["local"]
+        assert got["sampler"] == (4, r), got
+        assert got["losses"] == pytest.approx(got["ref_losses"], rel=1e-5), got
+        assert got["max_param_diff"] < 1e-5, got
+        text = four[r]["local_tp"]
+        assert "no candidate layout for 4 ranks on mesh dp=2,tp=2" in text and "inputs='local'" in text, text
+
+
 def test_a_mesh_with_pp_gets_a_pipeline_matching_eager(four):
     import torch
 
