@@ -36,23 +36,32 @@ def own_loop(mesh: Any = None) -> dict[str, Any]:
     ref = copy.deepcopy(model)
     cm = spmdc.compile(model, (x,), mesh=mesh, plan="auto", train=True, loss_fn=F.mse_loss, loss_inputs=(y,),
                        optimizer="adamw")
-    opt, ropt = torch.optim.AdamW(cm.parameters(), lr=LR), torch.optim.AdamW(ref.parameters(), lr=LR)
-    losses, ref_losses = [], []
-    for _ in range(3):
+    def step() -> torch.Tensor:
         loss = F.mse_loss(cm(x, full=True), y)
         loss.backward()
+        return loss
+    got = beside_eager(cm, ref, step, x, y, torch.optim.AdamW)
+    return {"label": cm.auto_plan.label(), "plan_file": cm.auto_plan.plan_file(), **got}
+
+
+def beside_eager(cm: Any, ref: torch.nn.Module, step: Any, x: torch.Tensor, y: torch.Tensor,
+                 opt_class: Any) -> dict[str, Any]:
+    """Three steps of the user's ``step()`` and ``opt_class`` on ``cm`` beside the same on eager ``ref``
+    (the whole batch): both runs' losses and the largest parameter difference after them."""
+    opt, ropt = opt_class(cm.parameters(), lr=LR), opt_class(ref.parameters(), lr=LR)
+    losses, ref_losses = [], []
+    for _ in range(3):
+        losses.append(float(step().detach()))
         opt.step()
         opt.zero_grad()
         rl = F.mse_loss(ref(x), y)
         rl.backward()
         ropt.step()
         ropt.zero_grad()
-        losses.append(float(loss.detach()))
         ref_losses.append(float(rl.detach()))
     mine = cm.full_state_dict()
     err = max((mine[k].detach() - v.detach()).abs().max().item() for k, v in ref.state_dict().items())
-    return {"label": cm.auto_plan.label(), "plan_file": cm.auto_plan.plan_file(), "losses": losses,
-            "ref_losses": ref_losses, "max_param_diff": err}
+    return {"losses": losses, "ref_losses": ref_losses, "max_param_diff": err}
 
 
 def local_pieces() -> dict[str, Any]:
@@ -68,21 +77,8 @@ def local_pieces() -> dict[str, Any]:
     rank, n = dist.get_rank(), dist.get_world_size()
     xs, ys = x.chunk(n)[rank], y.chunk(n)[rank]
     cm = spmdc.compile(model, (xs,), plan="auto", train=True, loss_fn=F.mse_loss, loss_inputs=(ys,), inputs="local")
-    opt, ropt = torch.optim.SGD(cm.parameters(), lr=LR), torch.optim.SGD(ref.parameters(), lr=LR)
-    losses, ref_losses = [], []
-    for _ in range(3):
-        losses.append(float(cm.backward(xs, ys)))
-        opt.step()
-        opt.zero_grad()
-        rl = F.mse_loss(ref(x), y)
-        rl.backward()
-        ropt.step()
-        ropt.zero_grad()
-        ref_losses.append(float(rl.detach()))
-    mine = cm.full_state_dict()
-    err = max((mine[k].detach() - v.detach()).abs().max().item() for k, v in ref.state_dict().items())
-    return {"label": cm.auto_plan.label(), "sampler": spmdc.sampler_args(cm), "losses": losses,
-            "ref_losses": ref_losses, "max_param_diff": err}
+    got = beside_eager(cm, ref, lambda: cm.backward(xs, ys), x, y, torch.optim.SGD)
+    return {"label": cm.auto_plan.label(), "sampler": spmdc.sampler_args(cm), **got}
 
 
 def pipeline_steps() -> dict[str, Any]:
