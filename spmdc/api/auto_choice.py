@@ -111,19 +111,14 @@ def _one_piece_per_rank(only: Callable[[Any], bool] | None, world: int, inputs: 
                         kwargs: dict[str, Any] | None) -> Callable[[Any], bool]:
     """``only`` and a layout with ``world`` data-parallel replicas (``inputs="local"``: the user's
     pieces were cut before the choice, one per rank, as a DistributedSampler over the job cuts them)."""
-    import math
-
-    from spmdc.runtime.input_check import batch_axes
+    from spmdc.runtime.input_check import batch_replicas
     from spmdc.sharding.mesh import Mesh
 
     first = next((t for t in (*inputs, *(kwargs or {}).values()) if hasattr(t, "dim")), None)
     ndim = first.dim() if first is not None else 1
 
     def replicas(c: Any) -> int:
-        if c.pipeline:
-            return 0
-        mesh = Mesh(list(c.mesh))
-        return math.prod(mesh.axis_size(a) for a in batch_axes(c.preset, mesh, ndim))
+        return 0 if c.pipeline else batch_replicas(c.preset, Mesh(list(c.mesh)), ndim)
     return lambda c: (only is None or only(c)) and replicas(c) == world
 
 

@@ -299,6 +299,14 @@ def batch_axes(plan: Any, mesh: Any, ndim: int) -> list[str]:
     return [a for a in mesh.axis_names if getattr(lay.get(a) if hasattr(lay, "get") else None, "dim", None) == 0]
 
 
+def batch_replicas(plan: Any, mesh: Any, ndim: int) -> int:
+    """How many data-parallel pieces ``plan`` on ``mesh`` splits dim 0 of a first input of ``ndim``
+    dims into: the product of its :func:`batch_axes`' sizes (``fsdp+tp`` on dp=2,tp=2: 2)."""
+    import math
+
+    return math.prod(mesh.axis_size(a) for a in batch_axes(plan, mesh, ndim))
+
+
 @dataclass
 class LocalBatches:
     """``inputs="local"`` for device groups and pipeline stages: each rank passes its

@@ -12,7 +12,6 @@ peaks); nothing here runs the model but ``--check``'s eager reference.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.table import Table
@@ -225,7 +224,7 @@ def batch_pieces(cfg: Any, mesh: Any, plan: Any) -> int:
 
 def _replicas(mesh: Any, plan: Any, ndim: int, batch: int) -> int:
     """The number of equal pieces of a batch of ``batch`` rows the ranks of ``plan`` hold (1: none)."""
-    from spmdc.runtime.input_check import LocalBatches, batch_axes
+    from spmdc.runtime.input_check import LocalBatches, batch_replicas
     from spmdc.sharding.device_groups import HeteroPlan
     from spmdc.sharding.pipeline_plan import PipelinePlan
 
@@ -233,13 +232,13 @@ def _replicas(mesh: Any, plan: Any, ndim: int, batch: int) -> int:
         return LocalBatches.for_stages(plan.stages, ndim=ndim, where="--check").replicas
     if isinstance(plan, HeteroPlan):
         rows = plan.split_sizes(batch, "the batch")
-        dps = [math.prod(g.mesh.axis_size(a) for a in batch_axes(g.plan, g.mesh, ndim)) for g in plan.groups]
+        dps = [batch_replicas(g.plan, g.mesh, ndim) for g in plan.groups]
         if len({r / d for r, d in zip(rows, dps)}) != 1 or any(r % d for r, d in zip(rows, dps)):
             return 1
         return sum(dps)
     if mesh is None or not hasattr(mesh, "axis_size"):
         return 1
-    ranks = math.prod(mesh.axis_size(a) for a in batch_axes(plan, mesh, ndim))
+    ranks = batch_replicas(plan, mesh, ndim)
     per_rank = -(-batch // ranks)   # (a Shard(0) layout's pieces, as torch.chunk's: 2 rows on 4 ranks, 2 of 1)
     return -(-batch // per_rank)
 
