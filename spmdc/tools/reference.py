@@ -55,13 +55,15 @@ def _micro_batches(w: Any, n: int) -> list[tuple[tuple, tuple, dict]]:
 
 def eager_reference(workload: str, steps: int, train: bool, seed: int, settings: TrainSettings,
                     before: tuple[int, TrainSettings] | None = None, dtype: Any = None,
-                    workload_args: dict[str, Any] | None = None) -> dict[str, Any]:
+                    workload_args: dict[str, Any] | None = None, replay: Any = None) -> dict[str, Any]:
     """Losses (or output norms) of ``steps`` steps on one device and the final state.
     ``before``: (steps, settings) trained first and not reported (a resumed run's history, on the
     batch it trained on: ``settings.batch``).
     ``dtype=torch.float64``: the same run in double precision (floating inputs and parameters
     converted; dropout draws the same masks in either precision; ops without float64 kernels
-    computed by their definition, :class:`spmdc.tools.float64_ops.Float64Kernels`)."""
+    computed by their definition, :class:`spmdc.tools.float64_ops.Float64Kernels`).
+    ``replay``: hooks around each compared step (``replay.before(k, model)``, ``replay.after(k,
+    loss, model)``): --check's step-by-step opinion (:mod:`spmdc.tools.step_replay`)."""
     import contextlib
 
     import torch
@@ -69,12 +71,12 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
     from spmdc.tools.float64_ops import Float64Kernels
 
     with Float64Kernels() if dtype == torch.float64 else contextlib.nullcontext():
-        return _eager_run(workload, steps, train, seed, settings, before, dtype, workload_args)
+        return _eager_run(workload, steps, train, seed, settings, before, dtype, workload_args, replay)
 
 
 def _eager_run(workload: str, steps: int, train: bool, seed: int, settings: TrainSettings,
                before: tuple[int, TrainSettings] | None, dtype: Any,
-               workload_args: dict[str, Any] | None) -> dict[str, Any]:
+               workload_args: dict[str, Any] | None, replay: Any = None) -> dict[str, Any]:
     """:func:`eager_reference`'s run."""
     import torch
 
@@ -107,7 +109,8 @@ def _eager_run(workload: str, steps: int, train: bool, seed: int, settings: Trai
         return {"losses": norms, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
     stretches = ([before] if before and before[0] else []) + [(steps, settings)]
     opt, losses = None, []
-    for n_steps, s in stretches:
+    for stretch, (n_steps, s) in enumerate(stretches):
+        hooks = replay if stretch == len(stretches) - 1 else None   # (the compared steps only)
         if opt is None:
             opt = Optimizer(s.optimizer, lr=s.lr).build(list(model.parameters()))
         for group in opt.param_groups:   # a resumed run may change the learning rate
@@ -120,7 +123,9 @@ def _eager_run(workload: str, steps: int, train: bool, seed: int, settings: Trai
             state = torch.get_rng_state()   # (building it re-seeds: the steps go on drawing as they did)
             data = batch_of(own)
             torch.set_rng_state(state)
-        for _ in range(n_steps):
+        for k in range(n_steps):
+            if hooks is not None:
+                hooks.before(k, model)
             opt.zero_grad()
             micro = _micro_batches(data, s.grad_accum)
             total = 0.0
@@ -133,6 +138,8 @@ def _eager_run(workload: str, steps: int, train: bool, seed: int, settings: Trai
                 torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip_grad_norm)
             opt.step()
             losses.append(total / len(micro))
+            if hooks is not None:
+                hooks.after(k, losses[-1], model)
     return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
 
 

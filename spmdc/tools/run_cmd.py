@@ -674,6 +674,7 @@ def run_main(cfg: RunConfig) -> int:
     one, under torchrun), print what they measured, and with ``--check`` compare with one device."""
     from spmdc.tools.run_report import batch_pieces, check_against_one_device, report, report_switches
     from spmdc.tools.show import plain_console
+    from spmdc.tools.step_replay import StateTrail
 
     console = plain_console()
     # torch's own deprecation notices (pytree, export) would bury the summary; ranks inherit this
@@ -690,16 +691,23 @@ def run_main(cfg: RunConfig) -> int:
 
         prepare_triton()
     job = make_job(cfg, mesh, plan)
-    print_header(console, cfg, mesh, plan)
-    results = run_ranks(console, cfg, job)
-    if results is None:   # a rank of torchrun other than 0: rank 0 reports
-        return 0
-    results = report_switches(console, results)
-    report(console, cfg, job, plan, results)
-    if not cfg.check:
-        return 0
-    pieces = batch_pieces(cfg, mesh, plan) if cfg.train else 1
-    return 0 if check_against_one_device(console, cfg, plan, results[min(results)], pieces) else 1
+    # under low precision (this run's, or a resumed history's) --check may replay the steps one by one
+    trail = StateTrail.create() if cfg.check and cfg.train and (cfg.mixed_precision or cfg.load) else None
+    job["state_trail"] = trail
+    try:
+        print_header(console, cfg, mesh, plan)
+        results = run_ranks(console, cfg, job)
+        if results is None:   # a rank of torchrun other than 0: rank 0 reports
+            return 0
+        results = report_switches(console, results)
+        report(console, cfg, job, plan, results)
+        if not cfg.check:
+            return 0
+        pieces = batch_pieces(cfg, mesh, plan) if cfg.train else 1
+        return 0 if check_against_one_device(console, cfg, plan, results[min(results)], pieces, trail) else 1
+    finally:
+        if trail is not None:
+            trail.remove()
 
 
 def make_job(cfg: RunConfig, mesh: Any, plan: Any) -> dict[str, Any]:

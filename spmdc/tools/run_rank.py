@@ -103,6 +103,8 @@ def run_rank(job: dict[str, Any]) -> dict[str, Any]:
                 say(f"[rank 0] switched to {sw['text']} after step {start_step + k} in {rep.seconds:.2f} s "
                     f"(compile {rep.compile_seconds:.2f} s, moving {rep.bytes_total:,} bytes "
                     f"{rep.transfer_seconds * 1000:.1f} ms)", flush=True)
+            if job.get("state_trail") is not None:   # --check's step-by-step opinion (spmdc.tools.step_replay)
+                job["state_trail"].record(cm, k, rank)
             metrics.start()
             start = time.perf_counter()
             call = measure_peak_live if k == profiled else _plain

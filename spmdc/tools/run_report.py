@@ -294,11 +294,13 @@ def _judged_without_float64(console: Any, err: Exception, cfg: Any, seed: int, s
     return judge_by_float32(rows, ref, split, r0, rtol, atol)
 
 
-def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, Any], pieces: int = 1) -> bool:
+def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, Any], pieces: int = 1,
+                             trail: Any = None) -> bool:
     """``--check``: the run against eager PyTorch on one device (losses, parameters), with a float64
     (or, under mixed precision, float32 and the batch split into the ranks' ``pieces``; for a model
     float64 cannot run, the batch split alone) second opinion on values over tolerance; prints the
-    table."""
+    table. Under low precision, where the trajectories part, ``trail`` (the run's state before
+    each step, :class:`spmdc.tools.step_replay.StateTrail`) lets eager replay the steps one by one."""
     from spmdc.tools.reference import NOISE_FACTOR, TrainSettings, compare, eager_reference, judge_by_float64
     from spmdc.tools.run_cmd import reference_settings, workload_args
 
@@ -380,5 +382,11 @@ def check_against_one_device(console: Any, cfg: Any, plan: Any, r0: dict[str, An
         console.print("values marked noise have about as few elements over tolerance as eager float32" + split_note
                       + f" against eager {cfg.mixed_precision} (within 2x + 2), none over {NOISE_FACTOR:g}x their "
                       "largest difference: rounding, amplified by training (Adam: lr * sign of a near-zero gradient)")
+    if low and not ok and trail is not None:   # chaos or a bug? each step from the run's own state
+        from spmdc.tools.step_replay import judge_step_by_step
+
+        console.print("--check: the run and eager part over the steps; each step replayed by eager from the run's "
+                      "own state before it")
+        ok = judge_step_by_step(console, cfg, seed, settings, before, r0, rtol, atol, pieces, trail)
     console.print(Text("check passed", style="green") if ok else Text("check failed: over tolerance", style="red"))
     return ok

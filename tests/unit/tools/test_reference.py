@@ -255,3 +255,67 @@ def test_a_history_trained_in_low_precision_is_judged_as_low_precision():
     assert cfg.tolerances_for(True) == (2e-2, 1e-3)
     own = RunConfig(workload="gpt2-tiny", mesh="dp=4", plan="fsdp", rtol=1e-6, atol=1e-7)
     assert own.tolerances_for(True) == (1e-6, 1e-7)
+
+
+
+def _recorded_run(trail, settings, steps, bug=None):
+    """A "run" as eager PyTorch makes it (with the batch in 2 pieces: another summation order), its
+    state before each step recorded as the ranks record it; ``bug(k, model, before)`` after step k."""
+    import dataclasses
+
+    class Record:
+        def before(self, k, model):
+            self.state = {n: v.clone() for n, v in model.state_dict().items()}
+            torch.save(self.state, trail.path("run", k))
+
+        def after(self, k, loss, model):
+            if bug is not None:
+                bug(k, model, self.state)
+
+    run = eager_reference("gpt2-tiny", steps, True, 0, dataclasses.replace(settings, grad_accum=2), replay=Record())
+    return {"losses": run["losses"], "state": run["state"], "start_step": 0}
+
+
+def test_step_by_step_replay_tells_amplified_rounding_from_a_wrong_step():
+    """Under bf16 + AdamW at lr 0.05 the trajectories of two correct runs part; --check's step-by-step
+    opinion replays each step from the run's own state: a run that sums its batch in 2 pieces passes
+    every step (judged by eager float32's noise alone, no split opinion); a run whose third update is
+    10 % too long in one parameter, or whose second reported loss is 5 % off, fails at that step (the
+    parameter named)."""
+    import io
+
+    from rich.console import Console
+
+    from spmdc.compiler.options import CompileOptions
+    from spmdc.tools.run_cmd import RunConfig
+    from spmdc.tools.step_replay import StateTrail, judge_step_by_step
+
+    cfg = RunConfig(workload="gpt2-tiny", mesh="dp=2", plan="dp", optimizer="adamw", steps=4,
+                    options=CompileOptions(mixed_precision="bf16"))
+    settings = TrainSettings("adamw", 0.05, mixed_precision="bf16")
+    rtol, atol = cfg.tolerances
+    name = "h.0.mlp.c_fc.weight"
+
+    def judged(r0, trail):
+        out = io.StringIO()
+        ok = judge_step_by_step(Console(file=out, width=300), cfg, 0, settings, None, r0, rtol, atol, 1, trail)
+        return ok, " ".join(out.getvalue().split())
+
+    def longer(k, model, before):
+        if k == 2:
+            with torch.no_grad():
+                w = model.get_parameter(name)
+                w.add_(0.1 * (w - before[name]))
+
+    trail = StateTrail.create()
+    try:
+        ok, text = judged(_recorded_run(trail, settings, 4), trail)
+        assert ok and "step by step" in text and "NO" not in text, text
+        ok, text = judged(_recorded_run(trail, settings, 4, bug=longer), trail)
+        assert not ok and name in text, text
+        off = _recorded_run(trail, settings, 4)
+        off["losses"][1] *= 1.05
+        ok, text = judged(off, trail)
+        assert not ok and "NO" in text, text
+    finally:
+        trail.remove()

@@ -86,6 +86,7 @@ def test_bad_arguments_fail_before_starting_ranks():
 
 
 MODELS = Path(__file__).parents[2] / "models"
+ROOT = Path(__file__).parents[3]
 
 
 def test_dropout_training_passes_check_with_and_without_block_checkpointing():
@@ -214,6 +215,23 @@ def test_data_parallel_bf16_adamw_check_replays_the_ranks_pieces():
     assert res.returncode == 0, res.stdout + res.stderr
     out = " ".join(res.stdout.split())
     assert "check passed" in out and "with the batch in the ranks' 2 pieces" in out and "│ NO │" not in out
+
+
+def test_bf16_adamw_trajectories_that_part_are_judged_step_by_step(tmp_path):
+    """HF Llama on dp=4 fsdp, bf16 + AdamW at lr 0.05, batch 8, 4 steps: the run's losses and eager
+    bf16's part by 5 % at step 4 (bf16 rounding amplified by Adam's sign steps; eager bf16 with the
+    batch in pieces parts as far), so --check replays every step from the state the run had before
+    it: each step's loss is eager's there and each update within eager float32's noise. The states'
+    temporary folder is removed afterwards."""
+    res = _run(f"{ROOT / 'bench' / 'plan_accuracy.py'}:hf_llama", "--mesh", "dp=4", "--plan", "fsdp",
+               "--mixed-precision", "bf16", "--optimizer", "adamw", "--batch", "8", "--steps", "4", "--check",
+               env={"TMPDIR": str(tmp_path)}, timeout=400)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())
+    trajectory, table = out.split("--check step by step")
+    assert "│ NO │" in trajectory and "each step replayed by eager from the run's own state" in trajectory, out
+    assert "│ 4 │" in table and "│ NO │" not in table and "check passed" in table
+    assert not list(tmp_path.glob("spmdc-check-states-*"))
 
 
 def test_check_without_an_eager_reference_fails_clearly():
