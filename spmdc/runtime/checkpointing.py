@@ -237,7 +237,7 @@ def _writer(path: str) -> Any:
     return _Writer(path)
 
 
-def _agreed(view: CheckpointView, error: str | None) -> None:
+def agreed(view: CheckpointView, error: str | None) -> None:
     """Every rank of ``view.group`` learns every rank's error (a collective); all raise the first one."""
     import torch.distributed as dist
 
@@ -363,6 +363,35 @@ def _read_spmdc(path: str) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint '{path}': its spmdc record is damaged ({_reason(e)})") from None
 
 
+def read_whole(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The model state and optimizer state of the checkpoint at ``path``, whole tensors read in
+    this process alone (no process group): ``({fqn: tensor}, {fqn: {slot: value}})``, as one
+    device's ``model.state_dict()`` and ``optimizer.state`` by parameter name hold them (no
+    optimizer state for an optimizer saved before its first step)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    md = read_metadata(path)
+    state: dict[str, Any] = {"spmdc": io.BytesIO()} if "spmdc" in md.state_dict_metadata else {}
+    for key, meta in md.state_dict_metadata.items():
+        if key.startswith(("model.", "optim.state.")):
+            state[key] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype) \
+                if isinstance(meta, TensorStorageMetadata) else io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "assuming the intent is to load in a single process"
+        _dcp("reading", path, lambda: dcp.load(state, checkpoint_id=located(path), no_dist=True), md)
+    model = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    optim: dict[str, dict[str, Any]] = {}
+    if "spmdc" in state and (pickle.loads(state["spmdc"].getvalue()).get("optimizer") or {}).get("fresh"):
+        return model, optim   # (an optimizer that had taken no step: no state of its own)
+    for key, value in state.items():
+        if key.startswith("optim.state."):
+            fqn, slot = key.removeprefix("optim.state.").rsplit(".", 1)
+            optim.setdefault(fqn, {})[slot] = value
+    return model, optim
+
+
 def read_meta(path: str) -> dict[str, Any]:
     """What :func:`save` wrote beside the tensors (``extra``, plan, mesh, optimizer), read in this
     process alone (no ranks needed): for checking a checkpoint before starting a job on it. A
@@ -381,9 +410,12 @@ def _class_name(opt: Any) -> str:
     return class_name(type(opt))
 
 
-def _record(opt: Any) -> dict[str, Any] | None:
-    """The saved optimizer: its class (None: saved without optimizer state)."""
-    return None if opt is None else {"class": _class_name(opt), "groups": len(opt.param_groups)}
+def _record(opt: Any, fresh: bool = False) -> dict[str, Any] | None:
+    """The saved optimizer: its class (None: saved without optimizer state); ``fresh``: it had taken
+    no step yet (the state saved is what torch's ``get_state_dict`` makes up for it, not its own)."""
+    if opt is None:
+        return None
+    return {"class": _class_name(opt), "groups": len(opt.param_groups)} | ({"fresh": True} if fresh else {})
 
 
 def live_optimizers(view: CheckpointView) -> list[Any]:
@@ -573,19 +605,23 @@ def save(view: CheckpointView, path: str, optimizer: Any = None, extra: dict[str
 
     places = _Places.of(path)
     error = _replaceable(places, path)
-    opt = None
+    opt, fresh = None, False
     try:
         opt = _save_optimizer(view, path, optimizer, model_only)
+        # an optimizer that has taken no step: torch's get_state_dict makes its state up by a step of
+        # lr 0 (step counts 1), and the first real step would then count 2 (Adam's bias correction):
+        # saving must not change the training, so it is fresh again after the save, and so on load
+        fresh = opt is not None and not opt.state
         if error is None and _leader(view):
             _tidy(places)
     except (CheckpointError, OSError) as e:
         error = error or (str(e) if isinstance(e, CheckpointError) else _os_error("save", path, e))
-    _agreed(view, error)   # also the barrier: nothing is written before the leftovers are gone
+    agreed(view, error)   # also the barrier: nothing is written before the leftovers are gone
     if view.writes:
         state = _state(view, opt, saving=True)
         meta = {"extra": dict(extra or {}), "rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state() if view.device.type == "cuda" else None,
-                "plan": view.plan, "mesh": view.mesh, "optimizer": _record(opt)}
+                "plan": view.plan, "mesh": view.mesh, "optimizer": _record(opt, fresh)}
         state["spmdc"] = io.BytesIO(pickle.dumps(meta))
         for container, key, dt in _strided_entries(state):
             container[key] = _plain(dt, dt.full_tensor())
@@ -600,7 +636,9 @@ def save(view: CheckpointView, path: str, optimizer: Any = None, extra: dict[str
             _commit(places)
         except (CheckpointError, OSError) as e:
             error = str(e) if isinstance(e, CheckpointError) else _os_error("save", path, e)
-    _agreed(view, error)
+    if opt is not None and fresh:
+        opt.state.clear()
+    agreed(view, error)
 
 
 def _os_error(doing: str, path: str, e: OSError) -> str:
@@ -648,6 +686,8 @@ def load(view: CheckpointView, path: str, optimizer: Any = None, model_only: boo
     buf = state["spmdc"]
     buf.seek(0)
     meta = pickle.loads(buf.read())
+    if opt is not None and (meta.get("optimizer") or {}).get("fresh"):
+        opt.state.clear()   # (saved before its first step: it goes on fresh, as it was)
     torch.set_rng_state(meta["rng"])
     if meta.get("cuda_rng") is not None and view.device.type == "cuda":
         torch.cuda.set_rng_state(meta["cuda_rng"])

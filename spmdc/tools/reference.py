@@ -62,7 +62,7 @@ def eager_reference(workload: str, steps: int, train: bool, seed: int, settings:
     ``dtype=torch.float64``: the same run in double precision (floating inputs and parameters
     converted; dropout draws the same masks in either precision; ops without float64 kernels
     computed by their definition, :class:`spmdc.tools.float64_ops.Float64Kernels`).
-    ``replay``: hooks around each compared step (``replay.before(k, model)``, ``replay.after(k,
+    ``replay``: hooks around each compared step (``replay.before(k, model, optimizer)``, ``replay.after(k,
     loss, model)``): --check's step-by-step opinion (:mod:`spmdc.tools.step_replay`)."""
     import contextlib
 
@@ -125,7 +125,7 @@ def _eager_run(workload: str, steps: int, train: bool, seed: int, settings: Trai
             torch.set_rng_state(state)
         for k in range(n_steps):
             if hooks is not None:
-                hooks.before(k, model)
+                hooks.before(k, model, opt)
             opt.zero_grad()
             micro = _micro_batches(data, s.grad_accum)
             total = 0.0

@@ -706,7 +706,7 @@ def run_main(cfg: RunConfig) -> int:
         pieces = batch_pieces(cfg, mesh, plan) if cfg.train else 1
         return 0 if check_against_one_device(console, cfg, plan, results[min(results)], pieces, trail) else 1
     finally:
-        if trail is not None:
+        if trail is not None and os.environ.get("RANK", "0") == "0":   # (under torchrun rank 0 judges)
             trail.remove()
 
 

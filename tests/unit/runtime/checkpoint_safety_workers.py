@@ -225,6 +225,22 @@ def atomic_cases(tmp: str) -> dict[str, Any]:
     return out
 
 
+def fresh_cases(tmp: str) -> dict[str, Any]:
+    """A save before the first step must not change the training: torch's get_state_dict makes up
+    an optimizer's state by a step of lr 0 (AdamW's step count 1), after which the first real step
+    counted 2. Saved at step 0, then trained; trained without a save; resumed from that save."""
+    out: dict[str, Any] = {}
+    saved = _compile()
+    saved.save(f"{tmp}/fresh")
+    out["fresh_state_after_save"] = len(saved.optimizer.state)
+    out["saved_then_trained"] = _steps(saved, 3)
+    out["trained"] = _steps(_compile(), 3)
+    resumed = _compile()
+    resumed.load(f"{tmp}/fresh")
+    out["resumed"] = _steps(resumed, 3)
+    return out
+
+
 def all_cases(tmp: str) -> dict[str, Any]:
     """Every case on this rank (2 gloo ranks)."""
     import torch.distributed as dist
@@ -232,7 +248,7 @@ def all_cases(tmp: str) -> dict[str, Any]:
     dist.init_process_group("gloo")
     try:
         out = {"settings": settings_cases(tmp), "external": external_cases(tmp), "model": model_cases(tmp),
-               "atomic": atomic_cases(tmp)}
+               "atomic": atomic_cases(tmp), "fresh": fresh_cases(tmp)}
     finally:
         dist.destroy_process_group()
     return out

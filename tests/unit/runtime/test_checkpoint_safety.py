@@ -187,3 +187,20 @@ def test_the_next_save_tidies_up_after_stopped_ones(ranks):
     assert a["tidy_listing"] == ["ckpt"] and a["tidy_step"] == 4
     rank_checks.close(a["whole"], eager(6, lambda ps: torch.optim.AdamW(ps, lr=W.LR)), RTOL, ATOL)
     assert not os.path.exists(Path(ranks[1]) / "atomic" / ".ckpt.saving")
+
+
+def test_a_save_before_the_first_step_changes_nothing(ranks):
+    """An optimizer that has taken no step is saved fresh (torch's get_state_dict made its state up
+    by a step of lr 0; the first real step then counted 2 for Adam's bias correction): the run that
+    saved at step 0 and the one resumed from that save train bitwise as the run that never saved,
+    and the checkpoint read on one device holds no optimizer state."""
+    from spmdc.runtime.checkpointing import read_whole
+
+    for r in ranks[0].values():
+        out = r["fresh"]
+        assert out["fresh_state_after_save"] == 0
+        assert out["saved_then_trained"] == out["trained"] == out["resumed"]
+        assert out["trained"] == pytest.approx(eager(3, lambda p: torch.optim.AdamW(p, lr=W.LR)), rel=RTOL, abs=ATOL)
+    tmp = ranks[1]
+    model, optim = read_whole(f"{tmp}/fresh")
+    assert optim == {} and set(model) == set(W.mlp().state_dict())

@@ -264,9 +264,14 @@ def _recorded_run(trail, settings, steps, bug=None):
     import dataclasses
 
     class Record:
-        def before(self, k, model):
+        def before(self, k, model, opt):   # (as a checkpoint holds them: the model's keys, the optimizer's)
+            import torch.distributed.checkpoint as dcp
+
             self.state = {n: v.clone() for n, v in model.state_dict().items()}
-            torch.save(self.state, trail.path("run", k))
+            saved = {f"model.{n}": v for n, v in self.state.items()}
+            for n, p in model.named_parameters():
+                saved |= {f"optim.state.{n}.{slot}": v.clone() for slot, v in opt.state.get(p, {}).items()}
+            dcp.save(saved, checkpoint_id=trail.path("run", k), no_dist=True)
 
         def after(self, k, loss, model):
             if bug is not None:
