@@ -573,7 +573,7 @@ def op_flops(op: Operation) -> float:
     res = op.results[0].type if op.results else None
     out = math.prod(res.shape) if isinstance(res, TensorType) else 0
     ins = [v.type for v in op.operands if isinstance(v.type, TensorType)]
-    if name in ("tensor.matmul", "tensor.grouped_matmul", "tensor.grouped_matmul_wgrad") and ins:
+    if name in ("tensor.matmul", "tensor.linear", "tensor.grouped_matmul", "tensor.grouped_matmul_wgrad") and ins:
         k = ins[0].shape[-1] if ins[0].shape else 1
         if name == "tensor.grouped_matmul_wgrad":
             k = ins[0].shape[0] if ins[0].shape else 1

@@ -8,7 +8,8 @@
                                                              every value gets a layout; each
                                                              change becomes collectives
     rank       partition{rank=r},fuse-collectives,           one rank's program: local shapes,
-               cse,dce,canonicalize                          fewer collectives
+               cse,dce,canonicalize(,fuse-bias-add)          fewer collectives; (target=torch)
+                                                             bf16 linear layers as torch.addmm
     bucketing  bucket-collectives                            (bucket=True) one AG/RS per block
     remat      remat                                         (remat=True) elementwise values alive
                                                              at the peak recomputed where reread
@@ -92,7 +93,7 @@ def stages(options: PipelineOptions = PipelineOptions()) -> list[Stage]:
                                               if options.capacity_factor else "")
                          + ",sharding-propagation,insert-redistribution,lower-redistribution"), per_rank=False),
         Stage("rank", f"partition{{rank={options.rank}}}," + ("fuse-collectives," if options.fuse else "")
-              + "cse,dce,canonicalize", per_rank=True),
+              + "cse,dce,canonicalize" + (",fuse-bias-add" if options.target == "torch" else ""), per_rank=True),
     ]
     if options.bucket:
         out.append(Stage("bucketing", "bucket-collectives", per_rank=True))

@@ -45,8 +45,8 @@ from typing import ClassVar
 from spmdc.ir.core import Operation, Value
 from spmdc.passes.pass_base import ModulePass
 
-FRESH_OPS = frozenset({"tensor.matmul", "tensor.softmax", "tensor.log_softmax", "tensor.sum", "tensor.mean",
-                       "tensor.var", "tensor.scatter", "tensor.gather"})
+FRESH_OPS = frozenset({"tensor.matmul", "tensor.linear", "tensor.softmax", "tensor.log_softmax", "tensor.sum",
+                       "tensor.mean", "tensor.var", "tensor.scatter", "tensor.gather"})
 
 
 def allocates_fresh(op: Operation | None) -> bool:

@@ -38,6 +38,7 @@ PASS_MODULES: dict[str, str] = {
     "schedule-collectives": "spmdc.passes.schedule_collectives",
     "suspend-for-backward": "spmdc.passes.suspend_for_backward",
     "fuse-kernels": "spmdc.passes.fuse_kernels",
+    "fuse-bias-add": "spmdc.passes.fuse_bias_add",
     "cross-group": "spmdc.passes.cross_group",
     "pipeline-schedule": "spmdc.passes.pipeline_schedule",
     "in-place": "spmdc.passes.in_place",

@@ -39,7 +39,7 @@ from spmdc.dialects.tensor.experts import ExpertCombineOp, ExpertCountsOp, Exper
 from spmdc.dialects.tensor.grid import *  # noqa: F401,F403
 from spmdc.dialects.tensor.grouped import GroupedMatmulOp, GroupedMatmulWgradOp  # noqa: F401
 from spmdc.dialects.tensor.index import *  # noqa: F401,F403
-from spmdc.dialects.tensor.linalg import MatmulOp  # noqa: F401
+from spmdc.dialects.tensor.linalg import LinearOp, MatmulOp  # noqa: F401
 from spmdc.dialects.tensor.nn import *  # noqa: F401,F403
 from spmdc.dialects.tensor.pool import *  # noqa: F401,F403
 from spmdc.dialects.tensor.random import RandomOp, RandpermOp, RngSeedOp  # noqa: F401

@@ -73,6 +73,10 @@ CASES = [
     ("tensor.matmul", [T(3, 4), T(4, 5)], {}, None, torch.matmul, False),
     ("tensor.matmul", [T(2, 1, 3, 4), T(5, 4, 2)], {}, None, torch.matmul, False),
     ("tensor.matmul", [T(3, 4, elt="f64"), T(2, 4, 5, elt="f64")], {}, None, torch.matmul, False),
+    ("tensor.linear", [T(3, 4), T(4, 5), T(5)], {}, None, lambda a, b, c: a @ b + c, False),
+    # bf16: the bias added to the float32 product, one rounding (not the product rounded first)
+    ("tensor.linear", [T(3, 4, elt="bf16"), T(4, 5, elt="bf16"), T(5, elt="bf16")], {}, None,
+     lambda a, b, c: (a.float() @ b.float() + c.float()).to(torch.bfloat16), False),
     # activation.py
     ("tensor.sigmoid", [T(2, 3)], {}, None, torch.sigmoid, False),
     ("tensor.sin", [T(2, 3)], {}, None, torch.sin, False),
@@ -303,6 +307,8 @@ def test_constant_reference(dense):
     ("tensor.exp", [T(3, elt="i32")], {}, "floating-point"),
     ("tensor.matmul", [T(3, 4), T(5, 6)], {}, "contracting dims differ: 4"),
     ("tensor.matmul", [T(4), T(4, 2)], {}, "rank >= 2"),
+    ("tensor.linear", [T(3, 4), T(4, 5), T(4)], {}, "bias must be a vector of 5 elements"),
+    ("tensor.linear", [T(2, 3, 4), T(4, 5), T(5)], {}, "operands must be matrices"),
     ("tensor.sum", [T(3, 4)], {"dims": [5]}, "out of range"),
     ("tensor.permute", [T(3, 4)], {"perm": [0]}, "has 1 entries"),
     ("tensor.mean", [T(3, elt="i64")], {"dims": [0]}, "floating-point"),
@@ -371,3 +377,16 @@ def test_conv_grads_match_autograd_of_torch_convolution(spatial, attrs):
     dw = build("tensor.conv_weight_grad", [tx, ty], attrs, [tw]).reference(x.detach(), dy)
     torch.testing.assert_close(dx, x.grad, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dw, w.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_linear_rounds_once_as_eager_linear_does():
+    """``tensor.linear`` (made by ``fuse-bias-add``) is eager's ``F.linear`` in bf16: the product
+    1 + 2^-8 is a tie bf16 rounds to 1, so matmul-then-add gives 1 - 1 = 0; eager adds the bias
+    -1 before its one rounding and gives 2^-8."""
+    x = torch.tensor([[1.0, 2.0 ** -8]], dtype=torch.bfloat16)
+    w = torch.ones(2, 1, dtype=torch.bfloat16)
+    b = torch.tensor([-1.0], dtype=torch.bfloat16)
+    eager = F.linear(x, w.t(), b)
+    assert eager.item() == 2.0 ** -8 and (torch.matmul(x, w) + b).item() == 0.0
+    op = build("tensor.linear", [T(1, 2, elt="bf16"), T(2, 1, elt="bf16"), T(1, elt="bf16")], {}, None)
+    assert torch.equal(op.reference(x, w, b), eager)

@@ -35,7 +35,8 @@ module @all attributes {spmdc.version = 1} {
     %12 = tensor.relu %11 : tensor<4xf32>
     %13 = tensor.cast %i : (tensor<4xi32>) -> tensor<4xf32>
     %b = tensor.add %mm, %s {shard.sharding = [#shard<@mesh, [S(0), R]>]} : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
-    %sum = tensor.sum %b {dims = [1], keepdim = false} : (tensor<8x32xf32>) -> tensor<8xf32>
+    %lin = tensor.linear %x, %w, %s : (tensor<8x16xf32>, tensor<16x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+    %sum = tensor.sum %lin {dims = [1], keepdim = false} : (tensor<8x32xf32>) -> tensor<8xf32>
     %max = tensor.max %b {dims = [1], keepdim = true} : (tensor<8x32xf32>) -> tensor<8x1xf32>
     %mean = tensor.mean %b {dims = [0, 1]} : (tensor<8x32xf32>) -> tensor<f32>
     %p = tensor.permute %b {perm = [1, 0]} : (tensor<8x32xf32>) -> tensor<32x8xf32>
