@@ -347,15 +347,19 @@ def _check_files(path: str, where: str, md: Any) -> None:
                                   f"{need[name]:,} bytes)")
 
 
-def _read_spmdc(path: str) -> dict[str, Any]:
-    """What :func:`save` pickled beside the tensors, read in this process alone."""
+def _read_alone(path: str, state: dict[str, Any], md: Any) -> None:
+    """DCP's load of ``state`` from the checkpoint at ``path`` in this process alone (no process group)."""
     import torch.distributed.checkpoint as dcp
 
-    state = {"spmdc": io.BytesIO()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # "assuming the intent is to load in a single process"
-        _dcp("reading", path, lambda: dcp.load(state, checkpoint_id=located(path), no_dist=True),
-             read_metadata(path))
+        _dcp("reading", path, lambda: dcp.load(state, checkpoint_id=located(path), no_dist=True), md)
+
+
+def _read_spmdc(path: str) -> dict[str, Any]:
+    """What :func:`save` pickled beside the tensors, read in this process alone."""
+    state = {"spmdc": io.BytesIO()}
+    _read_alone(path, state, read_metadata(path))
     state["spmdc"].seek(0)
     try:
         return pickle.loads(state["spmdc"].read())
@@ -369,7 +373,6 @@ def read_whole(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     device's ``model.state_dict()`` and ``optimizer.state`` by parameter name hold them (no
     optimizer state for an optimizer saved before its first step)."""
     import torch
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     md = read_metadata(path)
@@ -378,9 +381,7 @@ def read_whole(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         if key.startswith(("model.", "optim.state.")):
             state[key] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype) \
                 if isinstance(meta, TensorStorageMetadata) else io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # "assuming the intent is to load in a single process"
-        _dcp("reading", path, lambda: dcp.load(state, checkpoint_id=located(path), no_dist=True), md)
+    _read_alone(path, state, md)
     model = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
     optim: dict[str, dict[str, Any]] = {}
     if "spmdc" in state and (pickle.loads(state["spmdc"].getvalue()).get("optimizer") or {}).get("fresh"):
