@@ -17,6 +17,11 @@ resolves those moves by what they mean over the real ranks (Hetu v2's rules):
   ``comm.bsr``, from the finest-slice table between the two union layouts (partial sources
   summed on arrival); ``messages`` lists the (sender, receiver) pairs.
 
+``lower-redistribution`` plans every step on ``grp`` after the reductions over the group's own axes
+(:func:`~spmdc.sharding.planner.plan_redistribution`'s ``whole_within``): a move across the groups
+takes values whole within each group (``[P(sum), P(sum)] → [S(0), S(0)]`` is an all-reduce over the
+own axes, then a reduce-scatter across the groups, then a local slice).
+
 The k-th cross-group move of every group's program must be the same value (same kind and shape):
 the groups run the same model, so they are; a mismatch is an error, never a guess.
 

@@ -35,6 +35,7 @@ from spmdc.ir.core import Operation
 from spmdc.ir.rewriter import Builder, Rewriter
 from spmdc.ir.types import TensorType
 from spmdc.passes.pass_base import ModulePass
+from spmdc.sharding.device_groups import GROUP_AXIS
 from spmdc.sharding.layouts import set_result_layouts
 from spmdc.sharding.planner import plan_redistribution
 
@@ -50,7 +51,8 @@ def lower_one(op: RedistributeOp, rewriter: Rewriter) -> None:
         raise op.emit_error(f"refers to unknown mesh '@{op.source.mesh}'")
     ty = op.result.tensor_type
     try:
-        steps = plan_redistribution(op.source.placements, op.target.placements, ty.rank, ty.num_bytes, mesh.shape)
+        steps = plan_redistribution(op.source.placements, op.target.placements, ty.rank, ty.num_bytes, mesh.shape,
+                                    whole_within=[i for i, a in enumerate(mesh.axis_names) if a == GROUP_AXIS])
     except ValueError as e:
         raise op.emit_error(str(e)) from None
     b = Builder.before(op)

@@ -176,8 +176,17 @@ def moved_bytes(src: Layout, dst: Layout, rank: int, nbytes: float, mesh_shape: 
 
 
 def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh_shape: Sequence[int],
-                        costs: Sequence[AxisCost] | None = None) -> list[Step]:
-    """Cheapest list of steps turning ``src`` into ``dst``; raises ValueError if none exists."""
+                        costs: Sequence[AxisCost] | None = None, whole_within: Sequence[int] = ()) -> list[Step]:
+    """Cheapest list of steps turning ``src`` into ``dst``; raises ValueError if none exists.
+
+    ``whole_within``: mesh axes whose steps must leave no ``Partial`` on the other axes (a device-group
+    job's ``grp`` axis: a move across groups takes values that are whole within each group,
+    :mod:`spmdc.passes.cross_group`); ``[P(sum), P(sum)] → [S(0), S(0)]`` on ``["grp", "dp"]`` then
+    reduces within the groups first instead of reduce-scattering across them with ``dp`` still partial::
+
+        plan_redistribution((P, P), (S0, S0), 2, 256, (2, 4), whole_within=(0,))
+        # all_reduce over dp → [P(sum), R]; reduce_scatter over grp → [S(0), R]; all_slice dp
+    """
     src, dst = tuple(src), tuple(dst)
     if src == dst:
         return []
@@ -193,6 +202,9 @@ def plan_redistribution(src: Layout, dst: Layout, rank: int, nbytes: float, mesh
         if best.get(lay, (float("inf"), 0)) < (cost, nsteps):
             continue
         for step, nl in _moves(lay, rank, targets):
+            if whole_within and set(step.axes) & set(whole_within) and any(
+                    isinstance(p, Partial) for a, p in enumerate(nl) if a not in whole_within):
+                continue
             nc = cost + _step_cost(step, lay, nbytes, mesh_shape, costs)
             key = (nc, nsteps + 1)
             if key < best.get(nl, (float("inf"), 1 << 30)):

@@ -20,6 +20,11 @@ EAGER = {"mesh": "dp=2,tp=2", "plan": "fsdp+tp"}   # also the one-mesh case's
 GROUPS = {"name": "tp-and-fsdp", "groups": [
     {"name": "tp", "ranks": [0, 1], "mesh": "tp=2", "plan": "megatron", "share": 1},
     {"name": "fsdp", "ranks": [2, 3], "mesh": "dp=2", "plan": "fsdp", "share": 1}]}
+# fsdp in both groups (as examples/hetero_fsdp.yaml), the batch split 2 + 2: HF GPT-2's tied wte/lm_head
+# gradient (two partial sums added) is reduced within each group before it moves across them
+FSDP_GROUPS = {"name": "fsdp-fsdp", "groups": [
+    {"name": "a", "ranks": [0, 1], "mesh": "dp=2", "plan": "fsdp", "share": 1},
+    {"name": "b", "ranks": [2, 3], "mesh": "dp=2", "plan": "fsdp", "share": 1}]}
 
 # name -> (layout kind, workload, options)
 CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -32,6 +37,7 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "mesh bf16": ("one mesh", "gpt2-tiny", {"mixed_precision": "bf16"}),
     "groups bf16": ("device groups", "gpt2-tiny", {"mixed_precision": "bf16"}),
     "groups clip ckpt": ("device groups", "gpt2-tiny", {"clip_grad_norm": 0.5, "checkpoint": "blocks"}),
+    "groups hf-gpt2 fsdp dropout": ("device groups", HF_GPT2, {"groups": FSDP_GROUPS}),
 }
 
 
@@ -43,13 +49,15 @@ def build(kind: str, workload: str, opts: dict[str, Any]) -> tuple[Any, Any]:
 
     torch.manual_seed(0)
     w = load_workload(workload, batch=BATCH)
+    opts = dict(opts)
+    groups = opts.pop("groups", GROUPS)
     kw = dict(train=True, loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
               optimizer=SGD, **opts)
     if kind == "eager":
         return spmdc.eager(w.model, tuple(w.inputs), **EAGER, **kw), w
     if kind == "one mesh":
         return spmdc.compile(w.model, tuple(w.inputs), **EAGER, **kw), w
-    return spmdc.compile(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(GROUPS), **kw), w
+    return spmdc.compile(w.model, tuple(w.inputs), mesh=None, plan=HeteroPlan.from_dict(groups), **kw), w
 
 
 def run_case(kind: str, workload: str, opts: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,23 @@ def test_independent_axes_need_no_trip_through_replicate():
     assert [(s.kind, s.axes) for s in steps] == [("reduce_scatter", (1,))]
 
 
+def test_a_device_group_axis_moves_only_values_whole_within_the_groups():
+    """On a device-group job's virtual mesh ["grp", "dp"] a step on grp (a move across the groups,
+    spmdc.passes.cross_group) must leave no Partial on dp: P,P -> S(0),S(0) reduces over dp first
+    (HF GPT-2's tied wte/lm_head gradient under fsdp in every group); without the restriction the
+    cheapest plan reduce-scatters over grp while dp is still partial, which no cross-group move delivers."""
+    free = plan_redistribution((P, P), (Shard(0), Shard(0)), 2, 1 << 14, (2, 4))
+    assert [(s.kind, s.axes) for s in free] == [("reduce_scatter", (0,)), ("reduce_scatter", (1,))]
+    whole = plan_redistribution((P, P), (Shard(0), Shard(0)), 2, 1 << 14, (2, 4), whole_within=(0,))
+    for s in whole:
+        if 0 in s.axes:
+            assert not any(isinstance(p, Partial) for p in s.after[1:]), whole
+    assert whole[-1].after == (Shard(0), Shard(0))
+    # a reduction over both axes at once is one step, whole everywhere after it
+    both = plan_redistribution((P, P), (R, R), 2, 1 << 14, (2, 4), whole_within=(0,))
+    assert [(s.kind, s.axes) for s in both] == [("all_reduce", (0, 1))]
+
+
 def test_plans_and_propagation_do_not_depend_on_hash_seeds():
     """Set and dict orders vary with PYTHONHASHSEED between processes; the planner's search and
     the whole pipeline's output must not."""
