@@ -1,6 +1,7 @@
 """Training options under eager execution and device groups against one device (issue 26's matrix), one
 4-rank gloo launch: ``spmdc.eager`` on dp=2,tp=2 under fsdp+tp, and a HeteroPlan of two groups of two
-ranks (megatron on tp=2, fsdp on dp=2, the batch of 4 split 2 + 2); 2 SGD steps of gpt2-tiny or of the
+ranks (megatron on tp=2, fsdp on dp=2, the batch of 4 split 2 + 2; and fsdp on dp=2 in both groups, where HF
+GPT-2's tied wte/lm_head gradient crosses the groups); 2 SGD steps of gpt2-tiny or of the
 HuggingFace GPT-2 of tests/models/hf_tiny.py at its defaults (dropout 0.1). Also bf16 on one mesh
 (compiled fsdp+tp, dp=2,tp=2): test_simple_fsdp.py judges its bf16 against FSDP2, not one device.
 
