@@ -93,10 +93,14 @@ def test_check_on_hugging_face_falcon_with_adamw_asks_another_summation_order():
     layout, one rank too: an element of ``query_key_value`` whose gradient is 5e-9 beside others of
     6e-2 takes Adam steps of lr·g/(|g|+eps), so rounding moves it; eager float32 happened to land 8.6e-6
     from float64 on it, eager float32 with the batch split in 2 lands 1.3e-4 away and spmdc 2.5e-4.
-    That split run is asked too, and the check passes."""
+    That split run is asked too where eager float32 lands that close (it depends on the host's kernels:
+    on another x86_64 host eager float32 itself was far enough and the check passed without it), and the
+    check passes."""
     hf = Path(__file__).parents[2] / "models" / "hf_tiny.py"
     r = subprocess.run([sys.executable, "-m", "spmdc.tools.cli", "run", f"{hf}:falcon", "--nproc", "2",
                         "--mesh", "dp=2", "--plan", "dp", "--optimizer", "adamw", "--check"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert r.returncode == 0 and "check passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    if "further off than eager float32" in r.stdout and "also asked" not in r.stdout:
+        return   # (this host's float32 already bounds the rounding: no other order needed)
     assert "batch in 2 pieces (another summation order) also asked" in r.stdout
