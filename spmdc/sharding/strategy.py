@@ -282,7 +282,9 @@ def _solve(op: Operation, rule: OpShardingRule, mesh_shape: Sequence[int],
                         cost = INF
                         break
                     continue
-                shared_partial = isinstance(have[a], Partial) and len(v.uses) > 1
+                # (a Partial its producer makes from nothing, a zero constant, costs nothing to share)
+                shared_partial = isinstance(have[a], Partial) and len(v.uses) > 1 and \
+                    not (partial_ok is not None and partial_ok(v, have[a]))
                 if have[a] != want:
                     cost += placement_change_cost(have[a], want, _bytes_on_axis(ty, have, a, mesh_shape), n, costs[a])
                     if is_pinned(v):

@@ -106,3 +106,27 @@ func.func @do_not_make_overwriting_index_put_partial(%ids: tensor<8xi64> {shard.
   %0 = tensor.index_put %z, %ids, %g {accumulate = false} : (tensor<32x16xf32>, tensor<8xi64>, tensor<8x16xf32>) -> tensor<32x16xf32>
   func.return %0 : tensor<32x16xf32>
 }
+
+// A tied embedding's gradient, returned unreduced (gradient accumulation): CSE leaves one zero
+// constant under both scatter-adds (wte's and wpe's). Each keeps its partial sum (sharing a zero
+// made Partial costs nothing: no reduction per user), so the add of the two partial sums (the lm_head
+// matmul's and the scatter-add's) stays a partial sum too, not a reduce-scatter per micro-batch.
+// CHECK-LABEL: func.func @tied_grad_shared_zero
+// CHECK: %zero = tensor.constant {shard.sharding = [#shard<@mesh, [P(sum), R]>]
+// CHECK: tensor.index_put %zero, %pos, %dp {accumulate = true, shard.sharding = [#shard<@mesh, [P(sum), R]>]}
+// CHECK: tensor.index_put %zero, %ids, %dy {accumulate = true, shard.sharding = [#shard<@mesh, [P(sum), R]>]}
+// CHECK: tensor.add %mm, %ip {shard.sharding = [#shard<@mesh, [P(sum), R]>]}
+func.func @tied_grad_shared_zero(%ids: tensor<4x8xi64> {shard.sharding = #shard<@mesh, [S(0), R]>},
+                                 %dy: tensor<4x8x32xf32> {shard.sharding = #shard<@mesh, [S(0), R]>},
+                                 %pos: tensor<4x8xi64> {shard.sharding = #shard<@mesh, [S(0), R]>},
+                                 %dp: tensor<4x8x32xf32> {shard.sharding = #shard<@mesh, [S(0), R]>},
+                                 %gt: tensor<64x32xf32> {shard.sharding = #shard<@mesh, [S(1), R]>},
+                                 %h: tensor<32x32xf32> {shard.sharding = #shard<@mesh, [S(0), R]>})
+    -> (tensor<64x32xf32>, tensor<64x32xf32>) {
+  %zero = tensor.constant {value = dense<0.0> : tensor<64x32xf32>} : tensor<64x32xf32>
+  %mm = tensor.matmul %gt, %h : (tensor<64x32xf32>, tensor<32x32xf32>) -> tensor<64x32xf32>
+  %wpe = tensor.index_put %zero, %pos, %dp {accumulate = true} : (tensor<64x32xf32>, tensor<4x8xi64>, tensor<4x8x32xf32>) -> tensor<64x32xf32>
+  %ip = tensor.index_put %zero, %ids, %dy {accumulate = true} : (tensor<64x32xf32>, tensor<4x8xi64>, tensor<4x8x32xf32>) -> tensor<64x32xf32>
+  %g = tensor.add %mm, %ip : tensor<64x32xf32>
+  func.return %g, %wpe : tensor<64x32xf32>, tensor<64x32xf32>
+}

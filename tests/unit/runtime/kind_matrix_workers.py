@@ -38,6 +38,10 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "groups bf16": ("device groups", "gpt2-tiny", {"mixed_precision": "bf16"}),
     "groups clip ckpt": ("device groups", "gpt2-tiny", {"clip_grad_norm": 0.5, "checkpoint": "blocks"}),
     "groups hf-gpt2 fsdp dropout": ("device groups", HF_GPT2, {"groups": FSDP_GROUPS}),
+    # micro-batches of 4 (2 rows per group, one per dp rank): the tied gradient stays a partial sum across
+    # the groups until the step's one reduction (it was reduce-scattered per micro-batch, then refused)
+    "groups hf-gpt2 fsdp accum dropout": ("device groups", HF_GPT2, {"groups": FSDP_GROUPS, "grad_accum": 2,
+                                                                     "batch": 2 * BATCH}),
 }
 
 
@@ -48,8 +52,8 @@ def build(kind: str, workload: str, opts: dict[str, Any]) -> tuple[Any, Any]:
     from spmdc.sharding.device_groups import HeteroPlan
 
     torch.manual_seed(0)
-    w = load_workload(workload, batch=BATCH)
     opts = dict(opts)
+    w = load_workload(workload, batch=opts.pop("batch", BATCH))
     groups = opts.pop("groups", GROUPS)
     kw = dict(train=True, loss_fn=w.loss_fn, loss_inputs=tuple(w.loss_inputs), example_kwargs=w.kwargs,
               optimizer=SGD, **opts)

@@ -1,7 +1,8 @@
 """Training options under eager execution and device groups against one device (issue 26's matrix), one
 4-rank gloo launch: ``spmdc.eager`` on dp=2,tp=2 under fsdp+tp, and a HeteroPlan of two groups of two
 ranks (megatron on tp=2, fsdp on dp=2, the batch of 4 split 2 + 2; and fsdp on dp=2 in both groups, where HF
-GPT-2's tied wte/lm_head gradient crosses the groups); 2 SGD steps of gpt2-tiny or of the
+GPT-2's tied wte/lm_head gradient crosses the groups, also with grad_accum=2 on a batch of 8, against one device
+accumulating the same micro-batches); 2 SGD steps of gpt2-tiny or of the
 HuggingFace GPT-2 of tests/models/hf_tiny.py at its defaults (dropout 0.1). Also bf16 on one mesh
 (compiled fsdp+tp, dp=2,tp=2): test_simple_fsdp.py judges its bf16 against FSDP2, not one device.
 
@@ -60,17 +61,24 @@ def one_device(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
     from spmdc.runtime.optimizers import make_optimizer
 
     torch.manual_seed(0)
-    w = load_workload(workload, batch=W.BATCH)
+    w = load_workload(workload, batch=opts.get("batch", W.BATCH))
     model = w.model
     policy = MixedPrecision.parse(opts.get("mixed_precision"))
     optim = make_optimizer(W.SGD, list(model.parameters()))
     torch.manual_seed(1)
     losses, norms = [], []
+    n = opts.get("grad_accum", 1)   # a user's accumulation loop: each micro-batch's loss / n, backward
+    data = [x.chunk(n) for x in (*w.inputs, *w.loss_inputs, *w.kwargs.values())]
+    a, b = len(w.inputs), len(w.inputs) + len(w.loss_inputs)
     for _ in range(W.STEPS):
         optim.zero_grad()
-        out = call_model(model, tuple(w.inputs), dict(w.kwargs), policy)
-        loss = w.loss_fn(out, *w.loss_inputs) if w.loss_fn else extract_loss(out)
-        loss.backward()
+        loss = torch.zeros(())
+        for k in range(n):
+            micro = [d[k] for d in data]
+            out = call_model(model, tuple(micro[:a]), dict(zip(w.kwargs, micro[b:])), policy)
+            part = (w.loss_fn(out, *micro[a:b]) if w.loss_fn else extract_loss(out)) / n
+            part.backward()
+            loss = loss + part.detach()
         if opts.get("clip_grad_norm"):
             norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), opts["clip_grad_norm"])))
         optim.step()
