@@ -2,7 +2,8 @@
 
 RMSNorm, rotary position embeddings (cos/sin from a non-persistent ``inv_freq`` buffer),
 grouped-query attention (fewer key/value heads, expanded with ``repeat_kv``) with a causal
-mask, a SwiGLU MLP and an untied LM head.
+mask, a SwiGLU MLP and an untied LM head. The rotary tables and the mask take the activations' dtype
+(bf16 under ``--mixed-precision bf16``), as HF Llama's do.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Attention(nn.Module):
         rep = self.n_head // self.n_kv_head
         k, v = repeat_kv(k, rep), repeat_kv(v, rep)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
-        mask = torch.full((t, t), float("-inf"), device=x.device).triu(1)
+        mask = torch.full((t, t), float("-inf"), device=x.device, dtype=att.dtype).triu(1)
         att = F.softmax(att + mask, dim=-1)
         return self.o_proj((att @ v).transpose(1, 2).reshape(b, t, -1))
 
@@ -103,8 +104,10 @@ class Llama(nn.Module):
         t = torch.arange(idx.shape[1], dtype=torch.float32, device=idx.device)
         freqs = torch.outer(t, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         x = self.embed_tokens(idx)
+        # in the activations' dtype (as HF Llama's rotary embedding): under a bf16 policy the float32
+        # tables would turn q and k float32 and the attention's matmul with bf16 v would fail
+        cos, sin = emb.cos()[None, None].to(x.dtype), emb.sin()[None, None].to(x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
         return self.lm_head(self.norm(x))

@@ -146,8 +146,11 @@ def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool =
                     reuse_blocks: bool | None = None, template_key: Any = None) -> Captured:
     """The capture itself (:func:`capture_program`; ``template_key``: its settings, within
     :func:`reusing_captures`, for :func:`~spmdc.frontend.repeated.export_reusing_blocks`)."""
+    from spmdc.frontend.aten import UnsupportedOpError
     from spmdc.frontend.deferred_init import cpu_examples, fake_parameters, is_meta_model
-    from spmdc.frontend.export import finish_program, trace_program
+    from spmdc.frontend.export import finish_program, mixed_dtypes_hint, trace_program
+    from spmdc.frontend.mixed_precision import MixedPrecision
+    from spmdc.frontend.program import ExportError
     from spmdc.frontend.repeated import export_reusing_blocks
     from spmdc.frontend.torch_mlir_bridge import import_to_torch_mlir
     from spmdc.frontend.translate import TranslationStats, check_supported, translate
@@ -178,7 +181,13 @@ def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool =
     timings["import"] = time.perf_counter() - t
     stats = TranslationStats()
     names = _user_input_names(model, len(model_args), len(loss_inputs), example_kwargs)
-    module = translate(torch_module, info, stats=stats, user_names=names)
+    try:
+        module = translate(torch_module, info, stats=stats, user_names=names)
+    except UnsupportedOpError as err:   # fake tensors let bf16 @ f32 through the export; its translation refuses it
+        policy = MixedPrecision.parse(mixed_precision)
+        if policy is not None and "different element types" in str(err):
+            raise ExportError(f"{err}{mixed_dtypes_hint(policy.name)}") from err
+        raise
     timings["translate"] = stats.seconds
     t = time.perf_counter()
     verify(module)

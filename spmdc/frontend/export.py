@@ -126,6 +126,14 @@ def kept_modes(model: nn.Module) -> Iterator[ModuleModes]:
             m.training = flag
 
 
+def mixed_dtypes_hint(policy: str) -> str:
+    """Why an op sees two float dtypes under a mixed-precision ``policy`` (bf16, fp16) and what to do."""
+    return (f" (under mixed precision {policy} the parameters and floating inputs are cast, as FSDP2's "
+            "MixedPrecisionPolicy does, but buffers and tensors the model creates keep their dtype: this "
+            "model mixes them in one op; it fails the same way eagerly under the policy. Cast them in "
+            "the model, or run without mixed precision)")
+
+
 def _export(root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ExportedProgram:
     try:
         with quiet_fake_tensor_errors():
@@ -134,10 +142,7 @@ def _export(root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> E
         policy = getattr(root, "policy", None)
         hint = ""
         if policy is not None and ("dtype" in str(e).lower() or "scalar type" in str(e)):
-            hint = (f" (under mixed precision {policy.name} the parameters and floating inputs are cast, as FSDP2's "
-                    "MixedPrecisionPolicy does, but buffers and tensors the model creates keep their dtype: this "
-                    "model mixes them in one op; it fails the same way eagerly under the policy. Cast them in "
-                    "the model, or run without mixed precision)")
+            hint = mixed_dtypes_hint(policy.name)
         raise ExportError(f"torch.export.export failed: {type(e).__name__}: {e}{hint}") from e
 
 

@@ -39,7 +39,7 @@ from spmdc.dialects.attrs import (
 from spmdc.frontend.aten import TranslationError, UnsupportedOpError, UnsupportedOpsError, handler_table
 from spmdc.frontend.aten.base import Emitter, Unavailable, Uninitialized, torch_op_label
 from spmdc.ir.attributes import ArrayAttr, DenseAttr, DictAttr, IntegerAttr, StringAttr, UnitAttr
-from spmdc.ir.core import Value
+from spmdc.ir.core import InferError, Value
 from spmdc.ir.location import NameLoc
 from spmdc.ir.printer import _HINT_OK
 from spmdc.ir.rewriter import Builder
@@ -232,7 +232,10 @@ def _translate(torch_module: Any, info: Any, func_name: str, stats: TranslationS
         e.begin(rec)
         if handler is None:
             raise e.unsupported("has no translation to spmdc's tensor dialect")
-        results = handler(e)
+        try:
+            results = handler(e)
+        except InferError as err:   # operands no op of the dialect takes (e.g. bf16 @ f32): name the op
+            raise e.unsupported(str(err)) from err
         if len(results) != len(rec.results):
             raise TranslationError(f"handler of '{rec.name}' gave {len(results)} results for "
                                    f"{len(rec.results)}", e.loc)
