@@ -185,9 +185,12 @@ def _capture_program(model: Any, example_inputs: Sequence[Any], *, train: bool =
         module = translate(torch_module, info, stats=stats, user_names=names)
     except UnsupportedOpError as err:   # fake tensors let bf16 @ f32 through the export; its translation refuses it
         policy = MixedPrecision.parse(mixed_precision)
-        if policy is not None and "different element types" in str(err):
-            raise ExportError(f"{err}{mixed_dtypes_hint(policy.name)}") from err
-        raise
+        if "different element types" not in str(err):
+            raise
+        hint = mixed_dtypes_hint(policy.name) if policy is not None else (
+            " (the model mixes dtypes in one op, which eager PyTorch refuses too: cast the model and its "
+            "inputs to one dtype, e.g. a float64 model fed float32 inputs)")
+        raise ExportError(f"{err}{hint}") from err
     timings["translate"] = stats.seconds
     t = time.perf_counter()
     verify(module)

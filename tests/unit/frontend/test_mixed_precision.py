@@ -75,6 +75,15 @@ def test_a_model_mixing_buffers_and_cast_parameters_is_refused_with_the_reason()
                 mixed_precision="bf16")
 
 
+def test_a_dtype_mix_without_a_policy_is_refused_naming_the_op():
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4).to(torch.float64)
+    with pytest.raises(RuntimeError):   # eagerly too
+        model(torch.randn(2, 8))
+    with pytest.raises(ExportError, match=r"'aten.mm'.*different element types: f32, f64.*cast the model and its"):
+        capture(model, (torch.randn(2, 8),))
+
+
 @pytest.mark.parametrize("name", ["mlp", "gpt2-tiny", "llama-tiny"])
 def test_every_tiny_built_in_workload_runs_under_bf16(name):
     """The built-ins keep their tables and masks in the activations' dtype (llama-tiny's rotary cos/sin and
