@@ -162,6 +162,21 @@ def render(e: BaseException, sources: object | None = None) -> str:
     return str(e)
 
 
+def _interruption_in(e: BaseException) -> KeyboardInterrupt | None:
+    """The interruption (SIGTERM's ``Terminated``, Ctrl-C) behind ``e``, if one caused it: Python wraps what
+    a class body's ``__set_name__`` raises in a ``RuntimeError`` (a SIGTERM landing while torch's elastic
+    module defines its dataclasses: "Error calling __set_name__ on 'Field' instance ..."), and cleanup
+    that fails while an interruption unwinds chains it as the context."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 def guard(prog: str, body: Callable[[], int], verbose: bool = False, err: TextIO | None = None) -> int:
     """Run ``body``; a user error prints ``prog: error: ...`` (or a located diagnostic) and
     returns 1, an interruption 130 (Ctrl-C) or 143 (SIGTERM: see :func:`sigterm_interrupts`),
@@ -182,6 +197,10 @@ def guard(prog: str, body: Callable[[], int], verbose: bool = False, err: TextIO
             traceback.print_exc(file=err)
         return EXIT_USER_ERROR
     except Exception as e:  # a bug in spmdc: say so plainly, keep the traceback on request
+        wrapped = _interruption_in(e)
+        if wrapped is not None:   # an interruption something wrapped in another error
+            err.write(f"{prog}: interrupted\n")
+            return EXIT_TERMINATED if isinstance(wrapped, Terminated) else EXIT_INTERRUPTED
         err.write(f"{prog}: internal error: {type(e).__name__}: {e}\n")
         if verbose or os.environ.get("SPMDC_TRACEBACK"):
             traceback.print_exc(file=err)

@@ -220,6 +220,32 @@ def test_sigterm_cleans_up_and_says_interrupted(when, tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interruption_wrapped_in_another_error_is_still_an_interruption(signum):
+    """SIGTERM landing while a class is defined (torch elastic's dataclasses, imported as the launch
+    starts) reaches the tool as Python's ``RuntimeError: Error calling __set_name__ ...``, the
+    interruption as its cause: exit 143 (Ctrl-C: 130) and "interrupted", not an internal error."""
+    import io
+
+    from spmdc.runtime.launcher import Terminated
+    from spmdc.tools.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, guard
+
+    def body() -> int:
+        class Hook:
+            def __set_name__(self, owner, name):
+                raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+        class Owner:   # noqa: F841  (defining it runs the hook)
+            field = Hook()
+        return 0
+
+    err = io.StringIO()
+    assert guard("spmdc run", body, err=err) == (EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
+    assert err.getvalue() == "spmdc run: interrupted\n"
+    err = io.StringIO()   # an error with no interruption behind it stays an internal error
+    assert guard("spmdc run", lambda: int("x"), err=err) == 2 and "internal error: ValueError" in err.getvalue()
+
+
 class _SignalledWhileFinalized:
     """An object whose finalizer takes a signal: its handler raises inside ``__del__``, where Python
     prints "Exception ignored" and goes on (what a SIGTERM landing in importlib's module-lock
